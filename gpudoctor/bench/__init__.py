@@ -1,0 +1,1 @@
+"""gpudoctor bench: benchmark matrices (launcher) and their measurement (load generator)."""

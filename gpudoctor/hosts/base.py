@@ -1,0 +1,191 @@
+"""The Host protocol: the only door through which checks touch a machine.
+
+A check never calls ``os``, ``subprocess`` or paramiko itself; it asks a Host. So the
+same check runs on this machine (:class:`~gpudoctor.hosts.local.LocalHost`), on a
+remote host over SSH, or inside a container seen from its host, and tests can feed
+it recorded facts.
+
+Errors follow Python's conventions: file operations raise :class:`OSError` with the
+real ``errno`` (``FileNotFoundError``, ``PermissionError``, ...) whatever the
+transport; :meth:`Host.try_open` and :meth:`Host.run` never raise for a failure of
+the thing they try, only :class:`HostError` when the host itself cannot be reached.
+"""
+
+from __future__ import annotations
+
+import abc
+import errno as errno_mod
+import stat as stat_mod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class HostError(RuntimeError):
+    """The host could not be reached or the transport broke (not a failed operation)."""
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """What ``stat PATH`` says of a path (symlinks followed).
+
+    Attributes:
+        path: the path asked about.
+        kind: ``char``, ``block``, ``dir``, ``file``, ``link`` or ``other``.
+        mode: permission bits (``0o666``).
+        major: device major number (char/block nodes; 0 otherwise).
+        minor: device minor number.
+        uid: owner uid.
+        gid: owner gid.
+        size: size in bytes.
+        mtime: modification time, seconds since the epoch.
+    """
+
+    path: str
+    kind: str
+    mode: int
+    major: int = 0
+    minor: int = 0
+    uid: int = 0
+    gid: int = 0
+    size: int = 0
+    mtime: float = 0.0
+
+    @property
+    def mode_text(self) -> str:
+        """Return the permission bits as ``ls -l`` shows them (``rw-rw-rw-``)."""
+        return stat_mod.filemode(self.mode)[1:]
+
+    @property
+    def world_accessible(self) -> bool:
+        """Return True when the mode lets anybody read and write the node (``0o006``)."""
+        return self.mode & 0o006 == 0o006
+
+
+def kind_of(st_mode: int) -> str:
+    """Return the ``FileStat.kind`` name for an ``st_mode`` value."""
+    for test, name in (
+        (stat_mod.S_ISCHR, "char"),
+        (stat_mod.S_ISBLK, "block"),
+        (stat_mod.S_ISDIR, "dir"),
+        (stat_mod.S_ISREG, "file"),
+        (stat_mod.S_ISLNK, "link"),
+    ):
+        if test(st_mode):
+            return name
+    return "other"
+
+
+@dataclass(frozen=True)
+class OpenResult:
+    """The outcome of one ``open(path, flags)`` attempt (the fd is closed at once).
+
+    Attributes:
+        path: the path tried.
+        flags: ``O_RDWR`` or ``O_RDONLY``: the mode that was tried last.
+        errno: 0 on success, else the errno of the failure.
+    """
+
+    path: str
+    flags: str
+    errno: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """Return True when the open succeeded."""
+        return self.errno == 0
+
+    @property
+    def errname(self) -> str:
+        """Return the errno's symbolic name (``EPERM``), or ``OK``."""
+        return errno_mod.errorcode.get(self.errno, str(self.errno)) if self.errno else "OK"
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """The outcome of running one command on a host.
+
+    Attributes:
+        argv: the command run.
+        returncode: its exit status (127: not found; -N: killed by signal N).
+        stdout: its standard output, decoded as UTF-8 with replacement.
+        stderr: its standard error, likewise.
+        timed_out: True when it was killed at the timeout.
+        duration_s: wall time in seconds.
+    """
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Return True when the command exited 0 in time."""
+        return self.returncode == 0 and not self.timed_out
+
+
+@dataclass(frozen=True)
+class DiskUsage:
+    """What ``df -B1 PATH`` says: sizes in bytes of the filesystem holding a path."""
+
+    total: int
+    used: int
+    free: int
+
+
+class Host(abc.ABC):
+    """A machine (or container) that checks can read facts from.
+
+    Attributes:
+        name: how reports name this target (``local``, ``root@pve1``, ``pve1/ct200``).
+        python: the Python interpreter to use for probes on this host.
+    """
+
+    name: str = "host"
+    python: str = "python3"
+
+    @abc.abstractmethod
+    def read_text(self, path: str, limit: int = 1 << 20) -> str:
+        """Return the file's text (``cat PATH``), at most ``limit`` bytes; raise OSError."""
+
+    @abc.abstractmethod
+    def stat(self, path: str) -> FileStat:
+        """Return ``stat PATH`` (symlinks followed); raise OSError (ENOENT when missing)."""
+
+    @abc.abstractmethod
+    def try_open(self, path: str, write: bool = True) -> OpenResult:
+        """Open and close ``path`` (O_RDWR when ``write``, else O_RDONLY); never raise."""
+
+    @abc.abstractmethod
+    def list_dir(self, path: str) -> list[str]:
+        """Return the sorted entry names of a directory (``ls -A PATH``); raise OSError."""
+
+    @abc.abstractmethod
+    def disk_usage(self, path: str) -> DiskUsage:
+        """Return the usage of the filesystem holding ``path`` (``df -B1``); raise OSError."""
+
+    @abc.abstractmethod
+    def run(
+        self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None
+    ) -> CommandResult:
+        """Run a command, wait at most ``timeout`` seconds, return its result; never raise
+        for the command's own failure (a missing program gives returncode 127)."""
+
+    def exists(self, path: str) -> bool:
+        """Return True when ``stat PATH`` succeeds (``test -e PATH``)."""
+        try:
+            self.stat(path)
+        except OSError:
+            return False
+        return True
+
+    def close(self) -> None:
+        """Release the host's connections (no-op for hosts without any)."""
+
+    def __enter__(self) -> Host:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -55,6 +55,7 @@ class Finding:
         remediation: the exact remedy (a config line, a command); empty when healthy.
         fix_hint: the gpudoctor command that applies the remedy, when one exists.
         caused_by: ids of upstream checks this finding is attributed to.
+        debug: machine-only detail (a traceback): in ``--json``, never in human output.
     """
 
     check_id: str
@@ -65,6 +66,7 @@ class Finding:
     remediation: str = ""
     fix_hint: str = ""
     caused_by: tuple[str, ...] = ()
+    debug: str = ""
 
     def to_dict(self) -> dict[str, object]:
         """Return the finding as a JSON-ready dict (the ``findings[]`` items of the schema)."""
@@ -77,6 +79,7 @@ class Finding:
             "remediation": self.remediation,
             "fix_hint": self.fix_hint,
             "caused_by": list(self.caused_by),
+            "debug": self.debug,
         }
 
 

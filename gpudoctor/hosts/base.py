@@ -14,6 +14,8 @@ the thing they try, only :class:`HostError` when the host itself cannot be reach
 from __future__ import annotations
 
 import abc
+import base64
+import os
 import errno as errno_mod
 import stat as stat_mod
 from collections.abc import Sequence
@@ -172,6 +174,25 @@ class Host(abc.ABC):
     ) -> CommandResult:
         """Run a command, wait at most ``timeout`` seconds, return its result; never raise
         for the command's own failure (a missing program gives returncode 127)."""
+
+    def read_bytes(self, path: str, length: int, offset: int = 0) -> bytes:
+        """Return up to ``length`` bytes of a file from ``offset`` (``dd bs=1 skip=O count=L``);
+        raise OSError. This default runs a small Python snippet on the host; hosts with direct
+        file access override it."""
+        code = (
+            "import base64,sys\n"
+            "try:\n"
+            " f=open(sys.argv[1],'rb');f.seek(int(sys.argv[2]));"
+            "sys.stdout.write(base64.b64encode(f.read(int(sys.argv[3]))).decode())\n"
+            "except OSError as e:\n sys.stderr.write(str(e.errno));sys.exit(3)"
+        )
+        result = self.run([self.python, "-I", "-S", "-c", code, path, str(offset), str(length)], 30)
+        if result.returncode == 3:
+            err = int(result.stderr.strip() or errno_mod.EIO)
+            raise OSError(err, os.strerror(err), path)
+        if not result.ok:
+            raise HostError(f"{self.name}: reading {path} failed: {result.stderr.strip()[-200:]}")
+        return base64.b64decode(result.stdout)
 
     def exists(self, path: str) -> bool:
         """Return True when ``stat PATH`` succeeds (``test -e PATH``)."""

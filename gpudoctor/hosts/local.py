@@ -24,6 +24,12 @@ class LocalHost(Host):
         with open(path, "rb") as fh:
             return fh.read(limit).decode("utf-8", "replace")
 
+    def read_bytes(self, path: str, length: int, offset: int = 0) -> bytes:
+        """Return up to ``length`` bytes of a file from ``offset``; raise OSError."""
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read(length)
+
     def stat(self, path: str) -> FileStat:
         """Return ``stat PATH`` (symlinks followed); raise OSError."""
         return stat_path(path)

@@ -1,0 +1,242 @@
+"""shm.capacity and model.present: the tmpfs that holds the weights, and the weights themselves."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from gpudoctor.context import CheckContext
+from gpudoctor.facts.models import (
+    HEADER_PREFIX,
+    INDEX_NAME,
+    SINGLE_NAME,
+    expected_file_size,
+    header_length,
+    parse_index,
+)
+from gpudoctor.facts.procfs import mount_of, parse_mounts
+from gpudoctor.model import Finding, Severity
+from gpudoctor.registry import check
+from gpudoctor.weights.manifest import MANIFEST_NAME, Manifest, parse_manifest
+
+GIB = 1 << 30
+SHM = "/dev/shm"
+MIN_SHM = 1 * GIB
+
+
+def gib(n: float) -> str:
+    """Return a byte count as ``12.3 GiB``."""
+    return f"{n / GIB:.1f} GiB"
+
+
+def mem_available(text: str | None) -> int | None:
+    """Return MemAvailable in bytes from ``/proc/meminfo`` text, or None."""
+    match = re.search(r"^MemAvailable:\s+(\d+) kB", text or "", re.M)
+    return int(match.group(1)) * 1024 if match else None
+
+
+@check(
+    id="shm.capacity",
+    title="/dev/shm is a tmpfs large enough for the model and NCCL",
+    severity=Severity.HIGH,
+    proves="/dev/shm is tmpfs, at least 1 GiB, and has room for what the --model-dir "
+    "manifests still need",
+    remediation="Grow /dev/shm: in the CT, `mount -o remount,size=64G /dev/shm` (persist with an "
+    "fstab line `tmpfs /dev/shm tmpfs defaults,size=64G 0 0`); on the host give the CT enough RAM.",
+)
+def shm_capacity(ctx: CheckContext) -> Iterator[Finding]:
+    """Yield the /dev/shm verdict (``df -h /dev/shm; grep shm /proc/self/mounts``)."""
+    mounts = parse_mounts(ctx.facts.read_optional("/proc/self/mounts") or "")
+    mount = mount_of(mounts, SHM)
+    try:
+        usage = ctx.host.disk_usage(SHM)
+    except OSError as exc:
+        yield ctx.fail(SHM, f"{SHM} cannot be used: {exc.strerror}.",
+                       remediation="Mount a tmpfs on /dev/shm.")
+        return
+    fstype = mount.fstype if mount else "?"
+    evidence = [f"mount: {mount.source if mount else '?'} on {SHM} type {fstype}",
+                f"size {gib(usage.total)}, free {gib(usage.free)}"]
+    available = mem_available(ctx.facts.read_optional("/proc/meminfo"))
+    if available is not None:
+        evidence.append(f"MemAvailable: {gib(available)} (tmpfs pages are RAM)")
+    needed = sum(missing_bytes(ctx, d) for d in ctx.options.model_dirs if d.startswith(SHM + "/"))
+    if fstype != "tmpfs":
+        yield ctx.warn(SHM, f"{SHM} is {fstype}, not tmpfs: weights there do not live in RAM.",
+                       evidence=evidence, remediation="mount -t tmpfs -o size=64G tmpfs /dev/shm")
+    elif needed and needed > usage.free:
+        yield ctx.fail(
+            SHM,
+            f"{SHM} has {gib(usage.free)} free but the model directories still need {gib(needed)}.",
+            evidence=evidence,
+            remediation=f"mount -o remount,size={(usage.used + needed) // GIB + 2}G {SHM}",
+        )
+    elif needed and available is not None and needed > available:
+        yield ctx.fail(
+            SHM,
+            f"The model needs {gib(needed)} more in {SHM} but only {gib(available)} of RAM is "
+            "available: tmpfs pages are memory.",
+            evidence=evidence,
+            remediation="Give the container more memory (pct set <id> -memory N) or free some.",
+        )
+    elif usage.total < MIN_SHM:
+        yield ctx.warn(
+            SHM,
+            f"{SHM} is only {gib(usage.total)}: NCCL and PyTorch need more (Docker's 64 MiB "
+            "default breaks multi-GPU runs).",
+            evidence=evidence,
+            remediation=f"mount -o remount,size=16G {SHM}",
+        )
+    else:
+        yield ctx.passed(SHM, f"{SHM} is tmpfs, {gib(usage.total)} with {gib(usage.free)} free.",
+                         evidence=evidence)
+
+
+def read_manifest(ctx: CheckContext, directory: str) -> Manifest | None:
+    """Return the directory's gpudoctor manifest, or None when absent/unreadable."""
+    text = ctx.facts.read_optional(f"{directory}/{MANIFEST_NAME}")
+    if text is None:
+        return None
+    try:
+        return parse_manifest(text)
+    except ValueError:
+        return None
+
+
+def missing_bytes(ctx: CheckContext, directory: str) -> int:
+    """Return how many bytes the manifest says are still missing from ``directory`` (0 if unknown)."""
+    manifest = read_manifest(ctx, directory)
+    if manifest is None:
+        return 0
+    have = 0
+    for f in manifest.files:
+        try:
+            have += min(ctx.host.stat(f"{directory}/{f.path}").size, f.size)
+        except OSError:
+            pass
+    return max(manifest.total_size - have, 0)
+
+
+def ensure_hint(directory: str, manifest: Manifest | None) -> str:
+    """Return the ``gpudoctor weights ensure`` command that restores a directory."""
+    repo = manifest.repo_id if manifest else "<org/model>"
+    rev = f" --revision {manifest.revision}" if manifest else ""
+    return f"gpudoctor weights ensure {repo} --to {directory}{rev}"
+
+
+@check(
+    id="model.present",
+    title="Every --model-dir holds a complete model",
+    severity=Severity.HIGH,
+    proves="config.json and every weight file exist with the right size (per the gpudoctor "
+    "manifest, else the safetensors index and headers); no download is half done",
+    remediation="Restore the weights: gpudoctor weights ensure REPO --to DIR [--mirror DISK_DIR].",
+)
+def model_present(ctx: CheckContext) -> Iterator[Finding]:
+    """Yield one finding per ``--model-dir`` (``ls -l DIR``, sizes vs manifest/headers)."""
+    if not ctx.options.model_dirs:
+        yield ctx.skip("model dirs", "No --model-dir given.")
+    for directory in ctx.options.model_dirs:
+        yield judge_model_dir(ctx, directory.rstrip("/") or "/")
+
+
+def judge_model_dir(ctx: CheckContext, directory: str) -> Finding:
+    """Return the verdict for one model directory."""
+    try:
+        entries = ctx.host.list_dir(directory)
+    except FileNotFoundError:
+        return ctx.fail(directory, f"{directory} does not exist (a tmpfs is emptied by every reboot).",
+                        evidence=[f"ls {directory}: No such file or directory"],
+                        remediation=ensure_hint(directory, None))
+    except OSError as exc:
+        return ctx.fail(directory, f"{directory} cannot be listed: {exc.strerror}.",
+                        remediation=f"Check permissions of {directory}.")
+    manifest = read_manifest(ctx, directory)
+    partial = [e for e in entries if e.endswith((".incomplete", ".partial", ".lock"))]
+    partial += [f".cache/huggingface/download/{e}" for e in hf_partials(ctx, directory)]
+    problems, evidence = (
+        check_against_manifest(ctx, directory, manifest)
+        if manifest
+        else check_against_index(ctx, directory, entries)
+    )
+    if partial:
+        problems.append(f"unfinished download files: {', '.join(sorted(partial)[:5])}")
+    if problems:
+        return ctx.fail(directory, f"{directory} is incomplete: " + "; ".join(problems[:6]) + ".",
+                        evidence=evidence, remediation=ensure_hint(directory, manifest))
+    return ctx.passed(directory, f"{directory} is complete: " + evidence[0] + ".", evidence=evidence)
+
+
+def hf_partials(ctx: CheckContext, directory: str) -> list[str]:
+    """Return huggingface_hub's unfinished download files under ``DIR/.cache/huggingface``."""
+    try:
+        names = ctx.host.list_dir(f"{directory}/.cache/huggingface/download")
+    except OSError:
+        return []
+    return [n for n in names if n.endswith(".incomplete")]
+
+
+def check_against_manifest(
+    ctx: CheckContext, directory: str, manifest: Manifest
+) -> tuple[list[str], list[str]]:
+    """Return (problems, evidence) comparing the files with the manifest's sizes."""
+    problems = []
+    for f in manifest.files:
+        try:
+            size = ctx.host.stat(f"{directory}/{f.path}").size
+        except OSError:
+            problems.append(f"{f.path} missing")
+            continue
+        if size != f.size:
+            problems.append(f"{f.path} is {size} bytes, manifest says {f.size}")
+    evidence = [
+        f"{len(manifest.files)} files, {gib(manifest.total_size)} per manifest "
+        f"({manifest.repo_id}@{manifest.revision[:12]})",
+    ]
+    return problems, evidence
+
+
+def check_against_index(
+    ctx: CheckContext, directory: str, entries: list[str]
+) -> tuple[list[str], list[str]]:
+    """Return (problems, evidence) from config.json, the safetensors index and shard headers."""
+    problems: list[str] = []
+    if "config.json" not in entries:
+        problems.append("config.json missing")
+    if INDEX_NAME in entries:
+        try:
+            shards = parse_index(ctx.host.read_text(f"{directory}/{INDEX_NAME}")).shards
+        except (OSError, ValueError) as exc:
+            return [*problems, f"{INDEX_NAME} unreadable ({exc})"], [f"{len(entries)} entries"]
+    elif SINGLE_NAME in entries:
+        shards = (SINGLE_NAME,)
+    else:
+        shards = tuple(e for e in entries if e.endswith(".safetensors"))
+        if not shards:
+            problems.append("no safetensors weights and no index")
+    total = 0
+    for shard in shards:
+        if shard not in entries:
+            problems.append(f"{shard} missing")
+            continue
+        size, problem = shard_size_problem(ctx, f"{directory}/{shard}")
+        total += size
+        if problem:
+            problems.append(f"{shard} {problem}")
+    return problems, [f"{len(shards)} weight file(s), {gib(total)} (no manifest: checked headers)"]
+
+
+def shard_size_problem(ctx: CheckContext, path: str) -> tuple[int, str]:
+    """Return (size, problem or "") for one safetensors file: its size must equal what its
+    own header says (a truncated download fails this)."""
+    try:
+        size = ctx.host.stat(path).size
+        prefix = ctx.host.read_bytes(path, HEADER_PREFIX)
+        length = header_length(prefix)
+        header = ctx.host.read_bytes(path, length, HEADER_PREFIX)
+        expected = expected_file_size(prefix, header)
+    except (OSError, ValueError) as exc:
+        return 0, f"unreadable ({exc})"
+    if size != expected:
+        return size, f"is {size} bytes but its header says {expected} (truncated)"
+    return size, ""

@@ -1,0 +1,189 @@
+"""What a check sees while it runs: the host, the options, shared facts, upstream results."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from gpudoctor.facts.gpu import GpuProbe, run_gpu_probe
+from gpudoctor.facts.procfs import ProcDevices, parse_proc_devices
+from gpudoctor.hosts.base import Host
+from gpudoctor.model import CheckResult, Finding, Status
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    """An extra device node to probe (``--device PATH[:DRIVER]``).
+
+    Attributes:
+        path: the node's path inside the target (``/dev/dri/card0``).
+        driver: the /proc/devices name its major must match (``drm``), or None.
+    """
+
+    path: str
+    driver: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> DeviceRequest:
+        """Return the request for ``PATH`` or ``PATH:DRIVER``; raise ValueError if malformed."""
+        path, sep, driver = text.partition(":")
+        if not path.startswith("/"):
+            raise ValueError(f"--device {text!r}: the path must be absolute (/dev/...)")
+        if sep and not driver:
+            raise ValueError(f"--device {text!r}: empty driver name after ':'")
+        return cls(path, driver or None)
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """Options of one check run.
+
+    Attributes:
+        devices: extra device nodes to probe beyond the NVIDIA set.
+        model_dirs: model directories that must be present and complete.
+        only: check ids (or families) to run; empty = all.
+        timeout_s: per-check timeout in seconds.
+        probe_timeout_s: timeout of the CUDA/NVML child probe in seconds.
+        ct: the container id when checking a CT from its host (``--ct``).
+        flavor: ``pve`` or ``lxc``: how the container's host is managed.
+        fix_host: how to name the CT's host in remedies (``root@pve1``), when known.
+        expect_gpus: GPUs the workload needs (``--expect-gpus``), when known.
+    """
+
+    devices: tuple[DeviceRequest, ...] = ()
+    model_dirs: tuple[str, ...] = ()
+    only: tuple[str, ...] = ()
+    timeout_s: float = 20.0
+    probe_timeout_s: float = 20.0
+    ct: str | None = None
+    flavor: str = "pve"
+    fix_host: str | None = None
+    expect_gpus: int | None = None
+
+    def config_path(self) -> str:
+        """Return the CT config path remedies should name (``/etc/pve/lxc/<id>.conf``)."""
+        ct = self.ct or "<id>"
+        if self.flavor == "lxc":
+            return f"/var/lib/lxc/{ct}/config"
+        return f"/etc/pve/lxc/{ct}.conf"
+
+    def fix_command(self) -> str:
+        """Return the ``gpudoctor fix`` command line for this target."""
+        host = self.fix_host or "<proxmox-host>"
+        flavor = " --flavor lxc" if self.flavor == "lxc" else ""
+        return f"gpudoctor fix --host {host} --ct {self.ct or '<id>'}{flavor}"
+
+
+class FactCache:
+    """Facts shared by all checks of one run, each fetched once (thread-safe).
+
+    The GPU probe can be started early (:meth:`start_gpu_probe`) so that it runs in
+    parallel with the file-based checks: the whole catalogue then costs about one cuInit.
+    """
+
+    def __init__(self, host: Host, options: CheckOptions) -> None:
+        self.host = host
+        self.options = options
+        self._lock = threading.Lock()
+        self._futures: dict[str, Future[Any]] = {}
+
+    def get(self, key: str, loader: Callable[[], T]) -> T:
+        """Return the fact ``key``, calling ``loader`` the first time (errors are cached too)."""
+        with self._lock:
+            future = self._futures.get(key)
+            owner = future is None
+            if owner:
+                future = self._futures[key] = Future()
+        assert future is not None
+        if owner:
+            try:
+                future.set_result(loader())
+            except BaseException as exc:  # cached and re-raised to every reader
+                future.set_exception(exc)
+        return future.result()
+
+    def start_gpu_probe(self) -> None:
+        """Start the GPU probe in a background thread (idempotent)."""
+        threading.Thread(target=self.gpu_probe, name="gpu-probe", daemon=True).start()
+
+    def gpu_probe(self) -> GpuProbe:
+        """Return the GPU probe's result (running it now if nobody started it)."""
+        return self.get("gpu_probe", lambda: run_gpu_probe(self.host, self.options.probe_timeout_s))
+
+    def proc_devices(self) -> ProcDevices:
+        """Return the parsed ``/proc/devices`` of the host (empty when unreadable)."""
+
+        def load() -> ProcDevices:
+            try:
+                return parse_proc_devices(self.host.read_text("/proc/devices"))
+            except OSError:
+                return ProcDevices()
+
+        return self.get("proc_devices", load)
+
+    def read_optional(self, path: str) -> str | None:
+        """Return a file's text, or None when it cannot be read (cached)."""
+
+        def load() -> str | None:
+            try:
+                return self.host.read_text(path)
+            except OSError:
+                return None
+
+        return self.get("file:" + path, load)
+
+
+class CheckContext:
+    """The view one check has of the run: host, options, facts and upstream results."""
+
+    def __init__(
+        self,
+        check_id: str,
+        host: Host,
+        options: CheckOptions,
+        facts: FactCache,
+        results: dict[str, CheckResult],
+    ) -> None:
+        self.check_id = check_id
+        self.host = host
+        self.options = options
+        self.facts = facts
+        self._results = results
+
+    def result(self, check_id: str) -> CheckResult | None:
+        """Return an upstream check's result (declared in ``requires``/``after``), or None."""
+        return self._results.get(check_id)
+
+    def failed(self, check_id: str) -> bool:
+        """Return True when an upstream check ran and reported FAIL or ERROR."""
+        result = self.result(check_id)
+        return result is not None and result.status in (Status.FAIL, Status.ERROR)
+
+    def finding(self, status: Status, subject: str, message: str, **extra: Any) -> Finding:
+        """Return a Finding of this check (``extra``: evidence, remediation, fix_hint, caused_by)."""
+        if "evidence" in extra:
+            extra["evidence"] = tuple(extra["evidence"])
+        if "caused_by" in extra:
+            extra["caused_by"] = tuple(extra["caused_by"])
+        return Finding(self.check_id, status, subject, message, **extra)
+
+    def passed(self, subject: str, message: str, **extra: Any) -> Finding:
+        """Return a PASS finding."""
+        return self.finding(Status.PASS, subject, message, **extra)
+
+    def warn(self, subject: str, message: str, **extra: Any) -> Finding:
+        """Return a WARN finding."""
+        return self.finding(Status.WARN, subject, message, **extra)
+
+    def fail(self, subject: str, message: str, **extra: Any) -> Finding:
+        """Return a FAIL finding."""
+        return self.finding(Status.FAIL, subject, message, **extra)
+
+    def skip(self, subject: str, message: str, **extra: Any) -> Finding:
+        """Return a SKIP finding (the check does not apply here, and says why)."""
+        return self.finding(Status.SKIP, subject, message, **extra)

@@ -1,0 +1,102 @@
+"""Run the GPU probe (NVML + CUDA in a child process) on a host and parse what it printed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.hosts.base import Host
+
+STAGES = ("env", "nvml", "cuda")
+
+
+@lru_cache(maxsize=1)
+def probe_source() -> str:
+    """Return the probe script's source (sent as ``python3 -I -S -c SOURCE`` to any host)."""
+    return (Path(__file__).parent.parent / "probes" / "gpu_probe.py").read_text()
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """One probe stage's outcome.
+
+    Attributes:
+        name: ``env``, ``nvml`` or ``cuda``.
+        data: what the stage printed (empty when it never finished).
+        started: True when the stage began.
+        finished: True when it printed its result.
+    """
+
+    name: str
+    data: dict[str, Any] = field(default_factory=dict)
+    started: bool = False
+    finished: bool = False
+
+
+@dataclass(frozen=True)
+class GpuProbe:
+    """The parsed output of one probe run.
+
+    Attributes:
+        stages: {stage name: StageResult}.
+        timed_out: True when the probe was killed at its timeout.
+        returncode: the child's exit status.
+        stderr: the child's stderr (tail).
+        duration_s: wall time of the child in seconds.
+        timeout_s: the timeout it ran under.
+    """
+
+    stages: dict[str, StageResult]
+    timed_out: bool = False
+    returncode: int = 0
+    stderr: str = ""
+    duration_s: float = 0.0
+    timeout_s: float = 0.0
+
+    def stage(self, name: str) -> StageResult:
+        """Return a stage's result (an empty, not-started one when absent)."""
+        return self.stages.get(name, StageResult(name))
+
+    def hung_in(self) -> str | None:
+        """Return the stage that was running when the probe was killed, or None."""
+        if not self.timed_out:
+            return None
+        return next((s.name for s in self.stages.values() if s.started and not s.finished), None)
+
+
+def parse_probe_output(stdout: str) -> dict[str, StageResult]:
+    """Return the stages found in the probe's JSON-lines stdout (bad lines ignored)."""
+    stages: dict[str, StageResult] = {}
+    for line in stdout.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(obj, dict) or "stage" not in obj:
+            continue
+        name = str(obj.pop("stage"))
+        if obj.get("started") is True and len(obj) == 1:
+            stages[name] = StageResult(name, started=True)
+        else:
+            stages[name] = StageResult(name, obj, started=True, finished=True)
+    return stages
+
+
+def run_gpu_probe(host: Host, timeout_s: float) -> GpuProbe:
+    """Run the probe on ``host`` in a child interpreter; return what it found.
+
+    Equivalent: ``python3 -I -S gpudoctor/probes/gpu_probe.py`` (with ``timeout``).
+    """
+    argv = [host.python, "-I", "-S", "-c", probe_source(), *STAGES]
+    result = host.run(argv, timeout=timeout_s)
+    return GpuProbe(
+        stages=parse_probe_output(result.stdout),
+        timed_out=result.timed_out,
+        returncode=result.returncode,
+        stderr=result.stderr[-2000:],
+        duration_s=result.duration_s,
+        timeout_s=timeout_s,
+    )

@@ -68,6 +68,7 @@ def exit_code(reports: list[Report]) -> int:
 @click.option("--flavor", type=click.Choice(["pve", "lxc"]), default="pve", show_default=True,
               help="How the container's host is managed: Proxmox (pct) or plain LXC.")
 @click.option("--expect-gpus", type=int, help="GPUs the workload needs (e.g. the bench plan's TP).")
+@click.option("--deep", is_flag=True, help="Also run slow opt-in checks (NCCL all-reduce across GPUs).")
 @click.option("--known-hosts", type=click.Path(dir_okay=False), help="Extra known_hosts file.")
 @click.option("--accept-new-host-key", is_flag=True,
               help="Trust and save the key of an SSH host never seen before (never a changed one).")
@@ -86,6 +87,7 @@ def check(
     ct: str | None,
     flavor: str,
     expect_gpus: int | None,
+    deep: bool,
     known_hosts: str | None,
     accept_new_host_key: bool,
     verbose: bool,
@@ -116,6 +118,7 @@ def check(
         flavor=flavor,
         fix_host=host_spec if host_spec and host_spec != "local" else ("local" if ct else None),
         expect_gpus=expect_gpus,
+        deep=deep,
     )
     fmt_enum = Format.JSON if as_json else Format(fmt)
     try:

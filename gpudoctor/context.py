@@ -53,6 +53,7 @@ class CheckOptions:
         flavor: ``pve`` or ``lxc``: how the container's host is managed.
         fix_host: how to name the CT's host in remedies (``root@pve1``), when known.
         expect_gpus: GPUs the workload needs (``--expect-gpus``), when known.
+        deep: run the slow, opt-in checks too (``--deep``: NCCL all-reduce, ...).
     """
 
     devices: tuple[DeviceRequest, ...] = ()
@@ -64,6 +65,7 @@ class CheckOptions:
     flavor: str = "pve"
     fix_host: str | None = None
     expect_gpus: int | None = None
+    deep: bool = False
 
     def config_path(self) -> str:
         """Return the CT config path remedies should name (``/etc/pve/lxc/<id>.conf``)."""

@@ -1,0 +1,81 @@
+"""ct.device_rules: the CT config allows the CURRENT major of every node it passes through.
+
+Runs on the CT's host (``gpudoctor check --host root@pve1 --ct 200``): the fixer's planner,
+read-only, on the config as it is now and /proc/devices as it is now. It catches the
+incident's drift (a host driver update or reboot moved nvidia-uvm to a new major) before
+the CT is even restarted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gpudoctor.context import CheckContext
+from gpudoctor.model import Finding, Severity
+from gpudoctor.registry import check
+
+
+@check(
+    id="ct.device_rules",
+    title="The CT config allows the current major of every device node it passes through",
+    severity=Severity.CRITICAL,
+    proves="for each node the CT config bind-mounts (or --device names), some "
+    "lxc.cgroup2.devices.allow rule or devN entry covers the major:minor the host has NOW",
+    remediation="Add lxc.cgroup2.devices.allow: c MAJOR:* rwm for each uncovered major to the "
+    "CT config (gpudoctor fix does it safely), then restart the CT.",
+    scope="ct_host",
+    fix="gpudoctor fix --host HOST --ct ID",
+)
+def device_rules(ctx: CheckContext) -> Iterator[Finding]:
+    """Yield FAIL per node whose current major no rule allows, WARN per stale/legacy rule,
+    or one PASS (``cat /etc/pve/lxc/ID.conf; cat /proc/devices; stat NODE``)."""
+    from gpudoctor.pve import facts as facts_mod
+    from gpudoctor.pve.apply import ApplyError, Layout, read_config, resolve_target
+    from gpudoctor.pve.planner import PlanOptions, paths_of_interest, plan
+
+    ct = ctx.options.ct
+    if not ct:
+        yield ctx.skip("config", "no --ct given: there is no container config to read")
+        return
+    layout = Layout.from_env()
+    try:
+        target = resolve_target(ctx.host, ctx.options.flavor, ct, layout)
+        snap = read_config(ctx.host, target, layout)
+    except ApplyError as exc:
+        yield ctx.skip(f"ct {ct}", f"cannot read the CT config: {exc}")
+        return
+    options = PlanOptions(
+        devices=tuple(d.path for d in ctx.options.devices),
+        include_host_nvidia=False,
+        label=target.config_path,
+    )
+    facts = facts_mod.gather(ctx.host, paths_of_interest(snap.config, options))
+    the_plan = plan(snap.config, facts, options)
+    adds = [e.line for e in the_plan.edits if e.action == "add" and "devices.allow" in e.line]
+    for missing in the_plan.missing:
+        yield ctx.fail(
+            missing.path,
+            f"{missing.path} is {missing.driver} major {missing.major} on the host now, and no "
+            f"rule in {target.config_path} allows it: open() inside the CT fails with EPERM "
+            "after its next start",
+            evidence=(
+                f"host: char {missing.major}:{missing.minor} ({missing.driver})",
+                *(f"config: lxc.cgroup2.devices.allow: {r.text}" for r in _rules(snap.config)),
+            ),
+            remediation="\n".join(adds) or "allow the major in the CT config",
+            fix_hint=ctx.options.fix_command(),
+        )
+    for warning in the_plan.warnings:
+        yield ctx.warn(target.config_path, warning, fix_hint=ctx.options.fix_command())
+    if not the_plan.missing:
+        yield ctx.passed(
+            target.config_path,
+            f"every passed-through node's current major is allowed ({len(the_plan.probe_paths)} "
+            "node(s))",
+        )
+
+
+def _rules(config: object) -> list:
+    from gpudoctor.pve.entries import read_entries
+
+    return [rule for _, rule in read_entries(config).allows]  # type: ignore[arg-type]

@@ -1,0 +1,97 @@
+"""Recorded machines for the catalogue's unit tests, built from ../shared/data captures.
+
+``h200_host()`` is the lent H200 as captured on 2026-12-02 (driver 580.159.04, nvidia-uvm
+major 238); the other builders derive the failure situations users meet from it and from
+the public captures (the incident's new uvm major, stale nodes, version mismatches, ...).
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+
+from gpudoctor.hosts.base import DiskUsage
+from tests.fakes.recorded_host import RecordedHost, shared_file, stats_from_ls
+
+H200_VERSION = "580.159.04"
+GIB = 1 << 30
+
+
+def healthy_probe(version: str = H200_VERSION, cuda_rc: int = 0, nvml_rc: int = 0) -> list[dict]:
+    """Return probe lines as the probe prints them on a healthy H200 (values from nvidia-smi -q)."""
+    nvml: dict = {"stage": "nvml", "init": nvml_rc,
+                  "lib_path": f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{version}"}
+    if nvml_rc == 0:
+        nvml.update(
+            driver_version=version, nvml_version=f"13.{version}", elapsed_s=0.007,
+            devices=[{
+                "index": 0, "name": "NVIDIA H200", "minor": 0, "persistence_mode": 1,
+                "ecc_uncorrected_volatile": 0, "retired_pages_pending": 0,
+                "clocks_event_reasons": 1, "clocks_event_names": ["GpuIdle"],
+                "pcie_gen_current": 1, "pcie_gen_max": 5, "pcie_width_current": 16,
+                "pcie_width_max": 16, "memory_total": 150754820096, "memory_used": 0,
+                "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0},
+                "processes": [], "compute_capability": [9, 0],
+            }],
+        )
+    cuda: dict = {"stage": "cuda", "init": cuda_rc, "driver_version": 13000, "init_s": 0.2,
+                  "lib_path": f"/usr/lib/x86_64-linux-gnu/libcuda.so.{version}"}
+    if cuda_rc == 0:
+        cuda.update(device_count=1, devices=[{"index": 0, "name": "NVIDIA H200",
+                                              "compute_capability": [9, 0], "total_memory": 150754820096}])
+    names = {0: "CUDA_SUCCESS", 999: "CUDA_ERROR_UNKNOWN", 304: "CUDA_ERROR_OPERATING_SYSTEM"}
+    cuda["init_name"] = names.get(cuda_rc)
+    return [{"stage": "env", "env": {}, "proc_self": True}, nvml, cuda]
+
+
+def h200_host() -> RecordedHost:
+    """Return the healthy H200 machine as recorded."""
+    nodes = stats_from_ls(shared_file("proc_devices/h200-lab_580.159.04_ls-dev-nvidia.txt"))
+    files = {
+        "/proc/devices": shared_file("proc_devices/h200-lab_580.159.04_proc-devices.txt"),
+        "/proc/driver/nvidia/version": shared_file(
+            "proc_devices/h200-lab_580.159.04_proc-driver-nvidia-version.txt"
+        ),
+        "/proc/driver/nvidia/params": "ResmanDebugLevel: 4294967295\n",
+        "/proc/self/status": "Name:\tpython3\nUid:\t0\t0\t0\t0\n",
+        "/proc/self/mounts": "tmpfs /dev/shm tmpfs rw,nosuid,nodev,size=65536000k 0 0\n",
+        "/proc/meminfo": "MemTotal: 131072000 kB\nMemAvailable: 120000000 kB\n",
+    }
+    return RecordedHost(
+        files=files,
+        nodes=nodes,
+        probe_lines=healthy_probe(),
+        disk={"/dev/shm": DiskUsage(total=62 * GIB, used=1 * GIB, free=61 * GIB)},
+        name="h200",
+    )
+
+
+def incident_ct(new_uvm_major: int = 511) -> RecordedHost:
+    """Return CT 200 after the host reboot in DESIGN.md: nvidia-uvm re-registered as
+    ``new_uvm_major``, the CT's cgroup policy still allows only the old majors, so open()
+    of /dev/nvidia-uvm gives EPERM and cuInit returns 999 (NVML, on nvidiactl, still works)."""
+    host = h200_host()
+    host.files["/proc/devices"] = host.files["/proc/devices"].replace(
+        "238 nvidia-uvm", f"{new_uvm_major} nvidia-uvm"
+    )
+    for path in ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"):
+        st = host.nodes[path]
+        host.nodes[path] = type(st)(path, st.kind, st.mode, new_uvm_major, st.minor)
+        host.open_errno[path] = errno.EPERM
+    host.probe_lines = healthy_probe(cuda_rc=999)
+    host.name = "pve1/ct200"
+    return host
+
+
+def mismatch_host(capture: str = "outputs/failures/nvml-version-mismatch_truenas-nvidia-drivers-19.txt"):
+    """Return a host whose user-space NVML differs from the kernel module (recorded versions)."""
+    text = shared_file(capture)
+    lib = re.search(r"NVML library version: (\S+)", text).group(1)  # type: ignore[union-attr]
+    host = h200_host()
+    kernel = re.search(r"Kernel Module\s+(\d+\.\d+\.\d+)", text)
+    if kernel:
+        host.files["/proc/driver/nvidia/version"] = text[text.index("NVRM version"):]
+    probe = healthy_probe(version=lib, cuda_rc=803, nvml_rc=18)
+    probe[1]["error_name"] = "Driver/library version mismatch"
+    host.probe_lines = probe
+    return host, lib, (kernel.group(1) if kernel else H200_VERSION)

@@ -92,3 +92,17 @@ def test_help_imports_no_heavy_module():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert done.stdout.strip().splitlines()[-1] == "[]"
     assert "check" in done.stdout and "weights" in done.stdout
+
+
+def test_check_docs_are_generated_from_the_catalogue():
+    """docs/checks/ must match the catalogue: regenerate with `gpudoctor list --markdown docs/checks`."""
+    from pathlib import Path
+
+    from gpudoctor.catalogue_cli import check_page, index_page
+    from gpudoctor.registry import load_catalogue
+
+    docs = Path(REPO) / "docs" / "checks"
+    specs = load_catalogue(include_plugins=False)
+    for spec in specs:
+        assert (docs / f"{spec.id}.md").read_text() == check_page(spec), spec.id
+    assert (docs / "README.md").read_text() == index_page(specs)

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Set up everything the test suite needs on a fresh Debian 12 machine (as root), then run it.
+#   bash tests/run.sh                 # the whole suite (what .ci/run runs)
+#   bash tests/run.sh -k incident     # extra arguments go to pytest
+# System packages: LXC + busybox (real containers for the lab), OpenSSH server (a real sshd
+# on 127.0.0.1), util-linux (unshare/nsenter/flock). Python packages: the project with its
+# [test] extra, in .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_packages=(lxc busybox-static openssh-server openssh-client util-linux iproute2 procps)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "tests/run.sh: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv 2>/dev/null || {
+    apt-get install -y -qq python3-venv >/dev/null && python3 -m venv .venv
+  }
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test]'
+
+exec .venv/bin/python -m pytest "$@"

@@ -111,6 +111,10 @@ class FactCache:
 
     def start_gpu_probe(self) -> None:
         """Start the GPU probe in a background thread (idempotent)."""
+        with self._lock:
+            if "gpu_probe" in self._futures or getattr(self, "_probe_started", False):
+                return
+            self._probe_started = True
         threading.Thread(target=self.gpu_probe, name="gpu-probe", daemon=True).start()
 
     def gpu_probe(self) -> GpuProbe:

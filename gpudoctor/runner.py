@@ -54,8 +54,11 @@ def run_checks(
     """Run the catalogue against ``host`` (and ``ct_host`` for host-side CT checks) and
     return the Report. Raises ValueError for an unknown ``--only`` id; never for a check."""
     started = time.monotonic()
-    selected = select(specs if specs is not None else load_catalogue(), options.only, ct_host is not None)
     facts = {"target": FactCache(host, options)}
+    if not options.only:  # the whole catalogue needs the probe: start it before loading checks
+        facts["target"].start_gpu_probe()
+    catalogue = specs if specs is not None else load_catalogue()
+    selected = select(catalogue, options.only, ct_host is not None)
     if ct_host is not None:
         facts["ct_host"] = FactCache(ct_host, options)
     if any(s.uses_gpu_probe for s in selected):

@@ -7,8 +7,11 @@ the public captures (the incident's new uvm major, stale nodes, version mismatch
 
 from __future__ import annotations
 
+import copy
 import errno
+import json
 import re
+from pathlib import Path
 
 from gpudoctor.hosts.base import DiskUsage
 from tests.fakes.recorded_host import RecordedHost, shared_file, stats_from_ls
@@ -17,31 +20,29 @@ H200_VERSION = "580.159.04"
 GIB = 1 << 30
 
 
+RECORDED_PROBE = Path(__file__).resolve().parents[1] / "data" / "h200-probe-healthy.jsonl"
+
+
+def recorded_probe() -> list[dict]:
+    """Return the probe's output as recorded on the lent H200 on 2026-12-02 (UUID masked)."""
+    lines = [json.loads(line) for line in RECORDED_PROBE.read_text().splitlines() if line.strip()]
+    return [line for line in lines if not (line.get("started") is True and len(line) == 2)]
+
+
 def healthy_probe(version: str = H200_VERSION, cuda_rc: int = 0, nvml_rc: int = 0) -> list[dict]:
-    """Return probe lines as the probe prints them on a healthy H200 (values from nvidia-smi -q)."""
-    nvml: dict = {"stage": "nvml", "init": nvml_rc,
-                  "lib_path": f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{version}"}
-    if nvml_rc == 0:
-        nvml.update(
-            driver_version=version, nvml_version=f"13.{version}", elapsed_s=0.007,
-            devices=[{
-                "index": 0, "name": "NVIDIA H200", "minor": 0, "persistence_mode": 1,
-                "ecc_uncorrected_volatile": 0, "retired_pages_pending": 0,
-                "clocks_event_reasons": 1, "clocks_event_names": ["GpuIdle"],
-                "pcie_gen_current": 1, "pcie_gen_max": 5, "pcie_width_current": 16,
-                "pcie_width_max": 16, "memory_total": 150754820096, "memory_used": 0,
-                "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0},
-                "processes": [], "compute_capability": [9, 0],
-            }],
-        )
-    cuda: dict = {"stage": "cuda", "init": cuda_rc, "driver_version": 13000, "init_s": 0.2,
-                  "lib_path": f"/usr/lib/x86_64-linux-gnu/libcuda.so.{version}"}
-    if cuda_rc == 0:
-        cuda.update(device_count=1, devices=[{"index": 0, "name": "NVIDIA H200",
-                                              "compute_capability": [9, 0], "total_memory": 150754820096}])
-    names = {0: "CUDA_SUCCESS", 999: "CUDA_ERROR_UNKNOWN", 304: "CUDA_ERROR_OPERATING_SYSTEM"}
-    cuda["init_name"] = names.get(cuda_rc)
-    return [{"stage": "env", "env": {}, "proc_self": True}, nvml, cuda]
+    """Return the recorded H200 probe output, changed into a failure when asked: another
+    user-space ``version``, a cuInit code, an nvmlInit code."""
+    env, nvml, cuda = (copy.deepcopy(line) for line in recorded_probe())
+    nvml["lib_path"] = nvml["lib_path"].replace(H200_VERSION, version)
+    cuda["lib_path"] = cuda["lib_path"].replace(H200_VERSION, version)
+    if nvml_rc:
+        nvml = {"stage": "nvml", "init": nvml_rc, "lib_path": nvml["lib_path"]}
+    if cuda_rc:
+        names = {999: "CUDA_ERROR_UNKNOWN", 304: "CUDA_ERROR_OPERATING_SYSTEM",
+                 803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"}
+        cuda = {"stage": "cuda", "init": cuda_rc, "init_name": names.get(cuda_rc), "init_s": 0.001,
+                "driver_version": cuda["driver_version"], "lib_path": cuda["lib_path"]}
+    return [env, nvml, cuda]
 
 
 def h200_host() -> RecordedHost:

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The incident of DESIGN.md, reproduced, diagnosed and fixed on a real GPU (issue 6).
+#
+# Runs on the lent H200 machine (root, pure cgroup v2, Ubuntu 24.04) from the repo root, with
+# Debian 12's LXC debs carried in .deb/ and missing wheels in .whl/ (tests/gpu/README.md):
+#   1. `gpudoctor check --json` on the bare GPU machine: every NVIDIA check PASSes.
+#   2. a real LXC container whose cgroup v2 device rules allow 195 and nvidia-caps but NOT
+#      nvidia-uvm's major (read from /proc/devices), NVIDIA nodes bind-mounted; `gpudoctor
+#      check` INSIDE it: FAIL device.open (EPERM, the uvm major) and cuda.init attributed to it.
+#   3. `gpudoctor fix --host local --ct gpuct --flavor lxc --yes`: adds the rule, restarts the CT.
+#   4. `gpudoctor check` inside again: all PASS, and a real CUDA kernel (torch) runs inside.
+# Everything it prints is also saved under $OUT (JSON reports, logs).
+set -u
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-/tmp/gpudoctor-gpu}
+mkdir -p "$OUT"
+cd "$REPO"
+CT=gpuct
+LXCPATH=/var/lib/lxc
+step() { printf '\n========== %s ==========\n' "$*"; }
+
+step "0. environment"
+date -u; uname -r; nvidia-smi -L; python3 --version
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH="$REPO:/tmp/site"
+mkdir -p /opt/lxcroot
+for f in .deb/*.deb; do dpkg -x "$f" /opt/lxcroot; done
+LXC_LIBS=/opt/lxcroot/usr/lib/x86_64-linux-gnu:/opt/lxcroot/lib/x86_64-linux-gnu
+export PATH="/opt/lxcroot/usr/bin:/opt/lxcroot/usr/sbin:$PATH"
+mkdir -p /usr/lib/x86_64-linux-gnu/lxc/rootfs "$LXCPATH" /run/lock/lxc
+[ -e /usr/share/lxc ] || ln -s /opt/lxcroot/usr/share/lxc /usr/share/lxc
+# LXC's tools find their libraries through this wrapper dir, so that gpudoctor (which runs
+# lxc-start/lxc-attach/lxc-stop itself) needs no special environment.
+mkdir -p /tmp/lxcbin
+for tool in lxc-start lxc-stop lxc-attach lxc-info lxc-ls lxc-execute lxc-wait; do
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec /opt/lxcroot/usr/bin/%s "$@"\n' "$LXC_LIBS" "$tool" > /tmp/lxcbin/$tool
+  chmod +x /tmp/lxcbin/$tool
+done
+export PATH="/tmp/lxcbin:$PATH"
+lxc-start --version
+grep -E 'nvidia' /proc/devices
+ls -l /dev/nvidia* /dev/nvidia-caps 2>/dev/null
+mount | grep -E ' /sys/fs/cgroup ' || true
+
+step "1. gpudoctor check on the bare GPU machine"
+python3 -m gpudoctor check --verbose
+echo "exit=$?"
+python3 -m gpudoctor check --json > "$OUT/1-host-check.json"
+echo "json exit=$?"
+python3 -I -S gpudoctor/probes/gpu_probe.py > "$OUT/probe-raw.jsonl"; cat "$OUT/probe-raw.jsonl"
+
+step "2. a GPU container whose rules omit nvidia-uvm's major"
+UVM=$(awk '$2=="nvidia-uvm"{print $1}' /proc/devices)
+CAPS=$(awk '$2=="nvidia-caps"{print $1}' /proc/devices)
+echo "nvidia-uvm is major $UVM, nvidia-caps is major $CAPS"
+lxc-stop -n $CT -P $LXCPATH -k >/dev/null 2>&1
+rm -rf "$LXCPATH/$CT"; mkdir -p "$LXCPATH/$CT"
+cat > "$LXCPATH/$CT/config" <<CONF
+# A GPU container as Proxmox writes one for NVIDIA passthrough (raw lxc.* keys), sharing
+# the host's root filesystem (no rootfs on this machine) with its own /proc.
+lxc.uts.name = $CT
+lxc.net.0.type = empty
+lxc.apparmor.profile = unconfined
+lxc.autodev = 0
+lxc.mount.auto = proc:rw sys:rw
+lxc.console.path = none
+lxc.tty.max = 0
+lxc.pty.max = 0
+lxc.init.cmd = /bin/sleep infinity
+lxc.cgroup2.devices.deny = a
+lxc.cgroup2.devices.allow = c 1:* rwm
+lxc.cgroup2.devices.allow = c 5:* rwm
+lxc.cgroup2.devices.allow = c 136:* rwm
+lxc.cgroup2.devices.allow = c 195:* rwm
+lxc.cgroup2.devices.allow = c $CAPS:* rwm
+lxc.mount.entry = /dev/nvidia0 dev/nvidia0 none bind,optional,create=file
+lxc.mount.entry = /dev/nvidiactl dev/nvidiactl none bind,optional,create=file
+lxc.mount.entry = /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file
+lxc.mount.entry = /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none bind,optional,create=file
+lxc.mount.entry = /dev/nvidia-caps dev/nvidia-caps none bind,optional,create=dir
+CONF
+cat "$LXCPATH/$CT/config"
+lxc-start -n $CT -P $LXCPATH -l DEBUG -o "$OUT/lxc-start.log" || { tail -40 "$OUT/lxc-start.log"; }
+lxc-info -n $CT -P $LXCPATH
+grep -i -m3 -e cgroup2 -e legacy "$OUT/lxc-start.log" || true
+inside() { lxc-attach -n $CT -P $LXCPATH --clear-env -v PATH="$PATH" -v PYTHONPATH="$PYTHONPATH" -- "$@"; }
+inside python3 -c "import os; fd=os.open('/dev/nvidia-uvm', os.O_RDWR)" ; echo "open(/dev/nvidia-uvm) exit=$?"
+inside python3 -m gpudoctor check
+echo "exit=$?"
+inside python3 -m gpudoctor check --json > "$OUT/2-ct-denied.json"
+
+step "3. gpudoctor fix --host local --ct $CT --flavor lxc --yes"
+python3 -m gpudoctor fix --host local --ct $CT --flavor lxc --dry-run
+echo "dry-run exit=$?"
+time python3 -m gpudoctor fix --host local --ct $CT --flavor lxc --yes
+echo "fix exit=$?"
+cat "$LXCPATH/$CT/config"
+python3 -m gpudoctor fix --host local --ct $CT --flavor lxc --yes
+echo "second fix exit=$? (expect: nothing to change)"
+
+step "4. gpudoctor check inside again, and a real CUDA kernel inside"
+inside python3 -m gpudoctor check
+echo "exit=$?"
+inside python3 -m gpudoctor check --json > "$OUT/4-ct-fixed.json"
+inside python3 -c "
+import torch
+x = torch.randn(4096, 4096, device='cuda')
+y = (x @ x).sum().item()
+torch.cuda.synchronize()
+print('torch', torch.__version__, 'on', torch.cuda.get_device_name(0), 'matmul sum', y)
+"
+echo "torch exit=$?"
+
+step "5. check latency on the GPU (benchmarks/check_latency.py)"
+python3 benchmarks/check_latency.py --runs 15 --json "$OUT/latency.json"
+
+step "cleanup"
+lxc-stop -n $CT -P $LXCPATH -k; rm -rf "$LXCPATH/$CT"

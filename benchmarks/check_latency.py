@@ -52,15 +52,27 @@ def main() -> None:
     ref = medians["bare cuInit (cuda.bindings)"]
     print(f"{'command':<30} {'median ms':>10} {'min ms':>8} {'vs bare cuInit':>15}")
     for name, values in samples.items():
-        print(f"{name:<30} {medians[name] * 1000:>10.1f} {min(values) * 1000:>8.1f} "
-              f"{medians[name] / ref:>14.2f}x")
+        print(
+            f"{name:<30} {medians[name] * 1000:>10.1f} {min(values) * 1000:>8.1f} "
+            f"{medians[name] / ref:>14.2f}x"
+        )
     ratio = medians["gpudoctor check"] / ref
-    print(f"\ngpudoctor check / bare cuInit = {ratio:.2f}x (goal <= 1.3x on a GPU machine); "
-          f"--help = {medians['gpudoctor --help'] * 1000:.0f} ms (goal < 150 ms); runs = {args.runs}")
+    print(
+        f"\ngpudoctor check / bare cuInit = {ratio:.2f}x (goal <= 1.3x on a GPU machine); "
+        f"--help = {medians['gpudoctor --help'] * 1000:.0f} ms (goal < 150 ms); runs = {args.runs}"
+    )
     if args.json_out:
         with open(args.json_out, "w") as fh:
-            json.dump({"runs": args.runs, "median_s": medians, "samples_s": samples,
-                       "check_vs_cuinit": ratio}, fh, indent=1)
+            json.dump(
+                {
+                    "runs": args.runs,
+                    "median_s": medians,
+                    "samples_s": samples,
+                    "check_vs_cuinit": ratio,
+                },
+                fh,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

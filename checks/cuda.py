@@ -60,7 +60,10 @@ def cuda_init(ctx: CheckContext) -> Iterator[Finding]:
         return
     code = int(data.get("init", -1))
     version = cuda_version(data.get("driver_version"))
-    evidence = [f"cuInit(0) = {code} in {data.get('init_s', 0):.3f} s", f"libcuda: {data.get('lib_path')}"]
+    evidence = [
+        f"cuInit(0) = {code} in {data.get('init_s', 0):.3f} s",
+        f"libcuda: {data.get('lib_path')}",
+    ]
     evidence.append(f"cuDriverGetVersion = {data.get('driver_version')} (CUDA {version})")
     if code == 0:
         devices = data.get("devices", [])

@@ -117,7 +117,10 @@ def judge_node(ctx: CheckContext, path: str, st: FileStat, major: int, driver: s
             path,
             f"{path} is a {st.kind}, not a char device: the host's node was missing when the "
             "container started, so the bind mount's create= left an empty placeholder.",
-            evidence=[f"stat {path}: {st.kind}, size {st.size}", f"/proc/devices: {major} {driver}"],
+            evidence=[
+                f"stat {path}: {st.kind}, size {st.size}",
+                f"/proc/devices: {major} {driver}",
+            ],
             remediation="On the host create the node (`nvidia-modprobe -u -c=0`), then restart the CT.",
             fix_hint=ctx.options.fix_command(),
         )
@@ -128,7 +131,9 @@ def judge_node(ctx: CheckContext, path: str, st: FileStat, major: int, driver: s
 
 def stale(ctx: CheckContext, path: str, st: FileStat, major: int | None, driver: str) -> Finding:
     """Return the FAIL for a node whose major is not the one its driver has now."""
-    now = f"{driver} is major {major} now" if major is not None else f"{driver} is not registered now"
+    now = (
+        f"{driver} is major {major} now" if major is not None else f"{driver} is not registered now"
+    )
     current = driver_name_for_major(ctx.facts.proc_devices(), st.major)
     return ctx.fail(
         path,
@@ -178,9 +183,12 @@ def requested_node(ctx: CheckContext, request: DeviceRequest) -> Iterator[Findin
         return
     if request.driver is None:
         if st.kind not in ("char", "block"):
-            yield ctx.fail(request.path, f"{request.path} is a {st.kind}, not a device node.",
-                           evidence=[f"stat {request.path}: {st.kind}"],
-                           remediation="Pass the host's device node into the container.")
+            yield ctx.fail(
+                request.path,
+                f"{request.path} is a {st.kind}, not a device node.",
+                evidence=[f"stat {request.path}: {st.kind}"],
+                remediation="Pass the host's device node into the container.",
+            )
             return
         yield ctx.passed(request.path, f"{request.path} exists ({describe(st)}).")
         return
@@ -188,7 +196,10 @@ def requested_node(ctx: CheckContext, request: DeviceRequest) -> Iterator[Findin
         yield ctx.fail(
             request.path,
             f"No driver named {request.driver!r} is registered in /proc/devices.",
-            evidence=[f"stat {request.path}: {describe(st)}", f"/proc/devices: no {request.driver}"],
+            evidence=[
+                f"stat {request.path}: {describe(st)}",
+                f"/proc/devices: no {request.driver}",
+            ],
             remediation=f"Load the driver for {request.driver} on the host.",
         )
         return

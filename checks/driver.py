@@ -30,7 +30,8 @@ def driver_loaded(ctx: CheckContext) -> Iterator[Finding]:
     if text is None:
         evidence = [f"read {VERSION_FILE}: failed"]
         evidence.append(
-            "/proc/devices: " + (", ".join(f"{n}={m}" for n, m in majors.items()) or "no nvidia majors")
+            "/proc/devices: "
+            + (", ".join(f"{n}={m}" for n, m in majors.items()) or "no nvidia majors")
         )
         yield ctx.fail(
             "kernel module",

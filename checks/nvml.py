@@ -36,8 +36,11 @@ def nvml_init(ctx: CheckContext) -> Iterator[Finding]:
     """Yield the nvmlInit_v2 verdict (``nvidia-smi -L``)."""
     stage = ctx.facts.gpu_probe().stage("nvml")
     if not stage.finished:
-        yield ctx.fail("nvmlInit", "NVML did not answer within the probe's timeout: the driver is hung.",
-                       remediation="On the host: `dmesg | grep -i xid`; reset or reboot.")
+        yield ctx.fail(
+            "nvmlInit",
+            "NVML did not answer within the probe's timeout: the driver is hung.",
+            remediation="On the host: `dmesg | grep -i xid`; reset or reboot.",
+        )
         return
     data = stage.data
     if "load_error" in data:
@@ -56,7 +59,10 @@ def nvml_init(ctx: CheckContext) -> Iterator[Finding]:
             "nvmlInit",
             f"nvmlInit_v2 returned {code} {meaning.name}: {meaning.meaning}."
             + (f" Likely cause: {meaning.likely_cause}." if meaning.likely_cause else ""),
-            evidence=[f"nvmlInit_v2 = {code} ({data.get('error_name')})", f"lib: {data.get('lib_path')}"],
+            evidence=[
+                f"nvmlInit_v2 = {code} ({data.get('error_name')})",
+                f"lib: {data.get('lib_path')}",
+            ],
             remediation=MISMATCH_REMEDY if code == 18 else "Fix the device checks first.",
             caused_by=causes,
         )
@@ -66,7 +72,10 @@ def nvml_init(ctx: CheckContext) -> Iterator[Finding]:
         "nvmlInit",
         f"NVML {data.get('nvml_version')} initialised; driver {data.get('driver_version')}; "
         f"{len(devices)} GPU(s): " + ", ".join(str(d.get("name")) for d in devices) + ".",
-        evidence=[f"lib: {data.get('lib_path')}", f"nvmlInit_v2 in {data.get('elapsed_s', 0):.3f} s"],
+        evidence=[
+            f"lib: {data.get('lib_path')}",
+            f"nvmlInit_v2 in {data.get('elapsed_s', 0):.3f} s",
+        ],
     )
 
 
@@ -164,42 +173,70 @@ def health_problems(dev: dict[str, Any]) -> tuple[list[tuple[str, str]], list[st
     ecc = dev.get("ecc_uncorrected_volatile")
     evidence.append(f"ECC uncorrected (volatile): {na(ecc)}")
     if ecc:
-        problems.append((f"{ecc} uncorrected ECC error(s) since boot",
-                         "Drain the GPU and reset it (`nvidia-smi -r`); replace it if they recur."))
+        problems.append(
+            (
+                f"{ecc} uncorrected ECC error(s) since boot",
+                "Drain the GPU and reset it (`nvidia-smi -r`); replace it if they recur.",
+            )
+        )
     rows = dev.get("remapped_rows") or {}
     if rows:
         evidence.append(f"remapped rows: {rows}")
     if rows.get("pending") or dev.get("retired_pages_pending"):
-        problems.append(("memory row remap / page retirement pending",
-                         "Reset the GPU (`nvidia-smi -r`) or reboot to apply the remap."))
+        problems.append(
+            (
+                "memory row remap / page retirement pending",
+                "Reset the GPU (`nvidia-smi -r`) or reboot to apply the remap.",
+            )
+        )
     if rows.get("failure"):
         problems.append(("row remapping FAILED", "The GPU needs service (RMA)."))
     names = dev.get("clocks_event_names")
     evidence.append(f"clock event reasons: {names if names is not None else 'N/A'}")
     active = [n for n in names or [] if n not in HARMLESS_REASONS]
     if active:
-        problems.append((f"clocks limited by {', '.join(active)}",
-                         "Check cooling and power limits (`nvidia-smi -q -d PERFORMANCE`)."))
+        problems.append(
+            (
+                f"clocks limited by {', '.join(active)}",
+                "Check cooling and power limits (`nvidia-smi -q -d PERFORMANCE`).",
+            )
+        )
     width, width_max = dev.get("pcie_width_current"), dev.get("pcie_width_max")
     gen, gen_max = dev.get("pcie_gen_current"), dev.get("pcie_gen_max")
     evidence.append(f"PCIe: gen {na(gen)}/{na(gen_max)} x{na(width)}/x{na(width_max)} (cur/max)")
     if width and width_max and width < width_max:
-        problems.append((f"PCIe link x{width}, below its x{width_max}",
-                         "Reseat the GPU or check the slot/riser (link width does not drop at idle)."))
+        problems.append(
+            (
+                f"PCIe link x{width}, below its x{width_max}",
+                "Reseat the GPU or check the slot/riser (link width does not drop at idle).",
+            )
+        )
     persistence = dev.get("persistence_mode")
-    evidence.append(f"persistence mode: {'N/A' if persistence is None else ('on' if persistence else 'off')}")
+    evidence.append(
+        f"persistence mode: {'N/A' if persistence is None else ('on' if persistence else 'off')}"
+    )
     if persistence == 0:
-        problems.append(("persistence mode is off (each first CUDA call re-initialises the GPU)",
-                         "On the host: `nvidia-smi -pm 1` or enable nvidia-persistenced."))
+        problems.append(
+            (
+                "persistence mode is off (each first CUDA call re-initialises the GPU)",
+                "On the host: `nvidia-smi -pm 1` or enable nvidia-persistenced.",
+            )
+        )
     foreign = [p for p in dev.get("processes") or [] if not p.get("visible")]
     used = dev.get("memory_used")
     if used is not None:
-        evidence.append(f"memory used: {used / GIB:.1f} GiB of {dev.get('memory_total', 0) / GIB:.1f} GiB")
+        evidence.append(
+            f"memory used: {used / GIB:.1f} GiB of {dev.get('memory_total', 0) / GIB:.1f} GiB"
+        )
     if foreign:
         held = sum(p.get("used_memory") or 0 for p in foreign)
-        problems.append((f"{len(foreign)} process(es) outside this system hold {held / GIB:.1f} GiB",
-                         "Find them on the host (`nvidia-smi --query-compute-apps=pid,used_memory "
-                         "--format=csv`) before benchmarking."))
+        problems.append(
+            (
+                f"{len(foreign)} process(es) outside this system hold {held / GIB:.1f} GiB",
+                "Find them on the host (`nvidia-smi --query-compute-apps=pid,used_memory "
+                "--format=csv`) before benchmarking.",
+            )
+        )
     return problems, evidence
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 
@@ -51,19 +52,26 @@ def shm_capacity(ctx: CheckContext) -> Iterator[Finding]:
     try:
         usage = ctx.host.disk_usage(SHM)
     except OSError as exc:
-        yield ctx.fail(SHM, f"{SHM} cannot be used: {exc.strerror}.",
-                       remediation="Mount a tmpfs on /dev/shm.")
+        yield ctx.fail(
+            SHM, f"{SHM} cannot be used: {exc.strerror}.", remediation="Mount a tmpfs on /dev/shm."
+        )
         return
     fstype = mount.fstype if mount else "?"
-    evidence = [f"mount: {mount.source if mount else '?'} on {SHM} type {fstype}",
-                f"size {gib(usage.total)}, free {gib(usage.free)}"]
+    evidence = [
+        f"mount: {mount.source if mount else '?'} on {SHM} type {fstype}",
+        f"size {gib(usage.total)}, free {gib(usage.free)}",
+    ]
     available = mem_available(ctx.facts.read_optional("/proc/meminfo"))
     if available is not None:
         evidence.append(f"MemAvailable: {gib(available)} (tmpfs pages are RAM)")
     needed = sum(missing_bytes(ctx, d) for d in ctx.options.model_dirs if d.startswith(SHM + "/"))
     if fstype != "tmpfs":
-        yield ctx.warn(SHM, f"{SHM} is {fstype}, not tmpfs: weights there do not live in RAM.",
-                       evidence=evidence, remediation="mount -t tmpfs -o size=64G tmpfs /dev/shm")
+        yield ctx.warn(
+            SHM,
+            f"{SHM} is {fstype}, not tmpfs: weights there do not live in RAM.",
+            evidence=evidence,
+            remediation="mount -t tmpfs -o size=64G tmpfs /dev/shm",
+        )
     elif needed and needed > usage.free:
         yield ctx.fail(
             SHM,
@@ -88,8 +96,11 @@ def shm_capacity(ctx: CheckContext) -> Iterator[Finding]:
             remediation=f"mount -o remount,size=16G {SHM}",
         )
     else:
-        yield ctx.passed(SHM, f"{SHM} is tmpfs, {gib(usage.total)} with {gib(usage.free)} free.",
-                         evidence=evidence)
+        yield ctx.passed(
+            SHM,
+            f"{SHM} is tmpfs, {gib(usage.total)} with {gib(usage.free)} free.",
+            evidence=evidence,
+        )
 
 
 def read_manifest(ctx: CheckContext, directory: str) -> Manifest | None:
@@ -110,10 +121,8 @@ def missing_bytes(ctx: CheckContext, directory: str) -> int:
         return 0
     have = 0
     for f in manifest.files:
-        try:
+        with contextlib.suppress(OSError):
             have += min(ctx.host.stat(f"{directory}/{f.path}").size, f.size)
-        except OSError:
-            pass
     return max(manifest.total_size - have, 0)
 
 
@@ -145,12 +154,18 @@ def judge_model_dir(ctx: CheckContext, directory: str) -> Finding:
     try:
         entries = ctx.host.list_dir(directory)
     except FileNotFoundError:
-        return ctx.fail(directory, f"{directory} does not exist (a tmpfs is emptied by every reboot).",
-                        evidence=[f"ls {directory}: No such file or directory"],
-                        remediation=ensure_hint(directory, None))
+        return ctx.fail(
+            directory,
+            f"{directory} does not exist (a tmpfs is emptied by every reboot).",
+            evidence=[f"ls {directory}: No such file or directory"],
+            remediation=ensure_hint(directory, None),
+        )
     except OSError as exc:
-        return ctx.fail(directory, f"{directory} cannot be listed: {exc.strerror}.",
-                        remediation=f"Check permissions of {directory}.")
+        return ctx.fail(
+            directory,
+            f"{directory} cannot be listed: {exc.strerror}.",
+            remediation=f"Check permissions of {directory}.",
+        )
     manifest = read_manifest(ctx, directory)
     partial = [e for e in entries if e.endswith((".incomplete", ".partial", ".lock"))]
     partial += [f".cache/huggingface/download/{e}" for e in hf_partials(ctx, directory)]
@@ -162,9 +177,15 @@ def judge_model_dir(ctx: CheckContext, directory: str) -> Finding:
     if partial:
         problems.append(f"unfinished download files: {', '.join(sorted(partial)[:5])}")
     if problems:
-        return ctx.fail(directory, f"{directory} is incomplete: " + "; ".join(problems[:6]) + ".",
-                        evidence=evidence, remediation=ensure_hint(directory, manifest))
-    return ctx.passed(directory, f"{directory} is complete: " + evidence[0] + ".", evidence=evidence)
+        return ctx.fail(
+            directory,
+            f"{directory} is incomplete: " + "; ".join(problems[:6]) + ".",
+            evidence=evidence,
+            remediation=ensure_hint(directory, manifest),
+        )
+    return ctx.passed(
+        directory, f"{directory} is complete: " + evidence[0] + ".", evidence=evidence
+    )
 
 
 def hf_partials(ctx: CheckContext, directory: str) -> list[str]:

@@ -45,8 +45,12 @@ def index_page(specs: list[CheckSpec]) -> str:
 
 
 @click.command("list")
-@click.option("--markdown", "markdown_dir", type=click.Path(file_okay=False),
-              help="Write one Markdown page per check (and an index) into this directory.")
+@click.option(
+    "--markdown",
+    "markdown_dir",
+    type=click.Path(file_okay=False),
+    help="Write one Markdown page per check (and an index) into this directory.",
+)
 def list_checks(markdown_dir: str | None) -> None:
     """List every check: id, severity and the healthy condition it proves."""
     specs = load_catalogue()

@@ -47,31 +47,78 @@ def exit_code(reports: list[Report]) -> int:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option(
-    "--format", "fmt", type=click.Choice([f.value for f in Format]), default="human",
-    show_default=True, help="Report format; prometheus writes node_exporter textfile gauges.",
+    "--format",
+    "fmt",
+    type=click.Choice([f.value for f in Format]),
+    default="human",
+    show_default=True,
+    help="Report format; prometheus writes node_exporter textfile gauges.",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this "
-              "file atomically (for node_exporter's textfile collector) instead of stdout.")
-@click.option("--device", "devices", multiple=True, metavar="PATH[:DRIVER]",
-              help="Also probe this device node (/dev/dri/card0:drm); with :DRIVER its major must "
-              "match /proc/devices. Repeatable.")
-@click.option("--model-dir", "model_dirs", multiple=True, metavar="DIR",
-              help="A model directory that must be complete (e.g. /dev/shm/qwen). Repeatable.")
-@click.option("--only", multiple=True, metavar="ID", help="Run only these checks or families "
-              "(device, cuda.init); their requirements run too. Repeatable or comma-separated.")
-@click.option("--timeout", type=float, default=20.0, show_default=True,
-              help="Seconds each check (and the CUDA/NVML probe) may take.")
-@click.option("--host", "host_spec", metavar="HOST", help="Check a remote host over SSH "
-              "(root@pve1, an ~/.ssh/config alias), or 'local'.")
-@click.option("--ct", metavar="ID", help="Check inside this container (pct exec / lxc-attach on "
-              "its host) and its config on the host (ct.device_rules).")
-@click.option("--flavor", type=click.Choice(["pve", "lxc"]), default="pve", show_default=True,
-              help="How the container's host is managed: Proxmox (pct) or plain LXC.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Write the report to this "
+    "file atomically (for node_exporter's textfile collector) instead of stdout.",
+)
+@click.option(
+    "--device",
+    "devices",
+    multiple=True,
+    metavar="PATH[:DRIVER]",
+    help="Also probe this device node (/dev/dri/card0:drm); with :DRIVER its major must "
+    "match /proc/devices. Repeatable.",
+)
+@click.option(
+    "--model-dir",
+    "model_dirs",
+    multiple=True,
+    metavar="DIR",
+    help="A model directory that must be complete (e.g. /dev/shm/qwen). Repeatable.",
+)
+@click.option(
+    "--only",
+    multiple=True,
+    metavar="ID",
+    help="Run only these checks or families "
+    "(device, cuda.init); their requirements run too. Repeatable or comma-separated.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=20.0,
+    show_default=True,
+    help="Seconds each check (and the CUDA/NVML probe) may take.",
+)
+@click.option(
+    "--host",
+    "host_spec",
+    metavar="HOST",
+    help="Check a remote host over SSH (root@pve1, an ~/.ssh/config alias), or 'local'.",
+)
+@click.option(
+    "--ct",
+    metavar="ID",
+    help="Check inside this container (pct exec / lxc-attach on "
+    "its host) and its config on the host (ct.device_rules).",
+)
+@click.option(
+    "--flavor",
+    type=click.Choice(["pve", "lxc"]),
+    default="pve",
+    show_default=True,
+    help="How the container's host is managed: Proxmox (pct) or plain LXC.",
+)
 @click.option("--expect-gpus", type=int, help="GPUs the workload needs (e.g. the bench plan's TP).")
-@click.option("--deep", is_flag=True, help="Also run slow opt-in checks (NCCL all-reduce across GPUs).")
+@click.option(
+    "--deep", is_flag=True, help="Also run slow opt-in checks (NCCL all-reduce across GPUs)."
+)
 @click.option("--known-hosts", type=click.Path(dir_okay=False), help="Extra known_hosts file.")
-@click.option("--accept-new-host-key", is_flag=True,
-              help="Trust and save the key of an SSH host never seen before (never a changed one).")
+@click.option(
+    "--accept-new-host-key",
+    is_flag=True,
+    help="Trust and save the key of an SSH host never seen before (never a changed one).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Show the evidence of passing checks too.")
 @click.pass_context
 def check(
@@ -122,7 +169,9 @@ def check(
     )
     fmt_enum = Format.JSON if as_json else Format(fmt)
     try:
-        target, ct_host, closers = open_targets(host_spec, ct, flavor, known_hosts, accept_new_host_key)
+        target, ct_host, closers = open_targets(
+            host_spec, ct, flavor, known_hosts, accept_new_host_key
+        )
         try:
             report = run_checks(target, options, ct_host=ct_host, progress=progress_printer())
         finally:

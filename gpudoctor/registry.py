@@ -25,7 +25,6 @@ import importlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -123,7 +122,9 @@ def check(
 
 def specs_in(module: ModuleType) -> list[CheckSpec]:
     """Return the CheckSpecs defined at module level in ``module``, in definition order."""
-    return [v for v in vars(module).values() if isinstance(v, CheckSpec) and v.module == module.__name__]
+    return [
+        v for v in vars(module).values() if isinstance(v, CheckSpec) and v.module == module.__name__
+    ]
 
 
 def validate(specs: list[CheckSpec]) -> list[CheckSpec]:
@@ -134,7 +135,9 @@ def validate(specs: list[CheckSpec]) -> list[CheckSpec]:
         if not ID_PATTERN.match(spec.id):
             raise CatalogueError(f"{where}: id {spec.id!r} must look like 'family.name'")
         if spec.id in seen:
-            raise CatalogueError(f"{where}: id {spec.id!r} already defined in {seen[spec.id].module}")
+            raise CatalogueError(
+                f"{where}: id {spec.id!r} already defined in {seen[spec.id].module}"
+            )
         if not spec.title or spec.title.lower().startswith(("check ", "checks ", "verify ")):
             raise CatalogueError(f"{where}: title must state the healthy condition: {spec.title!r}")
         if not spec.remediation.strip():
@@ -175,6 +178,8 @@ def topological(specs: list[CheckSpec]) -> list[CheckSpec]:
 
 def load_catalogue(include_plugins: bool = True) -> list[CheckSpec]:
     """Return every check (shipped + ``gpudoctor.checks`` entry points), validated and ordered."""
+    from importlib.metadata import entry_points
+
     import checks
 
     modules = [importlib.import_module(f"checks.{name}") for name in checks.CATALOGUE]

@@ -135,15 +135,23 @@ class Schedule:
 
         worker = threading.Thread(target=work, name=f"check:{spec.id}", daemon=True)
         worker.start()
-        timeout = self.options.timeout_s + (self.options.probe_timeout_s if spec.uses_gpu_probe else 0)
+        timeout = self.options.timeout_s + (
+            self.options.probe_timeout_s if spec.uses_gpu_probe else 0
+        )
         worker.join(timeout)
         if worker.is_alive():
             return (
-                Finding(spec.id, Status.ERROR, "check", f"the check did not finish within {timeout:g} s"),
+                Finding(
+                    spec.id, Status.ERROR, "check", f"the check did not finish within {timeout:g} s"
+                ),
             )
         if "error" in box:
             exc = box["error"]
-            kind = "the host could not be reached" if isinstance(exc, HostError) else "the check raised"
+            kind = (
+                "the host could not be reached"
+                if isinstance(exc, HostError)
+                else "the check raised"
+            )
             return (
                 Finding(
                     spec.id,

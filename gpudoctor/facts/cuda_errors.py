@@ -26,8 +26,12 @@ CU_RESULTS: dict[int, ErrorMeaning] = {
             "no CUDA-capable device is visible",
             "no /dev/nvidiaN passed through, or CUDA_VISIBLE_DEVICES hides them all",
         ),
-        ErrorMeaning(101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal",
-                     "CUDA_VISIBLE_DEVICES names a GPU that is not there"),
+        ErrorMeaning(
+            101,
+            "CUDA_ERROR_INVALID_DEVICE",
+            "invalid device ordinal",
+            "CUDA_VISIBLE_DEVICES names a GPU that is not there",
+        ),
         ErrorMeaning(
             304,
             "CUDA_ERROR_OPERATING_SYSTEM",
@@ -74,12 +78,22 @@ NVML_RESULTS: dict[int, ErrorMeaning] = {
     for e in (
         ErrorMeaning(0, "NVML_SUCCESS", "success", ""),
         ErrorMeaning(4, "NVML_ERROR_NO_PERMISSION", "no permission", "device nodes not accessible"),
-        ErrorMeaning(9, "NVML_ERROR_DRIVER_NOT_LOADED", "the NVIDIA driver is not loaded",
-                     "no kernel module on the host, or /dev/nvidiactl missing"),
+        ErrorMeaning(
+            9,
+            "NVML_ERROR_DRIVER_NOT_LOADED",
+            "the NVIDIA driver is not loaded",
+            "no kernel module on the host, or /dev/nvidiactl missing",
+        ),
         ErrorMeaning(12, "NVML_ERROR_LIBRARY_NOT_FOUND", "a needed library was not found", ""),
-        ErrorMeaning(15, "NVML_ERROR_GPU_IS_LOST", "the GPU fell off the bus",
-                     "hardware/PCIe fault: check dmesg for Xid 79 on the host"),
-        ErrorMeaning(17, "NVML_ERROR_OPERATING_SYSTEM", "an OS call failed", "unusable /proc or /dev"),
+        ErrorMeaning(
+            15,
+            "NVML_ERROR_GPU_IS_LOST",
+            "the GPU fell off the bus",
+            "hardware/PCIe fault: check dmesg for Xid 79 on the host",
+        ),
+        ErrorMeaning(
+            17, "NVML_ERROR_OPERATING_SYSTEM", "an OS call failed", "unusable /proc or /dev"
+        ),
         ErrorMeaning(
             18,
             "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
@@ -87,8 +101,12 @@ NVML_RESULTS: dict[int, ErrorMeaning] = {
             "the user-space libraries differ from the loaded kernel module (driver upgraded "
             "without reboot, or a container with other libraries than the host)",
         ),
-        ErrorMeaning(999, "NVML_ERROR_UNKNOWN", "an unknown error",
-                     "in containers: /dev/nvidiactl or a GPU node denied by the cgroup policy"),
+        ErrorMeaning(
+            999,
+            "NVML_ERROR_UNKNOWN",
+            "an unknown error",
+            "in containers: /dev/nvidiactl or a GPU node denied by the cgroup policy",
+        ),
     )
 }
 

@@ -51,8 +51,12 @@ NVIDIA_FAMILIES: tuple[NodeFamily, ...] = (
         required=("nvidiactl",),
         at_least_one=r"nvidia[0-9]+",
     ),
-    NodeFamily("nvidia-uvm", ("nvidia-uvm",), "/dev", r"nvidia-uvm(-tools)?", required=("nvidia-uvm",)),
-    NodeFamily("nvidia-caps", ("nvidia-caps",), "/dev/nvidia-caps", r"nvidia-cap[0-9]+", is_dir=True),
+    NodeFamily(
+        "nvidia-uvm", ("nvidia-uvm",), "/dev", r"nvidia-uvm(-tools)?", required=("nvidia-uvm",)
+    ),
+    NodeFamily(
+        "nvidia-caps", ("nvidia-caps",), "/dev/nvidia-caps", r"nvidia-cap[0-9]+", is_dir=True
+    ),
     NodeFamily(
         "nvidia-caps-imex-channels",
         ("nvidia-caps-imex-channels",),

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import abc
 import base64
-import os
 import errno as errno_mod
+import os
 import stat as stat_mod
 from collections.abc import Sequence
 from dataclasses import dataclass

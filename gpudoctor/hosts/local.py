@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -115,7 +116,5 @@ def run_local(argv: Sequence[str], timeout: float, input: str | None = None) -> 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL a child started with ``start_new_session=True`` and its whole group."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, 9)
-    except ProcessLookupError:
-        pass

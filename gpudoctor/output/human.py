@@ -29,7 +29,9 @@ def finding_lines(f: Finding, verbose: bool) -> list[Text]:
     head = Text()
     head.append(f"{f.status.value:<5} ", style=STYLE[f.status])
     head.append(f"{f.check_id}  ", style="bold")
-    subject = "" if f.subject in ("check", "") or f.message.startswith(f.subject) else f"{f.subject}: "
+    subject = (
+        "" if f.subject in ("check", "") or f.message.startswith(f.subject) else f"{f.subject}: "
+    )
     head.append(subject + f.message)
     lines = [head]
     problem = f.status in (Status.WARN, Status.FAIL, Status.ERROR)

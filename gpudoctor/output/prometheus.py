@@ -24,7 +24,9 @@ def labels(pairs: Sequence[tuple[str, str]]) -> str:
 
 def write_prometheus(reports: Sequence[Report], stream: TextIO) -> None:
     """Write every finding of every report as gauges (``# HELP``/``# TYPE`` once each)."""
-    stream.write("# HELP gpudoctor_check_status Finding status: 0 PASS, 1 SKIP, 2 WARN, 3 FAIL, 4 ERROR.\n")
+    stream.write(
+        "# HELP gpudoctor_check_status Finding status: 0 PASS, 1 SKIP, 2 WARN, 3 FAIL, 4 ERROR.\n"
+    )
     stream.write("# TYPE gpudoctor_check_status gauge\n")
     for report in reports:
         base = [("target", report.target), *report.labels]

@@ -78,7 +78,11 @@ class Nvml:
 
 
 class MemoryInfo(ctypes.Structure):
-    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+    _fields_ = [
+        ("total", ctypes.c_ulonglong),
+        ("free", ctypes.c_ulonglong),
+        ("used", ctypes.c_ulonglong),
+    ]
 
 
 class ProcessInfo(ctypes.Structure):
@@ -114,19 +118,31 @@ def nvml_device(nvml, index):
         "power_mw": nvml.value("nvmlDeviceGetPowerUsage", handle, u),
     }
     if dev["clocks_event_reasons"] is None:
-        dev["clocks_event_reasons"] = nvml.value("nvmlDeviceGetCurrentClocksThrottleReasons", handle, ull)
+        dev["clocks_event_reasons"] = nvml.value(
+            "nvmlDeviceGetCurrentClocksThrottleReasons", handle, ull
+        )
     reasons = dev["clocks_event_reasons"]
     if reasons is not None:
-        dev["clocks_event_names"] = [n for bit, n in sorted(THROTTLE_NAMES.items()) if reasons & bit]
+        dev["clocks_event_names"] = [
+            n for bit, n in sorted(THROTTLE_NAMES.items()) if reasons & bit
+        ]
     cc_major, cc_minor = ctypes.c_int(), ctypes.c_int()
-    if nvml.lib.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(cc_major), ctypes.byref(cc_minor)) == 0:
+    if (
+        nvml.lib.nvmlDeviceGetCudaComputeCapability(
+            handle, ctypes.byref(cc_major), ctypes.byref(cc_minor)
+        )
+        == 0
+    ):
         dev["compute_capability"] = [cc_major.value, cc_minor.value]
     mem = MemoryInfo()
     if nvml.lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(mem)) == NVML_OK:
         dev["memory_total"], dev["memory_used"] = mem.total, mem.used
     corr, unc, pending, failure = u(), u(), u(), u()
     fn = getattr(nvml.lib, "nvmlDeviceGetRemappedRows", None)
-    if fn is not None and fn(handle, *(ctypes.byref(x) for x in (corr, unc, pending, failure))) == 0:
+    if (
+        fn is not None
+        and fn(handle, *(ctypes.byref(x) for x in (corr, unc, pending, failure))) == 0
+    ):
         dev["remapped_rows"] = {
             "correctable": corr.value,
             "uncorrectable": unc.value,
@@ -138,8 +154,11 @@ def nvml_device(nvml, index):
     fn = getattr(nvml.lib, "nvmlDeviceGetComputeRunningProcesses_v3", None)
     if fn is not None and fn(handle, ctypes.byref(count), infos) == NVML_OK:
         dev["processes"] = [
-            {"pid": infos[k].pid, "used_memory": infos[k].usedGpuMemory,
-             "visible": os.path.exists("/proc/%d" % infos[k].pid)}
+            {
+                "pid": infos[k].pid,
+                "used_memory": infos[k].usedGpuMemory,
+                "visible": os.path.exists(f"/proc/{infos[k].pid}"),
+            }
             for k in range(min(count.value, 64))
         ]
     return dev
@@ -161,7 +180,9 @@ def stage_nvml():
     else:
         result["driver_version"] = nvml.text("nvmlSystemGetDriverVersion")
         result["nvml_version"] = nvml.text("nvmlSystemGetNVMLVersion")
-        result["cuda_driver_version"] = nvml.value("nvmlSystemGetCudaDriverVersion_v2", None, ctypes.c_int)
+        result["cuda_driver_version"] = nvml.value(
+            "nvmlSystemGetCudaDriverVersion_v2", None, ctypes.c_int
+        )
         count = nvml.value("nvmlDeviceGetCount_v2", None, ctypes.c_uint) or 0
         result["devices"] = [nvml_device(nvml, k) for k in range(count)]
         lib.nvmlShutdown()
@@ -207,8 +228,14 @@ def stage_cuda():
             lib.cuDeviceGetAttribute(ctypes.byref(ccmaj), 75, dev)
             lib.cuDeviceGetAttribute(ctypes.byref(ccmin), 76, dev)
             lib.cuDeviceTotalMem_v2(ctypes.byref(mem), dev)
-            devices.append({"index": k, "name": buf.value.decode(errors="replace"),
-                            "compute_capability": [ccmaj.value, ccmin.value], "total_memory": mem.value})
+            devices.append(
+                {
+                    "index": k,
+                    "name": buf.value.decode(errors="replace"),
+                    "compute_capability": [ccmaj.value, ccmin.value],
+                    "total_memory": mem.value,
+                }
+            )
         result["device_count"] = count.value
         result["devices"] = devices
     result["elapsed_s"] = time.monotonic() - started
@@ -216,9 +243,19 @@ def stage_cuda():
 
 
 def stage_env():
-    keys = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "LD_LIBRARY_PATH")
-    emit({"stage": "env", "env": {k: os.environ[k] for k in keys if k in os.environ},
-          "proc_self": os.path.exists("/proc/self/status")})
+    keys = (
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "LD_LIBRARY_PATH",
+    )
+    emit(
+        {
+            "stage": "env",
+            "env": {k: os.environ[k] for k in keys if k in os.environ},
+            "proc_self": os.path.exists("/proc/self/status"),
+        }
+    )
 
 
 def main(stages):

@@ -50,7 +50,11 @@ def stats_from_ls(text: str) -> dict[str, FileStat]:
         kind = {"c": "char", "b": "block", "d": "dir", "-": "file"}[match["type"]]
         mode = perm_bits(match["perm"])
         stats[path] = FileStat(
-            path, kind, mode, int(match["major"] or 0), int(match["minor"] or 0),
+            path,
+            kind,
+            mode,
+            int(match["major"] or 0),
+            int(match["minor"] or 0),
             size=int(match["size"] or 0),
         )
     return stats
@@ -109,7 +113,11 @@ class RecordedHost(Host):
 
     def list_dir(self, path: str) -> list[str]:
         prefix = path.rstrip("/") + "/"
-        names = {p[len(prefix):].split("/")[0] for p in [*self.nodes, *self.files] if p.startswith(prefix)}
+        names = {
+            p[len(prefix) :].split("/")[0]
+            for p in [*self.nodes, *self.files]
+            if p.startswith(prefix)
+        }
         if not names and path not in self.nodes:
             raise FileNotFoundError(errno_mod.ENOENT, "No such file or directory", path)
         return sorted(names)
@@ -119,7 +127,9 @@ class RecordedHost(Host):
             return self.disk[path]
         raise FileNotFoundError(errno_mod.ENOENT, "No such file or directory", path)
 
-    def run(self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None) -> CommandResult:
+    def run(
+        self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None
+    ) -> CommandResult:
         if "-c" in argv and "gpu_probe" not in " ".join(argv[:2]):
             stdout = "".join(json.dumps(line) + "\n" for line in self.probe_lines)
             if self.probe_hangs:

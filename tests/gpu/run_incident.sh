@@ -51,20 +51,27 @@ python3 -m gpudoctor check --json > "$OUT/1-host-check.json"
 echo "json exit=$?"
 python3 -I -S gpudoctor/probes/gpu_probe.py > "$OUT/probe-raw.jsonl"; cat "$OUT/probe-raw.jsonl"
 
-step "2. a GPU container whose rules omit nvidia-uvm's major"
+step "2. a Proxmox-like GPU container whose rules omit nvidia-uvm's major"
 UVM=$(awk '$2=="nvidia-uvm"{print $1}' /proc/devices)
 CAPS=$(awk '$2=="nvidia-caps"{print $1}' /proc/devices)
 echo "nvidia-uvm is major $UVM, nvidia-caps is major $CAPS"
 lxc-stop -n $CT -P $LXCPATH -k >/dev/null 2>&1
-rm -rf "$LXCPATH/$CT"; mkdir -p "$LXCPATH/$CT"
+rm -rf "${LXCPATH:?}/$CT"
+ROOTFS="$LXCPATH/$CT/rootfs"
+# A minimal rootfs of its own (as a Proxmox CT has), with /dev made by LXC (autodev), the
+# NVIDIA nodes bind-mounted in by lxc.mount.entry, and the host's user space (python, torch,
+# the driver's libraries under /usr/local/nvidia) bind-mounted read-only.
+mkdir -p "$ROOTFS"/{dev,proc,sys,tmp,root,etc,usr,opt,run,var/tmp}
+for d in bin sbin lib lib64; do ln -s usr/$d "$ROOTFS/$d"; done
+cp /etc/ld.so.cache /etc/passwd /etc/group /etc/hosts "$ROOTFS/etc/"
 cat > "$LXCPATH/$CT/config" <<CONF
-# A GPU container as Proxmox writes one for NVIDIA passthrough (raw lxc.* keys), sharing
-# the host's root filesystem (no rootfs on this machine) with its own /proc.
+# GPU container as Proxmox writes it for NVIDIA passthrough (raw lxc.* keys)
 lxc.uts.name = $CT
+lxc.rootfs.path = dir:$ROOTFS
 lxc.net.0.type = empty
 lxc.apparmor.profile = unconfined
-lxc.autodev = 0
-lxc.mount.auto = proc:rw sys:rw
+lxc.autodev = 1
+lxc.mount.auto = proc:mixed sys:mixed cgroup:mixed
 lxc.console.path = none
 lxc.tty.max = 0
 lxc.pty.max = 0
@@ -75,21 +82,50 @@ lxc.cgroup2.devices.allow = c 5:* rwm
 lxc.cgroup2.devices.allow = c 136:* rwm
 lxc.cgroup2.devices.allow = c 195:* rwm
 lxc.cgroup2.devices.allow = c $CAPS:* rwm
+lxc.mount.entry = /usr usr none rbind,ro 0 0
+lxc.mount.entry = /opt opt none rbind,ro 0 0
+lxc.mount.entry = $REPO ${REPO#/} none bind,ro,create=dir 0 0
+lxc.mount.entry = /tmp/site tmp/site none bind,ro,create=dir 0 0
+lxc.mount.entry = tmpfs dev/shm tmpfs rw,nosuid,nodev,size=8g,create=dir 0 0
 lxc.mount.entry = /dev/nvidia0 dev/nvidia0 none bind,optional,create=file
 lxc.mount.entry = /dev/nvidiactl dev/nvidiactl none bind,optional,create=file
 lxc.mount.entry = /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file
 lxc.mount.entry = /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none bind,optional,create=file
 lxc.mount.entry = /dev/nvidia-caps dev/nvidia-caps none bind,optional,create=dir
 CONF
+mkdir -p /tmp/site
 cat "$LXCPATH/$CT/config"
-lxc-start -n $CT -P $LXCPATH -l DEBUG -o "$OUT/lxc-start.log" || { tail -40 "$OUT/lxc-start.log"; }
+lxc-start -n $CT -P $LXCPATH -l DEBUG -o "$OUT/lxc-start.log" || { tail -60 "$OUT/lxc-start.log"; }
 lxc-info -n $CT -P $LXCPATH
-grep -i -m3 -e cgroup2 -e legacy "$OUT/lxc-start.log" || true
-inside() { lxc-attach -n $CT -P $LXCPATH --clear-env -v PATH="$PATH" -v PYTHONPATH="$PYTHONPATH" -- "$@"; }
+grep -i -m3 -e "pure cgroup2" -e "legacy cgroup" "$OUT/lxc-start.log" || true
+inside() { lxc-attach -n $CT -P $LXCPATH --clear-env -v PATH="$PATH" -v PYTHONPATH="$PYTHONPATH" -v LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" -v HOME=/root -- "$@"; }
+inside ls -l /dev/ /dev/nvidia-caps
 inside python3 -c "import os; fd=os.open('/dev/nvidia-uvm', os.O_RDWR)" ; echo "open(/dev/nvidia-uvm) exit=$?"
 inside python3 -m gpudoctor check
 echo "exit=$?"
 inside python3 -m gpudoctor check --json > "$OUT/2-ct-denied.json"
+step "2b. the same CT checked from its host: gpudoctor check --host local --ct $CT --flavor lxc"
+python3 -m gpudoctor check --host local --ct $CT --flavor lxc --only device,cuda.init,ct
+echo "exit=$?"
+
+step "2c. a container without its own /proc (proc:rw missing): cuInit 304"
+cat > /tmp/noproc.conf <<CONF
+lxc.uts.name = noproc
+lxc.net.0.type = empty
+lxc.apparmor.profile = unconfined
+lxc.autodev = 0
+lxc.console.path = none
+lxc.tty.max = 0
+lxc.pty.max = 0
+lxc.cgroup2.devices.deny = a
+lxc.cgroup2.devices.allow = c 1:* rwm
+lxc.cgroup2.devices.allow = c 195:* rwm
+lxc.cgroup2.devices.allow = c $UVM:* rwm
+lxc.cgroup2.devices.allow = c $CAPS:* rwm
+CONF
+mkdir -p $LXCPATH/noproc
+lxc-execute -n noproc -P $LXCPATH -f /tmp/noproc.conf -- env PYTHONPATH="$PYTHONPATH" python3 -m gpudoctor check --only proc,cuda.init
+echo "exit=$?"
 
 step "3. gpudoctor fix --host local --ct $CT --flavor lxc --yes"
 python3 -m gpudoctor fix --host local --ct $CT --flavor lxc --dry-run
@@ -103,6 +139,8 @@ echo "second fix exit=$? (expect: nothing to change)"
 step "4. gpudoctor check inside again, and a real CUDA kernel inside"
 inside python3 -m gpudoctor check
 echo "exit=$?"
+python3 -m gpudoctor check --host local --ct $CT --flavor lxc --only device,cuda.init,ct
+echo "check from the host: exit=$?"
 inside python3 -m gpudoctor check --json > "$OUT/4-ct-fixed.json"
 inside python3 -c "
 import torch
@@ -115,6 +153,9 @@ echo "torch exit=$?"
 
 step "5. check latency on the GPU (benchmarks/check_latency.py)"
 python3 benchmarks/check_latency.py --runs 15 --json "$OUT/latency.json"
+
+step "6. multi-GPU checks (single GPU: SKIP paths)"
+[ -x tests/gpu/multigpu.sh ] && bash tests/gpu/multigpu.sh
 
 step "cleanup"
 lxc-stop -n $CT -P $LXCPATH -k; rm -rf "$LXCPATH/$CT"

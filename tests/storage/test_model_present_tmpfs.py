@@ -25,7 +25,9 @@ pytestmark = pytest.mark.lab
 
 def write_safetensors(path: Path, n_floats: int) -> int:
     """Write a valid one-tensor safetensors file; return its size in bytes."""
-    header = json.dumps({"w": {"dtype": "F32", "shape": [n_floats], "data_offsets": [0, 4 * n_floats]}})
+    header = json.dumps(
+        {"w": {"dtype": "F32", "shape": [n_floats], "data_offsets": [0, 4 * n_floats]}}
+    )
     header += " " * (-len(header) % 8)
     data = struct.pack("<Q", len(header)) + header.encode() + os.urandom(4 * n_floats)
     path.write_bytes(data)
@@ -51,8 +53,11 @@ def make_model(directory: Path, shards: int = 3, n_floats: int = 50_000) -> dict
 def tmpfs(tmp_path: Path):
     mnt = tmp_path / "shm"
     mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         lab_unavailable(f"cannot mount a tmpfs (needs root): {done.stderr.strip()}")
     yield mnt
@@ -61,8 +66,13 @@ def tmpfs(tmp_path: Path):
 
 def check(*dirs: Path) -> tuple[int, dict[str, dict]]:
     args = [a for d in dirs for a in ("--model-dir", str(d))]
-    done = subprocess.run([sys.executable, "-m", "gpudoctor", "check", "--only", "model.present",
-                           "--json", *args], capture_output=True, text=True, cwd=REPO, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "check", "--only", "model.present", "--json", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     doc = json.loads(done.stdout)
     return done.returncode, {f["subject"]: f for f in doc["findings"]}
 
@@ -82,9 +92,7 @@ def test_complete_truncated_and_missing_shard_models(tmpfs: Path):
     assert "3 weight file(s)" in by_dir[str(complete)]["message"]
     assert by_dir[str(truncated)]["status"] == "FAIL"
     expected = f"model-00002-of-00003.safetensors is {full - 1000} bytes but its header says {full}"
-    assert expected + " (truncated)" in (
-        by_dir[str(truncated)]["message"]
-    )
+    assert expected + " (truncated)" in (by_dir[str(truncated)]["message"])
     assert by_dir[str(missing)]["status"] == "FAIL"
     assert "model-00003-of-00003.safetensors missing" in by_dir[str(missing)]["message"]
     assert "does not exist" in by_dir[str(tmpfs / "gone")]["message"]
@@ -98,7 +106,9 @@ def test_manifest_is_authoritative_and_names_the_repo(tmpfs: Path):
     manifest = Manifest("Qwen/Qwen3-0.6B", "a" * 40, files, "2026-12-02T10:00:00Z")
     (model / MANIFEST_NAME).write_text(manifest.to_json())
     rc, by_dir = check(model)
-    assert rc == 0 and "per manifest (Qwen/Qwen3-0.6B@aaaaaaaaaaaa)" in by_dir[str(model)]["message"]
+    assert (
+        rc == 0 and "per manifest (Qwen/Qwen3-0.6B@aaaaaaaaaaaa)" in by_dir[str(model)]["message"]
+    )
     (model / files[0].path).write_bytes(b"x" * 10)
     rc, by_dir = check(model)
     assert rc == 3

@@ -38,10 +38,19 @@ def healthy_probe(version: str = H200_VERSION, cuda_rc: int = 0, nvml_rc: int = 
     if nvml_rc:
         nvml = {"stage": "nvml", "init": nvml_rc, "lib_path": nvml["lib_path"]}
     if cuda_rc:
-        names = {999: "CUDA_ERROR_UNKNOWN", 304: "CUDA_ERROR_OPERATING_SYSTEM",
-                 803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"}
-        cuda = {"stage": "cuda", "init": cuda_rc, "init_name": names.get(cuda_rc), "init_s": 0.001,
-                "driver_version": cuda["driver_version"], "lib_path": cuda["lib_path"]}
+        names = {
+            999: "CUDA_ERROR_UNKNOWN",
+            304: "CUDA_ERROR_OPERATING_SYSTEM",
+            803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+        }
+        cuda = {
+            "stage": "cuda",
+            "init": cuda_rc,
+            "init_name": names.get(cuda_rc),
+            "init_s": 0.001,
+            "driver_version": cuda["driver_version"],
+            "lib_path": cuda["lib_path"],
+        }
     return [env, nvml, cuda]
 
 
@@ -84,14 +93,16 @@ def incident_ct(new_uvm_major: int = 511) -> RecordedHost:
     return host
 
 
-def mismatch_host(capture: str = "outputs/failures/nvml-version-mismatch_truenas-nvidia-drivers-19.txt"):
+def mismatch_host(
+    capture: str = "outputs/failures/nvml-version-mismatch_truenas-nvidia-drivers-19.txt",
+):
     """Return a host whose user-space NVML differs from the kernel module (recorded versions)."""
     text = shared_file(capture)
     lib = re.search(r"NVML library version: (\S+)", text).group(1)  # type: ignore[union-attr]
     host = h200_host()
     kernel = re.search(r"Kernel Module\s+(\d+\.\d+\.\d+)", text)
     if kernel:
-        host.files["/proc/driver/nvidia/version"] = text[text.index("NVRM version"):]
+        host.files["/proc/driver/nvidia/version"] = text[text.index("NVRM version") :]
     probe = healthy_probe(version=lib, cuda_rc=803, nvml_rc=18)
     probe[1]["error_name"] = "Driver/library version mismatch"
     host.probe_lines = probe

@@ -20,7 +20,8 @@ def run(host: RecordedHost, **options: object) -> Report:
 
 def findings(report: Report, check_id: str, status: Status | None = None):
     return [
-        f for f in report.findings
+        f
+        for f in report.findings
         if f.check_id == check_id and (status is None or f.status == status)
     ]
 
@@ -28,8 +29,16 @@ def findings(report: Report, check_id: str, status: Status | None = None):
 def test_healthy_h200_passes_every_nvidia_check():
     report = run(h200_host())
     statuses = {r.check_id: r.status for r in report.results}
-    for check_id in ("proc.usable", "driver.loaded", "device.nodes", "device.open",
-                     "nvml.init", "driver.userspace_match", "cuda.init", "gpu.health"):
+    for check_id in (
+        "proc.usable",
+        "driver.loaded",
+        "device.nodes",
+        "device.open",
+        "nvml.init",
+        "driver.userspace_match",
+        "cuda.init",
+        "gpu.health",
+    ):
         assert statuses[check_id] == Status.PASS, (check_id, report.result(check_id))
     cuda = findings(report, "cuda.init")[0]
     assert "NVIDIA H200 (sm_90)" in cuda.message
@@ -38,7 +47,9 @@ def test_healthy_h200_passes_every_nvidia_check():
 
 def test_incident_names_the_new_uvm_major_the_rule_and_the_fix():
     report = run(incident_ct(511), ct="200", fix_host="root@pve1")
-    uvm = [f for f in findings(report, "device.open", Status.FAIL) if f.subject == "/dev/nvidia-uvm"]
+    uvm = [
+        f for f in findings(report, "device.open", Status.FAIL) if f.subject == "/dev/nvidia-uvm"
+    ]
     assert len(uvm) == 1
     f = uvm[0]
     assert "(char 511:0, mode 0666) cannot be opened: EPERM" in f.message
@@ -50,13 +61,17 @@ def test_incident_names_the_new_uvm_major_the_rule_and_the_fix():
     assert findings(report, "device.open", Status.PASS)
     cuda = findings(report, "cuda.init")[0]
     assert cuda.status == Status.FAIL
-    assert cuda.message.startswith("cuInit(0) returned 999 CUDA_ERROR_UNKNOWN (caused by device.open)")
+    assert cuda.message.startswith(
+        "cuInit(0) returned 999 CUDA_ERROR_UNKNOWN (caused by device.open)"
+    )
     assert cuda.caused_by == ("device.open",)
 
 
 def test_stale_node_from_an_earlier_boot_is_diagnosed_as_stale():
     host = h200_host()
-    host.files["/proc/devices"] = host.files["/proc/devices"].replace("238 nvidia-uvm", "510 nvidia-uvm")
+    host.files["/proc/devices"] = host.files["/proc/devices"].replace(
+        "238 nvidia-uvm", "510 nvidia-uvm"
+    )
     report = run(host)
     stale = findings(report, "device.nodes", Status.FAIL)
     assert {f.subject for f in stale} == {"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
@@ -92,8 +107,11 @@ def test_nvidia_frontend_name_of_older_drivers_is_accepted():
     host.files["/proc/devices"] = shared_file(
         "proc_devices/nvidia-container-toolkit-115_535.104.05_proc-devices.txt"
     )
-    host.nodes = stats_from_ls(shared_file("proc_devices/h200-lab_580.159.04_ls-dev-nvidia.txt")
-                               .replace("238,", "510,").replace("241,", "236,"))
+    host.nodes = stats_from_ls(
+        shared_file("proc_devices/h200-lab_580.159.04_ls-dev-nvidia.txt")
+        .replace("238,", "510,")
+        .replace("241,", "236,")
+    )
     report = run(host, only=("device.nodes",))
     assert report.result("device.nodes").status == Status.PASS  # type: ignore[union-attr]
 
@@ -144,8 +162,9 @@ def test_driver_library_mismatch(capture):
 
 
 def test_no_driver_skips_the_gpu_checks_with_the_reason():
-    host = RecordedHost(files={"/proc/devices": "Character devices:\n  1 mem\n",
-                               "/proc/self/status": "Uid: 0\n"})
+    host = RecordedHost(
+        files={"/proc/devices": "Character devices:\n  1 mem\n", "/proc/self/status": "Uid: 0\n"}
+    )
     report = run(host, only=("cuda.init", "gpu.health"))
     assert report.result("driver.loaded").status == Status.FAIL  # type: ignore[union-attr]
     skipped = findings(report, "cuda.init", Status.SKIP)[0]
@@ -154,7 +173,7 @@ def test_no_driver_skips_the_gpu_checks_with_the_reason():
 
 def test_hung_cuinit_is_a_failure_not_a_hang():
     host = h200_host()
-    host.probe_lines = healthy_probe()[:2] + [{"stage": "cuda", "started": True}]
+    host.probe_lines = [*healthy_probe()[:2], {"stage": "cuda", "started": True}]
     host.probe_hangs = True
     report = run(host, probe_timeout_s=0.5)
     cuda = findings(report, "cuda.init", Status.FAIL)[0]
@@ -165,11 +184,21 @@ def test_hung_cuinit_is_a_failure_not_a_hang():
 def test_gpu_health_warns_on_ecc_throttle_and_link_width():
     host = h200_host()
     dev = host.probe_lines[1]["devices"][0]  # type: ignore[index]
-    dev.update(ecc_uncorrected_volatile=2, clocks_event_names=["HwSlowdown"], pcie_width_current=8,
-               persistence_mode=0, processes=[{"pid": 4242, "used_memory": 4 << 30, "visible": False}])
+    dev.update(
+        ecc_uncorrected_volatile=2,
+        clocks_event_names=["HwSlowdown"],
+        pcie_width_current=8,
+        persistence_mode=0,
+        processes=[{"pid": 4242, "used_memory": 4 << 30, "visible": False}],
+    )
     warn = findings(run(host), "gpu.health", Status.WARN)[0]
-    for text in ("2 uncorrected ECC", "HwSlowdown", "x8, below its x16", "persistence mode is off",
-                 "1 process(es) outside this system hold 4.0 GiB"):
+    for text in (
+        "2 uncorrected ECC",
+        "HwSlowdown",
+        "x8, below its x16",
+        "persistence mode is off",
+        "1 process(es) outside this system hold 4.0 GiB",
+    ):
         assert text in warn.message
 
 
@@ -191,8 +220,14 @@ def test_extra_device_with_driver_name_checks_the_major():
     )
     host.nodes["/dev/dri/card0"] = FileStat("/dev/dri/card0", "char", 0o660, 226, 0)
     host.nodes["/dev/dri/renderD128"] = FileStat("/dev/dri/renderD128", "char", 0o666, 227, 128)
-    report = run(host, devices=(DeviceRequest("/dev/dri/card0", "drm"),
-                                DeviceRequest("/dev/dri/renderD128", "drm")), only=("device.nodes",))
+    report = run(
+        host,
+        devices=(
+            DeviceRequest("/dev/dri/card0", "drm"),
+            DeviceRequest("/dev/dri/renderD128", "drm"),
+        ),
+        only=("device.nodes",),
+    )
     by_subject = {f.subject: f.status for f in report.findings}
     assert by_subject["/dev/dri/card0"] == Status.PASS
     assert by_subject["/dev/dri/renderD128"] == Status.FAIL

@@ -31,8 +31,17 @@ def test_json_schema_is_versioned_and_complete():
     assert doc["schema"] == "gpudoctor.check/1"
     assert doc["status"] == "FAIL"
     assert {c["check"] for c in doc["checks"]} >= {"device.open", "cuda.init"}
-    keys = {"check", "status", "subject", "message", "evidence", "remediation", "fix_hint",
-            "caused_by", "debug"}
+    keys = {
+        "check",
+        "status",
+        "subject",
+        "message",
+        "evidence",
+        "remediation",
+        "fix_hint",
+        "caused_by",
+        "debug",
+    }
     assert all(set(f) == keys for f in doc["findings"])
 
 
@@ -40,7 +49,10 @@ def test_prometheus_textfile_has_one_gauge_per_finding():
     text = rendered(Format.PROMETHEUS)
     lines = [ln for ln in text.splitlines() if ln.startswith("gpudoctor_check_status{")]
     assert len(lines) == len(incident_report().findings)
-    assert 'gpudoctor_check_status{check="device.open",subject="/dev/nvidia-uvm",target="pve1/ct200"} 3' in text
+    assert (
+        'gpudoctor_check_status{check="device.open",subject="/dev/nvidia-uvm",target="pve1/ct200"} 3'
+        in text
+    )
     assert "# TYPE gpudoctor_check_status gauge" in text
 
 
@@ -48,18 +60,31 @@ def test_human_output_reads_like_the_issue_example():
     text = rendered(Format.HUMAN)
     first = text.splitlines()[0]
     assert first.startswith("FAIL  ")  # problems come first
-    assert ("FAIL  device.open  /dev/nvidia-uvm (char 511:0, mode 0666) cannot be opened: EPERM. "
-            "The node exists and its mode allows access, so the container's cgroup device policy "
-            "denies major 511 (nvidia-uvm).") in text
-    assert "remedy: On the host, allow it: lxc.cgroup2.devices.allow: c 511:* rwm   in /etc/pve/lxc/200.conf" in text
+    assert (
+        "FAIL  device.open  /dev/nvidia-uvm (char 511:0, mode 0666) cannot be opened: EPERM. "
+        "The node exists and its mode allows access, so the container's cgroup device policy "
+        "denies major 511 (nvidia-uvm)."
+    ) in text
+    assert (
+        "remedy: On the host, allow it: lxc.cgroup2.devices.allow: c 511:* rwm   in /etc/pve/lxc/200.conf"
+        in text
+    )
     assert "or run: gpudoctor fix --host root@pve1 --ct 200" in text
-    assert "FAIL  cuda.init  cuInit(0) returned 999 CUDA_ERROR_UNKNOWN (caused by device.open)" in text
+    assert (
+        "FAIL  cuda.init  cuInit(0) returned 999 CUDA_ERROR_UNKNOWN (caused by device.open)" in text
+    )
     assert "\x1b[" not in text  # no colour when not a terminal
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
 
 
 def test_cli_exit_codes_on_this_machine():
@@ -67,7 +92,7 @@ def test_cli_exit_codes_on_this_machine():
     done = cli("check", "--json")
     assert done.returncode == 3, done.stderr
     doc = json.loads(done.stdout)
-    loaded = [f for f in doc["findings"] if f["check"] == "driver.loaded"][0]
+    loaded = next(f for f in doc["findings"] if f["check"] == "driver.loaded")
     assert loaded["status"] == "FAIL"
     assert cli("check", "--only", "proc.usable,shm.capacity").returncode == 0
     usage = cli("check", "--only", "nope")
@@ -86,9 +111,11 @@ def test_prometheus_output_file_is_written_atomically(tmp_path):
 
 
 def test_help_imports_no_heavy_module():
-    code = ("import sys; from gpudoctor.cli import main; main(['--help']);"
-            "print(sorted(m for m in ('rich','torch','transformers','paramiko','httpx','huggingface_hub')"
-            " if m in sys.modules))")
+    code = (
+        "import sys; from gpudoctor.cli import main; main(['--help']);"
+        "print(sorted(m for m in ('rich','torch','transformers','paramiko','httpx','huggingface_hub')"
+        " if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert done.stdout.strip().splitlines()[-1] == "[]"
     assert "check" in done.stdout and "weights" in done.stdout

@@ -16,7 +16,7 @@ from gpudoctor.runner import run_checks, select
 from tests.fakes.recorded_host import RecordedHost
 
 
-def spec(id: str, func=None, **kw) -> CheckSpec:  # noqa: A002
+def spec(id: str, func=None, **kw) -> CheckSpec:
     meta = dict(title=f"{id} is fine", severity=Severity.HIGH, proves="x", remediation="y")
     meta.update(kw)
     return check(id=id, **meta)(func or (lambda ctx: [ctx.passed("s", "ok")]))
@@ -29,13 +29,16 @@ def test_dependencies_run_first_and_unhealthy_requirements_skip():
         def fn(ctx):
             order.append(name)
             return [ctx.finding(status, "s", name)]
+
         return fn
 
-    specs = validate([
-        spec("b.two", record("b.two"), requires=("a.one",)),
-        spec("a.one", record("a.one", Status.FAIL)),
-        spec("c.three", record("c.three"), after=("b.two",)),
-    ])
+    specs = validate(
+        [
+            spec("b.two", record("b.two"), requires=("a.one",)),
+            spec("a.one", record("a.one", Status.FAIL)),
+            spec("c.three", record("c.three"), after=("b.two",)),
+        ]
+    )
     report = run_checks(RecordedHost(), CheckOptions(), specs=specs)
     assert order == ["a.one", "c.three"]
     assert report.result("b.two").findings[0].status == Status.SKIP  # type: ignore[union-attr]
@@ -47,7 +50,9 @@ def test_a_raising_check_becomes_error_with_traceback_only_in_debug():
     def boom(ctx):
         raise RuntimeError("kaput")
 
-    report = run_checks(RecordedHost(), CheckOptions(), specs=validate([spec("x.boom", boom), spec("y.ok")]))
+    report = run_checks(
+        RecordedHost(), CheckOptions(), specs=validate([spec("x.boom", boom), spec("y.ok")])
+    )
     err = report.result("x.boom").findings[0]  # type: ignore[union-attr]
     assert err.status == Status.ERROR
     assert "RuntimeError: kaput" in err.message
@@ -64,7 +69,8 @@ def test_a_hanging_check_times_out_without_blocking_the_others():
 
     started = time.monotonic()
     report = run_checks(
-        RecordedHost(), CheckOptions(timeout_s=0.3),
+        RecordedHost(),
+        CheckOptions(timeout_s=0.3),
         specs=validate([spec("x.hang", hang), spec("y.ok")]),
     )
     release.set()
@@ -112,7 +118,8 @@ def test_third_party_checks_load_through_the_entry_point_group(tmp_path, monkeyp
     """A real installed distribution (dist-info on sys.path) registering gpudoctor.checks."""
     pkg = tmp_path / "acme_checks"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text(textwrap.dedent('''
+    (pkg / "__init__.py").write_text(
+        textwrap.dedent("""
         from gpudoctor.model import Severity
         from gpudoctor.registry import check
 
@@ -120,7 +127,8 @@ def test_third_party_checks_load_through_the_entry_point_group(tmp_path, monkeyp
                proves="the fan spins", remediation="Replace the fan.")
         def acme_fan(ctx):
             yield ctx.passed("fan", "spinning")
-    '''))
+    """)
+    )
     dist = tmp_path / "acme_checks-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-checks\nVersion: 1.0\n")

@@ -134,10 +134,13 @@ def stale(ctx: CheckContext, path: str, st: FileStat, major: int | None, driver:
     now = (
         f"{driver} is major {major} now" if major is not None else f"{driver} is not registered now"
     )
-    current = driver_name_for_major(ctx.facts.proc_devices(), st.major)
+    names = ctx.facts.proc_devices().char_names(st.major)
+    current = (
+        f"major {st.major} is {'/'.join(names)}" if names else f"no driver has major {st.major}"
+    )
     return ctx.fail(
         path,
-        f"{path} is stale: it is {describe(st)} but {now} (major {st.major} is {current}). "
+        f"{path} is stale: it is {describe(st)} but {now} ({current}). "
         "The node was made for an earlier boot or driver load.",
         evidence=[f"stat {path}: {describe(st)}", f"/proc/devices: {now}"],
         remediation=(
@@ -229,6 +232,18 @@ def device_open(ctx: CheckContext) -> Iterator[Finding]:
         result = ctx.host.try_open(path, write=True)
         if result.errno in (errno.EACCES, errno.EROFS) and not st.mode & 0o222:
             result = ctx.host.try_open(path, write=False)
+        if not result.ok and node_failed(ctx, path):
+            yield ctx.fail(
+                path,
+                f"{path} ({describe(st)}) cannot be opened: {result.errname}, because the node "
+                "itself is wrong (see device.nodes): allowing its old major would not help.",
+                evidence=[f"open({path}, {result.flags}) = {result.errname}"],
+                remediation="Follow device.nodes: re-create the node with the current major, "
+                "then restart the CT.",
+                fix_hint=ctx.options.fix_command(),
+                caused_by=("device.nodes",),
+            )
+            continue
         yield judge_open(ctx, path, st, result, driver_name_for_major(devices, st.major))
     if probed == 0:
         yield ctx.skip(
@@ -236,6 +251,14 @@ def device_open(ctx: CheckContext) -> Iterator[Finding]:
             "No GPU device node exists to open.",
             caused_by=("device.nodes",) if ctx.failed("device.nodes") else (),
         )
+
+
+def node_failed(ctx: CheckContext, path: str) -> bool:
+    """Return True when device.nodes already FAILed this node (stale, placeholder, ...)."""
+    result = ctx.result("device.nodes")
+    return result is not None and any(
+        f.subject == path and f.status.rank >= 3 for f in result.findings
+    )
 
 
 def judge_open(
@@ -247,6 +270,7 @@ def judge_open(
     if result.ok:
         return ctx.passed(path, f"{head} opens ({result.flags}).", evidence=evidence)
     rule = f"lxc.cgroup2.devices.allow: c {st.major}:* rwm"
+    known = bool(ctx.facts.proc_devices().char_names(st.major))
     if result.errno == errno.EPERM:
         v1 = ctx.facts.read_optional(CGROUP_V1_LIST)
         if v1 is not None:
@@ -264,8 +288,9 @@ def judge_open(
             f"policy denies major {st.major} ({driver}).",
             evidence=evidence,
             remediation=f"On the host, allow it: {rule}   in {ctx.options.config_path()}, then "
-            "restart the CT (Docker: --device-cgroup-rule 'c "
-            f"{st.major}:* rwm'; systemd: DeviceAllow=char-{driver.split('/')[0]} rw).",
+            f"restart the CT (Docker: --device-cgroup-rule 'c {st.major}:* rwm'"
+            + (f"; systemd: DeviceAllow=char-{driver.split('/')[0]} rw" if known else "")
+            + ").",
             fix_hint=ctx.options.fix_command(),
         )
     if result.errno == errno.EACCES:

@@ -231,3 +231,18 @@ def test_extra_device_with_driver_name_checks_the_major():
     by_subject = {f.subject: f.status for f in report.findings}
     assert by_subject["/dev/dri/card0"] == Status.PASS
     assert by_subject["/dev/dri/renderD128"] == Status.FAIL
+
+
+def test_open_failure_of_a_stale_node_defers_to_device_nodes():
+    """A stale node's EPERM must not advise allowing its OLD major."""
+    host = h200_host()
+    host.files["/proc/devices"] = host.files["/proc/devices"].replace(
+        "238 nvidia-uvm", "510 nvidia-uvm"
+    )
+    host.open_errno["/dev/nvidia-uvm"] = errno.EPERM
+    report = run(host)
+    opened = next(f for f in findings(report, "device.open") if f.subject == "/dev/nvidia-uvm")
+    assert opened.status == Status.FAIL and opened.caused_by == ("device.nodes",)
+    assert "c 238:* rwm" not in opened.remediation and "re-create the node" in opened.remediation
+    stale = next(f for f in findings(report, "device.nodes") if f.subject == "/dev/nvidia-uvm")
+    assert "(no driver has major 238)" in stale.message

@@ -1,0 +1,154 @@
+"""A real OpenSSH server on 127.0.0.1 for lab tests: a "Proxmox-like host".
+
+It runs INSIDE the lab's pure-cgroup2 mount namespace, so every SSH session sees pure
+cgroup v2 and ``lxc-start`` / ``lxc-attach`` over SSH behave as on Proxmox. Per run: a
+fresh ed25519 host key, a fresh client key (root login, key only), ``UsePAM no``, a free
+non-default port. Nothing is faked.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.hosts.ssh import SSHHost
+from tests.lab.lxc import LabError, PureCgroup2Namespace
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def keygen(path: Path, comment: str) -> Path:
+    """Create an unencrypted ed25519 key pair at ``path`` (``ssh-keygen -t ed25519``)."""
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True,
+        capture_output=True,
+    )
+    return path
+
+
+class LabSSHD:
+    """An sshd on 127.0.0.1:``port`` in the lab namespace.
+
+    Attributes:
+        port: its TCP port.
+        spec: the ``--host`` value reaching it (``root@127.0.0.1:PORT``).
+        client_key: the private key file of a root login it accepts.
+        known_hosts: a known_hosts file holding its host key (``[127.0.0.1]:PORT ...``).
+        known_hosts_line: that file's single line.
+        host_key: its private host key file.
+    """
+
+    def __init__(self, workdir: Path, namespace: PureCgroup2Namespace) -> None:
+        self.dir = workdir
+        self.namespace = namespace
+        self.port = free_port()
+        self.spec = f"root@127.0.0.1:{self.port}"
+        self.host_key = self.dir / "ssh_host_ed25519_key"
+        self.client_key = self.dir / "client_key"
+        self.known_hosts = self.dir / "known_hosts"
+        self.config = self.dir / "sshd_config"
+        self.log = self.dir / "sshd.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def known_hosts_line(self) -> str:
+        """Return the known_hosts line for this server's host key."""
+        return self.known_hosts.read_text().strip()
+
+    def start(self, timeout: float = 15.0) -> LabSSHD:
+        """Generate keys, write the config, start sshd and wait until it answers."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        keygen(self.host_key, "gpudoctor-lab-host")
+        keygen(self.client_key, "gpudoctor-lab-client")
+        (self.dir / "authorized_keys").write_text(self.client_key.with_suffix(".pub").read_text())
+        key_type, key_b64 = self.host_key.with_suffix(".pub").read_text().split()[:2]
+        self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {key_type} {key_b64}\n")
+        self.config.write_text(
+            "\n".join(
+                [
+                    f"Port {self.port}",
+                    "ListenAddress 127.0.0.1",
+                    f"HostKey {self.host_key}",
+                    f"PidFile {self.dir / 'sshd.pid'}",
+                    "UsePAM no",
+                    "PermitRootLogin prohibit-password",
+                    "PubkeyAuthentication yes",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    f"AuthorizedKeysFile {self.dir / 'authorized_keys'}",
+                    "StrictModes no",
+                    "MaxSessions 64",
+                    "MaxStartups 64",
+                    "LogLevel VERBOSE",
+                    "",
+                ]
+            )
+        )
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        log = open(self.log, "wb")  # noqa: SIM115 - handed to the child, closed below
+        self.proc = subprocess.Popen(
+            [*self.namespace.prefix, "/usr/sbin/sshd", "-D", "-e", "-f", str(self.config)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise LabError(f"sshd exited: {self.log.read_text(errors='replace')[-800:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise LabError(f"sshd did not listen on 127.0.0.1:{self.port} within {timeout:g} s")
+
+    def client_home(self, home: Path, alias: str = "labpve") -> Path:
+        """Make ``home`` a client HOME for CLI runs (``HOME=home gpudoctor ...``):
+        ``.ssh/config`` maps ``alias`` and ``127.0.0.1`` to this server (port, root,
+        the client key) and ``.ssh/known_hosts`` trusts its host key. Return ``home``."""
+        ssh_dir = home / ".ssh"
+        ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (ssh_dir / "config").write_text(
+            f"Host {alias}\n  HostName 127.0.0.1\n  Port {self.port}\n  User root\n"
+            f"  IdentityFile {self.client_key}\n"
+            f"Host 127.0.0.1\n  IdentityFile {self.client_key}\n"
+        )
+        (ssh_dir / "known_hosts").write_text(self.known_hosts_line + "\n")
+        return home
+
+    def host(self, **opts: Any) -> SSHHost:
+        """Return an SSHHost for root on this server, trusting only its known_hosts file
+        (not ~/.ssh/known_hosts nor ~/.ssh/config); ``opts`` override the defaults."""
+        settings: dict[str, Any] = {
+            "key_filename": str(self.client_key),
+            "known_hosts": str(self.known_hosts),
+            "ssh_config": None,
+            "system_known_hosts": False,
+            "connect_timeout": 10.0,
+        }
+        settings.update(opts)
+        return SSHHost(self.spec, **settings)
+
+    def stop(self) -> None:
+        """Stop sshd (SIGTERM, then SIGKILL) and wait for it."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

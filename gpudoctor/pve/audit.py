@@ -1,0 +1,68 @@
+"""Audit of a CT config's device lines: warnings the planner reports and stale rules.
+
+Pure functions over a parsed :class:`Config`, its :class:`Entries` and the host facts.
+"""
+
+from __future__ import annotations
+
+from gpudoctor.pve.config import Config, Kind
+from gpudoctor.pve.entries import Entries
+from gpudoctor.pve.facts import HostFacts, HostNode
+
+
+def is_dynamic_major(major: int) -> bool:
+    """Return True for majors the kernel hands out at module load (234-254, 384-511)."""
+    return 234 <= major <= 254 or 384 <= major <= 511
+
+
+def config_warnings(config: Config, entries: Entries) -> list[str]:
+    """Return what the user should know about the live config that no edit changes:
+    legacy cgroup v1 lines, unparsable or commented rules, invalid lines, pending changes,
+    a lock."""
+    warnings: list[str] = []
+    for _, line in entries.legacy:
+        warnings.append(
+            f"legacy `{line.text.strip()}` is ignored on cgroup v2 hosts (PVE >= 7) and rejected "
+            "by PVE 9: use lxc.cgroup2.devices.allow"
+        )
+    for _, value in entries.unparsed_allows:
+        warnings.append(f"allow rule `{value}` is not a device rule LXC understands")
+    for _, rule in entries.allows:
+        if rule.trailing:
+            warnings.append(
+                f"allow rule `{rule.text}` carries `{rule.trailing}`: Proxmox passes it to LXC"
+            )
+    for index, line in config.main():
+        if line.kind is Kind.INVALID:
+            warnings.append(f"line {index + 1} is not valid config: `{line.text.strip()}`")
+    for section in config.sections():
+        if section.name.lower() == "pve:pending":
+            warnings.append("the CT has pending changes: a restart applies them too")
+    lock = config.get("lock")
+    if lock:
+        warnings.append(f"the CT is locked ({lock})")
+    return warnings
+
+
+def stale_rules(
+    entries: Entries, facts: HostFacts, nodes: list[HostNode], gpu_ct: bool
+) -> list[tuple[int, str, str]]:
+    """Return ``(line index, rule, why)`` for allow rules of dynamic majors that no NVIDIA
+    driver and no passed node holds now (only in a GPU CT)."""
+    if not gpu_ct:
+        return []
+    in_use = {c.major for n in nodes for c in n.char_nodes}
+    stale = []
+    for index, rule in entries.allows:
+        major = rule.major
+        if rule.type != "c" or major is None or major in in_use or not is_dynamic_major(major):
+            continue
+        names = facts.devices.char_names(major)
+        if any(name.startswith("nvidia") for name in names):
+            continue
+        if names:
+            why = f"major {major} now belongs to {'/'.join(names)}, not to an NVIDIA driver"
+        else:
+            why = f"major {major} is not registered in /proc/devices (an old NVIDIA major?)"
+        stale.append((index, rule.text, why))
+    return stale

@@ -1,0 +1,355 @@
+"""``gpudoctor fix``: parse -> plan -> diff -> confirm -> backup -> locked CAS write ->
+restart -> re-check inside -> roll back when the CT is worse than before.
+
+This module only orchestrates; every effect on the host is in :mod:`apply` (the write)
+and :mod:`restart` (the container), every decision in :mod:`planner`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudoctor.hosts.base import Host, HostError, OpenResult
+from gpudoctor.pve import facts as facts_mod
+from gpudoctor.pve.api import ApiController, ApiSettings, connect
+from gpudoctor.pve.apply import (
+    ApplyError,
+    Layout,
+    Snapshot,
+    Target,
+    WriteResult,
+    backup_name,
+    compare_and_swap,
+    read_config,
+    refusal,
+    resolve_target,
+    save_client_copy,
+)
+from gpudoctor.pve.planner import Plan, PlanOptions, paths_of_interest, plan
+from gpudoctor.pve.restart import Controller, controller_for
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_FAILED = 3
+
+
+@dataclass(frozen=True)
+class FixOptions:
+    """What ``gpudoctor fix`` was asked to do.
+
+    Attributes:
+        ct: VMID (Proxmox) or container name (plain LXC).
+        flavor: ``pve`` or ``lxc``.
+        plan: the planner's options (mode, devices, prune, ...).
+        dry_run: show the plan and diff, change nothing.
+        yes: apply without asking.
+        restart: restart a running CT after the write (and re-check inside it).
+        layout: where things live on the host.
+        api: Proxmox API settings: status, restart and task waiting go through the API
+            (the config write still goes over SSH); None = ``pct`` over SSH.
+    """
+
+    ct: str
+    flavor: str = "pve"
+    plan: PlanOptions = field(default_factory=PlanOptions)
+    dry_run: bool = False
+    yes: bool = False
+    restart: bool = True
+    layout: Layout = field(default_factory=Layout)
+    api: ApiSettings | None = None
+
+
+@dataclass(frozen=True)
+class FixOutcome:
+    """What happened.
+
+    Attributes:
+        status: ``nothing_to_change``, ``dry_run``, ``declined``, ``applied``,
+            ``applied_not_running`` (CT stopped: rules apply at its next start),
+            ``not_fixed`` (applied, CT restarted, a device still fails, nothing worse),
+            ``rolled_back``, ``refused``.
+        exit_code: 0 ok, 3 not applied / failed / rolled back.
+        message: one sentence for humans.
+        target: the config's location.
+        plan: the plan (None when refused before planning).
+        write: the CAS write, when one happened.
+        client_backup: the backup copy on this machine.
+        before, after: ``{ct path: errno name}`` probes inside the CT.
+        init_pids: the CT's init PID before and after the restart.
+        checks: the device checks' findings inside the CT after the restart (dicts).
+    """
+
+    status: str
+    exit_code: int
+    message: str
+    target: Target | None = None
+    plan: Plan | None = None
+    write: WriteResult | None = None
+    client_backup: str = ""
+    before: tuple[tuple[str, str], ...] = ()
+    after: tuple[tuple[str, str], ...] = ()
+    init_pids: tuple[int | None, int | None] = (None, None)
+    checks: tuple[dict[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the outcome as JSON-ready data (the ``--json`` output)."""
+        plan = self.plan
+        return {
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "config": self.target.config_path if self.target else None,
+            "node": self.target.node if self.target else None,
+            "changed": bool(plan and plan.changed),
+            "diff": plan.diff if plan else "",
+            "edits": [e.__dict__ for e in plan.edits] if plan else [],
+            "warnings": list(plan.warnings) if plan else [],
+            "stale": list(plan.stale) if plan else [],
+            "backup": {
+                "host": self.write.host_backup if self.write else "",
+                "client": self.client_backup,
+            },
+            "sha1": {
+                "old": self.write.old_sha1 if self.write else None,
+                "new": self.write.new_sha1 if self.write else None,
+            },
+            "probes": {"before": dict(self.before), "after": dict(self.after)},
+            "init_pid": {"before": self.init_pids[0], "after": self.init_pids[1]},
+            "checks": list(self.checks),
+        }
+
+
+Progress = Callable[[str], None]
+Confirm = Callable[[Plan], bool]
+
+
+def make_plan(host: Host, options: FixOptions) -> tuple[Target, Snapshot, Plan]:
+    """Return the target, the config as read and the plan (read-only on the host)."""
+    target = resolve_target(host, options.flavor, options.ct, options.layout)
+    snap = read_config(host, target, options.layout)
+    plan_options = PlanOptions(**{**options.plan.__dict__, "label": target.config_path})
+    want_version = options.flavor == "pve" and plan_options.mode == "devn"
+    facts = facts_mod.gather(host, paths_of_interest(snap.config, plan_options), want_version)
+    return target, snap, plan(snap.config, facts, plan_options)
+
+
+def make_controller(host: Host, target: Target, options: FixOptions, snap: Snapshot) -> Controller:
+    """Return the CT's controller: the Proxmox API when configured (after checking that
+    its config digest equals the SHA-1 read over SSH), else ``pct`` / ``lxc-*`` over SSH."""
+    if options.api is None:
+        return controller_for(host, target, options.layout)
+    if target.flavor != "pve":
+        raise ApplyError("usage", "--api is for Proxmox VE; plain LXC has no API")
+    ctl = ApiController(host, target, options.layout, connect(options.api))
+    digest = ctl.digest()
+    if digest != snap.sha1:
+        raise ApplyError(
+            "api_mismatch",
+            f"the API's config digest of CT {target.ct} ({digest[:12]}) differs from the file "
+            f"read over SSH ({snap.sha1[:12]}): --api and --host do not show the same CT",
+        )
+    return ctl
+
+
+def container_host(host: Host, target: Target, layout: Layout) -> Host:
+    """Return a Host for the inside of the CT (``pct exec`` / ``lxc-attach``)."""
+    from gpudoctor.hosts.container import ContainerHost, open_stream
+    from gpudoctor.hosts.remote import AgentHost, agent_command
+
+    if target.flavor == "lxc":
+        return ContainerHost(host, target.ct, "lxc", layout.lxcpath)
+    if layout.pct == "pct":
+        return ContainerHost(host, target.ct, "pve")
+    argv = [layout.pct, "exec", target.ct, "--", *agent_command("python3")]
+    return AgentHost(lambda: open_stream(host, argv), name=f"{host.name}/ct{target.ct}")
+
+
+def probe(ct_host: Host, paths: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Return ``(path, errno name)`` for ``open(path, O_RDWR)`` inside the CT (``OK`` on
+    success; read-only nodes such as nvidia-cap1 are retried O_RDONLY)."""
+    out = []
+    for path in paths:
+        result: OpenResult = ct_host.try_open(path, write=True)
+        if result.errname == "EACCES":
+            result = ct_host.try_open(path, write=False)
+        out.append((path, result.errname))
+    return tuple(out)
+
+
+def worse(before: tuple[tuple[str, str], ...], after: tuple[tuple[str, str], ...]) -> list[str]:
+    """Return the paths that opened before and do not open now."""
+    now = dict(after)
+    return [p for p, e in before if e == "OK" and now.get(p, "MISSING") != "OK"]
+
+
+def device_checks(ct_host: Host, target: Target, paths: tuple[str, ...]) -> tuple[dict, ...]:
+    """Return the catalogue's ``device`` checks run inside the CT, as finding dicts
+    (empty when the catalogue cannot run there)."""
+    try:
+        from gpudoctor.context import CheckOptions, DeviceRequest
+        from gpudoctor.runner import run_checks
+
+        options = CheckOptions(
+            devices=tuple(DeviceRequest(p) for p in paths),
+            only=("device",),
+            ct=target.ct,
+            flavor=target.flavor,
+        )
+        report = run_checks(ct_host, options)
+    except Exception as exc:  # the re-check is evidence, the probe above decides
+        return ({"check": "device", "status": "ERROR", "message": str(exc)},)
+    return tuple(f.to_dict() for f in report.findings)
+
+
+def run_fix(
+    host: Host,
+    options: FixOptions,
+    confirm: Confirm = lambda plan: False,
+    progress: Progress = lambda text: None,
+    host_label: str = "",
+    on_plan: Callable[[Plan], None] = lambda plan: None,
+) -> FixOutcome:
+    """Run the whole fix on the CT's host; return the outcome (raises ApplyError for
+    refusals and failed writes, HostError when the host cannot be reached).
+
+    ``on_plan`` sees a changing plan first (to show it); ``confirm`` then decides unless
+    ``options.yes``; ``progress`` gets one line per step."""
+    progress("reading the CT config and the host's devices")
+    target, snap, the_plan = make_plan(host, options)
+    why_not = refusal(snap.config, target)
+    if why_not:
+        return FixOutcome("refused", EXIT_FAILED, why_not, target, the_plan)
+    if not the_plan.changed:
+        return FixOutcome("nothing_to_change", EXIT_OK, "nothing to change", target, the_plan)
+    on_plan(the_plan)
+    if options.dry_run:
+        return FixOutcome("dry_run", EXIT_OK, "dry run: nothing written", target, the_plan)
+    if not options.yes and not confirm(the_plan):
+        return FixOutcome("declined", EXIT_OK, "not applied: nothing written", target, the_plan)
+
+    ctl = make_controller(host, target, options, snap)
+    running = ctl.state() == "RUNNING"
+    before: tuple[tuple[str, str], ...] = ()
+    old_pid = ctl.init_pid() if running else None
+    if running:
+        progress("probing the devices inside the CT before the change")
+        ct_host = container_host(host, target, options.layout)
+        try:
+            before = _safe_probe(ct_host, the_plan.probe_paths)
+        finally:
+            ct_host.close()
+
+    progress(f"backing up and writing {target.config_path}")
+    relative = backup_name(target, snap.sha1)
+    result = compare_and_swap(
+        host,
+        target,
+        options.layout,
+        snap.sha1,
+        the_plan.new_text.encode(),
+        f"{options.layout.backup_dir}/{relative}",
+    )
+    client_copy = save_client_copy(options.layout, host_label or host.name, relative, snap.data)
+    base = {"target": target, "plan": the_plan, "write": result, "client_backup": client_copy}
+    if not running or not options.restart:
+        message = "applied; the CT is stopped: the new rules apply at its next start"
+        if running:
+            message = "applied; restart the CT for the new rules to take effect"
+        return FixOutcome("applied_not_running", EXIT_OK, message, before=before, **base)
+    return _restart_and_verify(host, ctl, options, snap, before, old_pid, base, progress)
+
+
+def _restart_and_verify(
+    host: Host,
+    ctl: Controller,
+    options: FixOptions,
+    snap: Snapshot,
+    before: tuple[tuple[str, str], ...],
+    old_pid: int | None,
+    base: dict[str, Any],
+    progress: Progress,
+) -> FixOutcome:
+    target: Target = base["target"]
+    the_plan: Plan = base["plan"]
+    result: WriteResult = base["write"]
+    progress(f"restarting CT {target.ct}")
+    try:
+        _check_unlocked(host, target, options.layout)
+    except ApplyError as exc:
+        message = f"applied, but not restarted: {exc}; restart the CT when the task is done"
+        return FixOutcome("applied_not_running", EXIT_FAILED, message, before=before, **base)
+    try:
+        ctl.restart()
+        new_pid = ctl.wait_running(old_pid)
+    except ApplyError as exc:
+        progress(f"the CT did not come back ({exc}); rolling back")
+        _rollback(
+            host, ctl, target, options.layout, result, snap, f"the CT did not come back ({exc})"
+        )
+        return FixOutcome("rolled_back", EXIT_FAILED, f"rolled back: {exc}", before=before, **base)
+    inside = container_host(host, target, options.layout)
+    try:
+        progress("re-checking the devices inside the CT")
+        after = _safe_probe(inside, the_plan.probe_paths)
+        checks = device_checks(inside, target, the_plan.probe_paths)
+    finally:
+        inside.close()
+    pids = (old_pid, new_pid)
+    lost = worse(before, after)
+    if lost:
+        progress(f"{', '.join(lost)} opened before and not now; rolling back")
+        _rollback(host, ctl, target, options.layout, result, snap, f"{', '.join(lost)} broke")
+        message = f"rolled back: {', '.join(lost)} could be opened before the change, not after"
+        return FixOutcome("rolled_back", EXIT_FAILED, message, before=before, after=after,
+                          init_pids=pids, checks=checks, **base)  # fmt: skip
+    failing = [p for p, e in after if e != "OK"]
+    if failing:
+        message = f"applied, but {', '.join(failing)} still cannot be opened inside the CT"
+        return FixOutcome("not_fixed", EXIT_FAILED, message, before=before, after=after,
+                          init_pids=pids, checks=checks, **base)  # fmt: skip
+    message = f"fixed: CT {target.ct} restarted and every device opens inside it"
+    return FixOutcome("applied", EXIT_OK, message, before=before, after=after,
+                      init_pids=pids, checks=checks, **base)  # fmt: skip
+
+
+def _safe_probe(ct_host: Host, paths: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    try:
+        return probe(ct_host, paths)
+    except HostError as exc:
+        return tuple((p, f"UNREACHABLE ({exc})") for p in paths)
+
+
+def _check_unlocked(host: Host, target: Target, layout: Layout) -> None:
+    """``pct reboot`` skips the lock check: re-read the config and refuse a ``lock:``."""
+    snap = read_config(host, target, layout)
+    why_not = refusal(snap.config, target)
+    if why_not:
+        raise ApplyError("locked", why_not)
+
+
+def _rollback(
+    host: Host,
+    ctl: Controller,
+    target: Target,
+    layout: Layout,
+    written: WriteResult,
+    snap: Snapshot,
+    why: str,
+) -> None:
+    """Put the old bytes back through the same CAS (only if nobody changed the file since),
+    then bring the CT up again; raise ApplyError naming the backup when that fails too."""
+    try:
+        compare_and_swap(host, target, layout, written.new_sha1, snap.data, "")
+        if ctl.state() == "RUNNING":
+            ctl.restart()
+        else:
+            ctl.start()
+        ctl.wait_running(None)
+    except ApplyError as exc:
+        raise ApplyError(
+            "rollback_failed",
+            f"{why}, and the rollback failed too: {exc}. The old config is saved in "
+            f"{written.host_backup} on the host",
+        ) from None

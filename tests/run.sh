@@ -3,12 +3,12 @@
 #   bash tests/run.sh                 # the whole suite (what .ci/run runs)
 #   bash tests/run.sh -k incident     # extra arguments go to pytest
 # System packages: LXC + busybox (real containers for the lab), OpenSSH server (a real sshd
-# on 127.0.0.1), util-linux (unshare/nsenter/flock). Python packages: the project with its
-# [test] extra, in .venv.
+# on 127.0.0.1), util-linux (unshare/nsenter/flock), git (olah serves git repos). Python
+# packages: the project with its [test] extra in .venv; olah in .venv-olah.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(lxc busybox-static openssh-server openssh-client util-linux iproute2 procps)
+apt_packages=(lxc busybox-static openssh-server openssh-client util-linux iproute2 procps git)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -27,5 +27,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
+
+# olah (a real third-party Hub mirror, for the weights tests) pins psutil<6, so it lives in
+# its own venv rather than beside the project.
+if [ ! -x .venv-olah/bin/olah-cli ]; then
+  python3 -m venv .venv-olah && .venv-olah/bin/python -m pip install -q olah==0.5.4
+fi
+export GPUDOCTOR_OLAH_CLI="$PWD/.venv-olah/bin/olah-cli"
 
 exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,370 @@
+"""``gpudoctor weights ensure``: make a directory hold a complete, verified model.
+
+Order (see docs/weights.md): no-op when complete -> decide the file list (mirror
+manifest, local manifest or the Hub) -> space precheck -> build in ``TARGET.partial``
+(restore from the mirror, or download) -> verify -> manifest -> atomic rename ->
+fill the mirror. The unit of resume is a finished file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from gpudoctor.weights import localfs
+from gpudoctor.weights.errors import VerifyError, WeightsError
+from gpudoctor.weights.manifest import Manifest, ManifestFile, utc_now_iso
+from gpudoctor.weights.plan import WorkPlan, plan_work, revision_matches
+from gpudoctor.weights.progress import Progress
+from gpudoctor.weights.space import bytes_on_disk, check_fits, measure_space, same_filesystem
+from gpudoctor.weights.verify import FileProblem, full_verify, quick_verify
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+@dataclass(frozen=True)
+class EnsureRequest:
+    """What the user asked for.
+
+    Attributes:
+        repo_id: Hub repository (``org/name``).
+        target: the model directory to fill (typically on tmpfs, ``/dev/shm/NAME``).
+        revision: branch, tag or commit sha; None = whatever is complete locally, else ``main``.
+        mirror: root of a local disk mirror (``MIRROR/org/name``), or None.
+        verify: ``quick`` (sizes) or ``full`` (sha256 of LFS files too).
+        max_workers: parallel downloads.
+    """
+
+    repo_id: str
+    target: Path
+    revision: str | None = None
+    mirror: Path | None = None
+    verify: str = "quick"
+    max_workers: int = 8
+
+
+@dataclass(frozen=True)
+class EnsureResult:
+    """What ``ensure`` did.
+
+    Attributes:
+        repo_id: the repository.
+        revision: the commit sha now in ``target``.
+        target: the model directory.
+        action: ``none`` (already complete), ``restored``, ``downloaded`` or ``repaired``.
+        source: ``local``, ``mirror`` or ``hub``: where the fetched bytes came from.
+        files_total: files in the model.
+        bytes_total: bytes in the model.
+        files_fetched: files copied or downloaded by this run.
+        bytes_fetched: bytes copied or downloaded by this run.
+        verify: the verification done (``quick`` or ``full``).
+        mirror_updated: True when the mirror received this revision.
+        seconds: wall time of the run.
+        warnings: non-fatal problems (one line each).
+    """
+
+    repo_id: str
+    revision: str
+    target: str
+    action: str
+    source: str
+    files_total: int
+    bytes_total: int
+    files_fetched: int = 0
+    bytes_fetched: int = 0
+    verify: str = "quick"
+    mirror_updated: bool = False
+    seconds: float = 0.0
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, object]:
+        """Return the result as a JSON-ready dict."""
+        data = asdict(self)
+        data["warnings"] = list(self.warnings)
+        return data
+
+
+@dataclass(frozen=True)
+class _Source:
+    files: tuple[ManifestFile, ...]
+    revision: str
+    kind: str  # "mirror" or "hub"
+
+
+def _check_request(req: EnsureRequest) -> None:
+    if not _REPO_ID.match(req.repo_id) or ".." in req.repo_id:
+        raise WeightsError(f"invalid repository id {req.repo_id!r} (expected ORG/NAME)")
+    if req.verify not in ("quick", "full"):
+        raise WeightsError(f"invalid verify mode {req.verify!r} (quick or full)")
+    if os.path.ismount(req.target):
+        raise WeightsError(
+            f"{req.target} is a mount point: it cannot be replaced atomically;"
+            f" use a directory inside it (--to {req.target}/MODEL)"
+        )
+
+
+def _problems(
+    directory: Path, files: tuple[ManifestFile, ...], mode: str, progress: Progress
+) -> list[FileProblem]:
+    if mode == "full":
+        return full_verify(directory, files, progress)
+    return quick_verify(directory, files)
+
+
+def _complete_result(req: EnsureRequest, m: Manifest, t0: float) -> EnsureResult:
+    return EnsureResult(
+        repo_id=m.repo_id,
+        revision=m.revision,
+        target=str(req.target),
+        action="none",
+        source="local",
+        files_total=len(m.files),
+        bytes_total=m.total_size,
+        verify=req.verify,
+        seconds=time.monotonic() - t0,
+    )
+
+
+def ensure(req: EnsureRequest, progress: Progress) -> EnsureResult:
+    """Return an :class:`EnsureResult` once ``req.target`` holds the complete model.
+
+    Raises :class:`WeightsError` (one-line message) on any failure, file-system
+    errors included; a failed run leaves ``TARGET.partial`` for the next run to
+    resume from.
+    """
+    t0 = time.monotonic()
+    _check_request(req)
+    req = replace(req, target=req.target.absolute())
+    local = localfs.read_manifest(req.target)
+    if (
+        req.verify == "quick"
+        and local is not None
+        and local.repo_id == req.repo_id
+        and revision_matches(req.revision, local.revision)
+        and not quick_verify(req.target, local.files)
+    ):
+        return _complete_result(req, local, t0)
+    try:
+        with localfs.locked(req.target):
+            return _ensure_locked(req, progress, t0)
+    except WeightsError:
+        raise
+    except OSError as exc:
+        from gpudoctor.weights.hub import translate_error
+
+        raise translate_error(exc, req.repo_id, req.revision) from None
+
+
+def _ensure_locked(req: EnsureRequest, progress: Progress, t0: float) -> EnsureResult:
+    from gpudoctor.weights import hub
+
+    target, partial = req.target, localfs.partial_dir(req.target)
+    local = localfs.read_manifest(target)
+    if local is not None and local.repo_id != req.repo_id:
+        raise WeightsError(
+            f"{target} holds {local.repo_id}, not {req.repo_id}: choose another --to"
+        )
+    mirror_path = localfs.mirror_dir(req.mirror, req.repo_id) if req.mirror else None
+    mirrored = localfs.read_manifest(mirror_path) if mirror_path else None
+    if mirrored is not None and (
+        mirrored.repo_id != req.repo_id or quick_verify(mirror_path, mirrored.files)
+    ):
+        mirrored = None
+    source = _choose_source(req, local, mirrored)
+    known_bad: frozenset[str] = frozenset()
+    if local is not None and local.revision == source.revision:
+        problems = _problems(target, local.files, req.verify, progress)
+        if not problems:
+            return _complete_result(req, local, t0)
+        known_bad = frozenset(p.path for p in problems)
+    if target.exists() and partial.exists():
+        raise WeightsError(f"both {target} and {partial} exist: remove the one you do not want")
+    if target.exists() and not target.is_dir():
+        raise WeightsError(f"{target} exists and is not a directory")
+    existing = partial if partial.exists() else target if target.exists() else None
+    plan = _plan_for(existing, local, source, req.repo_id, known_bad)
+    _precheck_space(req, source, plan.fetch, mirror_path, mirrored)
+
+    if existing == target:
+        os.rename(target, partial)
+    try:
+        partial.mkdir(parents=True, exist_ok=True)
+    except PermissionError:
+        raise WeightsError(f"permission denied: cannot create {partial}") from None
+    localfs.write_partial_marker(partial, req.repo_id, source.revision)
+    localfs.clean_incomplete(partial)
+    localfs.remove_files(partial, plan.delete)
+    fetch = list(plan.fetch)
+    if plan.hash_first:
+        suspects = full_verify(partial, plan.hash_first, progress)
+        localfs.remove_files(partial, [p.path for p in suspects])
+        bad = {p.path for p in suspects}
+        fetch += [f for f in plan.hash_first if f.path in bad]
+    snapshot = hub.RemoteSnapshot(req.repo_id, source.revision, source.files)
+    _fetch(req, source, snapshot, fetch, partial, mirror_path, progress)
+    warnings: list[str] = []
+    problems = _problems(partial, source.files, req.verify, progress)
+    if problems:
+        warnings.append(f"{len(problems)} file(s) failed {req.verify} verify and were re-fetched")
+        bad_paths = {p.path for p in problems}
+        localfs.remove_files(partial, bad_paths)
+        refetch = [f for f in source.files if f.path in bad_paths]
+        from_hub = _Source(source.files, source.revision, "hub")
+        try:
+            _fetch(req, from_hub, snapshot, refetch, partial, None, progress)
+        except WeightsError as exc:
+            raise WeightsError(
+                f"{problems[0].path} from the {source.kind} failed verify"
+                f" ({problems[0].detail}) and fetching it again failed: {exc}"
+            ) from None
+        again = _problems(partial, tuple(refetch), req.verify, progress)
+        if again:
+            raise VerifyError(
+                f"{len(again)} file(s) still wrong after re-download, e.g. {again[0].path}"
+                f" ({again[0].detail}); the source serves bad bytes. Kept in {partial}"
+            )
+    manifest = Manifest(req.repo_id, source.revision, source.files, utc_now_iso())
+    localfs.drop_hf_cache(partial)
+    localfs.remove_partial_marker(partial)
+    localfs.write_manifest(partial, manifest)
+    localfs.publish(partial, target)
+    mirror_updated = False
+    if mirror_path is not None and (mirrored is None or mirrored.revision != source.revision):
+        try:
+            _fill_mirror(target, mirror_path, manifest, progress)
+            mirror_updated = True
+        except OSError as exc:
+            warnings.append(hub.scrub(f"mirror not updated: {exc}"))
+    action = (
+        "restored"
+        if source.kind == "mirror"
+        else "repaired"
+        if existing == target
+        else "downloaded"
+    )
+    return EnsureResult(
+        repo_id=req.repo_id,
+        revision=source.revision,
+        target=str(target),
+        action=action,
+        source=source.kind,
+        files_total=len(source.files),
+        bytes_total=manifest.total_size,
+        files_fetched=len(fetch),
+        bytes_fetched=sum(f.size for f in fetch),
+        verify=req.verify,
+        mirror_updated=mirror_updated,
+        seconds=time.monotonic() - t0,
+        warnings=tuple(warnings),
+    )
+
+
+def _choose_source(
+    req: EnsureRequest, local: Manifest | None, mirrored: Manifest | None
+) -> _Source:
+    """Return the file list to build, preferring what is known offline (mirror, local)."""
+    from gpudoctor.weights import hub
+
+    if mirrored is not None and revision_matches(req.revision, mirrored.revision):
+        return _Source(mirrored.files, mirrored.revision, "mirror")
+    if local is not None and revision_matches(req.revision, local.revision):
+        return _Source(local.files, local.revision, "hub")
+    snapshot = hub.fetch_snapshot(req.repo_id, req.revision)
+    if mirrored is not None and mirrored.revision == snapshot.revision:
+        return _Source(mirrored.files, mirrored.revision, "mirror")
+    return _Source(snapshot.files, snapshot.revision, "hub")
+
+
+def _plan_for(
+    existing: Path | None,
+    local: Manifest | None,
+    source: _Source,
+    repo_id: str,
+    known_bad: frozenset[str],
+) -> WorkPlan:
+    """Return the WorkPlan for the directory to build from (None: an empty one)."""
+    paths = [f.path for f in source.files]
+    if existing is None:
+        return plan_work(source.files, {}, trusted=True)
+    sizes = localfs.file_sizes(existing, paths)
+    if existing.name.endswith(".partial"):
+        marker = localfs.read_partial_marker(existing)
+        return plan_work(source.files, sizes, trusted=marker == (repo_id, source.revision))
+    if local is not None and local.revision == source.revision:
+        return plan_work(source.files, sizes, trusted=True, known_bad=known_bad)
+    return plan_work(source.files, sizes, trusted=False, previous=local.files if local else ())
+
+
+def _precheck_space(
+    req: EnsureRequest,
+    source: _Source,
+    fetch: tuple[ManifestFile, ...],
+    mirror_path: Path | None,
+    mirrored: Manifest | None,
+) -> None:
+    """Raise SpaceError before any write when the fetch (or the mirror copy) cannot fit."""
+    check_fits(bytes_on_disk([f.size for f in fetch]), measure_space(req.target))
+    fills_mirror = mirror_path is not None and (
+        mirrored is None or mirrored.revision != source.revision
+    )
+    if fills_mirror and not same_filesystem(req.target, mirror_path):
+        check_fits(
+            bytes_on_disk([f.size for f in source.files]),
+            measure_space(mirror_path),
+            "the mirror copy",
+        )
+
+
+def _fetch(
+    req: EnsureRequest,
+    source: _Source,
+    snapshot,
+    files: list[ManifestFile],
+    partial: Path,
+    mirror_path: Path | None,
+    progress: Progress,
+) -> None:
+    """Copy ``files`` from the mirror or download them from the Hub into ``partial``."""
+    from gpudoctor.weights import hub
+    from gpudoctor.weights.copier import copy_files
+
+    if not files:
+        return
+    sizes = {f.path: f.size for f in files}
+    if source.kind == "mirror" and mirror_path is not None:
+        with progress.phase("restore from mirror", sizes):
+            try:
+                copy_files(mirror_path, partial, sizes, progress)
+            except OSError as exc:
+                raise hub.translate_error(exc, req.repo_id, source.revision) from None
+        return
+    with progress.phase("download", sizes):
+        hub.download_files(snapshot, files, partial, progress, workers=req.max_workers)
+
+
+def _fill_mirror(target: Path, mirror_path: Path, manifest: Manifest, progress: Progress) -> None:
+    """Put the model into the mirror: hard links on the same filesystem, else a synced copy."""
+    from gpudoctor.weights.copier import copy_files
+
+    paths = [f.path for f in manifest.files]
+    staging = localfs.partial_dir(mirror_path)
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    if same_filesystem(target, staging):
+        localfs.link_or_copy_tree(target, staging, paths, use_links=True)
+    else:
+        with progress.phase("copy to mirror", {f.path: f.size for f in manifest.files}):
+            copy_files(
+                target, staging, {f.path: f.size for f in manifest.files}, progress, sync=True
+            )
+    localfs.write_manifest(staging, manifest)
+    old = mirror_path.with_name(mirror_path.name + ".old")
+    if mirror_path.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(mirror_path, old)
+    os.rename(staging, mirror_path)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,167 @@
+"""File-system side of the weights workflow: manifests on disk, sizes, locks, renames.
+
+Every function here touches the local file system; the decisions that use their
+results live in :mod:`gpudoctor.weights.plan`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import shutil
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from gpudoctor.weights.errors import WeightsError
+from gpudoctor.weights.manifest import MANIFEST_NAME, Manifest, parse_manifest
+
+HF_LOCAL_CACHE = Path(".cache") / "huggingface"
+
+
+def partial_dir(target: Path) -> Path:
+    """Return the ``*.partial`` sibling where an incomplete copy of ``target`` is built."""
+    return target.with_name(target.name + ".partial")
+
+
+def lock_path(target: Path) -> Path:
+    """Return the sibling lock file that serialises runs on ``target``."""
+    return target.with_name(f".{target.name}.gpudoctor-lock")
+
+
+def mirror_dir(mirror_root: Path, repo_id: str) -> Path:
+    """Return where the mirror keeps ``repo_id`` (``MIRROR/org/name``)."""
+    return mirror_root.joinpath(*repo_id.split("/"))
+
+
+def read_manifest(directory: Path) -> Manifest | None:
+    """Return the manifest in ``directory``, or None when absent or unreadable/invalid."""
+    try:
+        return parse_manifest((directory / MANIFEST_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_manifest(directory: Path, manifest: Manifest) -> None:
+    """Write ``directory/.gpudoctor-manifest.json`` atomically (temp file + rename)."""
+    tmp = directory / (MANIFEST_NAME + ".tmp")
+    tmp.write_text(manifest.to_json())
+    os.replace(tmp, directory / MANIFEST_NAME)
+
+
+def file_sizes(directory: Path, paths: Iterable[str]) -> dict[str, int | None]:
+    """Return {path: size in bytes, or None when missing / not a regular file} (``stat``)."""
+    sizes: dict[str, int | None] = {}
+    for rel in paths:
+        try:
+            st = os.stat(directory / rel)
+        except OSError:
+            sizes[rel] = None
+            continue
+        sizes[rel] = st.st_size if (st.st_mode & 0o170000) == 0o100000 else None
+    return sizes
+
+
+def remove_files(directory: Path, paths: Iterable[str]) -> None:
+    """Delete ``paths`` under ``directory`` (missing ones are fine), and hf's metadata for them."""
+    for rel in paths:
+        for victim in (
+            directory / rel,
+            directory / HF_LOCAL_CACHE / "download" / (rel + ".metadata"),
+        ):
+            with contextlib.suppress(FileNotFoundError):
+                victim.unlink()
+
+
+def clean_incomplete(directory: Path) -> int:
+    """Delete huggingface_hub's orphaned ``*.incomplete`` temp files; return how many."""
+    count = 0
+    root = directory / HF_LOCAL_CACHE / "download"
+    if root.is_dir():
+        for item in root.rglob("*.incomplete"):
+            with contextlib.suppress(FileNotFoundError):
+                item.unlink()
+                count += 1
+    return count
+
+
+def drop_hf_cache(directory: Path) -> None:
+    """Remove huggingface_hub's ``local_dir`` bookkeeping (``.cache/huggingface``)."""
+    shutil.rmtree(directory / HF_LOCAL_CACHE, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        (directory / ".cache").rmdir()  # only when empty
+
+
+@contextlib.contextmanager
+def locked(target: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``target``'s lock file; fail at once if another run has it."""
+    path = lock_path(target)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except PermissionError:
+        raise WeightsError(f"permission denied: cannot write in {path.parent}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                raise WeightsError(f"another gpudoctor run is working on {target}") from None
+            raise
+        yield
+    finally:
+        os.close(fd)
+
+
+def publish(partial: Path, target: Path) -> None:
+    """Atomically move the finished ``partial`` directory to ``target`` (``mv -T``)."""
+    os.rename(partial, target)
+
+
+def link_or_copy_tree(source: Path, dest: Path, paths: Iterable[str], use_links: bool) -> None:
+    """Fill ``dest`` with ``paths`` from ``source``: hard links (``cp -al``) or copies.
+
+    Copies are flushed to disk (``fsync``) so the mirror survives a power cut.
+    """
+    for rel in paths:
+        src, dst = source / rel, dest / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            dst.unlink()
+        if use_links:
+            os.link(src, dst)
+        else:
+            shutil.copyfile(src, dst)
+            fd = os.open(dst, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+PARTIAL_MARKER = ".gpudoctor-partial.json"
+
+
+def write_partial_marker(partial: Path, repo_id: str, revision: str) -> None:
+    """Record in ``partial`` which repo and revision it is being built for."""
+    import json
+
+    (partial / PARTIAL_MARKER).write_text(json.dumps({"repo_id": repo_id, "revision": revision}))
+
+
+def read_partial_marker(partial: Path) -> tuple[str, str] | None:
+    """Return (repo_id, revision) recorded in ``partial``, or None."""
+    import json
+
+    try:
+        doc = json.loads((partial / PARTIAL_MARKER).read_text())
+        return str(doc["repo_id"]), str(doc["revision"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def remove_partial_marker(partial: Path) -> None:
+    """Delete the partial marker (before the directory is published)."""
+    with contextlib.suppress(FileNotFoundError):
+        (partial / PARTIAL_MARKER).unlink()

@@ -15,6 +15,7 @@ from gpudoctor.facts.models import (
     header_length,
     parse_index,
 )
+from gpudoctor.facts.multigpu import gpu_node_minors, nccl_shm_bytes
 from gpudoctor.facts.procfs import mount_of, parse_mounts
 from gpudoctor.model import Finding, Severity
 from gpudoctor.registry import check
@@ -65,6 +66,10 @@ def shm_capacity(ctx: CheckContext) -> Iterator[Finding]:
     if available is not None:
         evidence.append(f"MemAvailable: {gib(available)} (tmpfs pages are RAM)")
     needed = sum(missing_bytes(ctx, d) for d in ctx.options.model_dirs if d.startswith(SHM + "/"))
+    gpus = ctx.options.expect_gpus or len(gpu_node_minors(ctx.host.list_dir))
+    nccl_need = nccl_shm_bytes(gpus)
+    if nccl_need:
+        evidence.append(f"NCCL with {gpus} GPUs may need ~{nccl_need >> 20} MiB (SHM transport)")
     if fstype != "tmpfs":
         yield ctx.warn(
             SHM,
@@ -86,6 +91,14 @@ def shm_capacity(ctx: CheckContext) -> Iterator[Finding]:
             "available: tmpfs pages are memory.",
             evidence=evidence,
             remediation="Give the container more memory (pct set <id> -memory N) or free some.",
+        )
+    elif nccl_need and usage.free < needed + nccl_need:
+        yield ctx.warn(
+            SHM,
+            f"NCCL needs ~{nccl_need >> 20} MiB in {SHM} for {gpus} GPUs (its SHM transport, used "
+            f"whenever P2P is off) but only {gib(usage.free - needed)} would be left.",
+            evidence=evidence,
+            remediation=f"mount -o remount,size={(usage.used + needed + nccl_need) // GIB + 2}G {SHM}",
         )
     elif usage.total < MIN_SHM:
         yield ctx.warn(

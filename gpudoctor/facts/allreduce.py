@@ -26,12 +26,15 @@ class RankOutcome:
             ``done``; ``start`` when it printed nothing).
         returncode: its exit status (-9 when the launcher killed it), None if unknown.
         result: its final result (sum_ok, busbw_gbps, nccl_version, ...), empty if none.
+        checked: the verified small all-reduce (sum_ok, ...) announced before the timed
+            64 MiB ones; set even when those never finished.
     """
 
     rank: int
     step: str
     returncode: int | None
     result: dict[str, Any] = field(default_factory=dict)
+    checked: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ class AllreduceRun:
     @property
     def wrong_sum(self) -> list[RankOutcome]:
         """Return the ranks whose all-reduce result was wrong."""
-        return [r for r in self.ranks if r.result.get("sum_ok") is False]
+        return [r for r in self.ranks if (r.result or r.checked).get("sum_ok") is False]
 
     @property
     def crashed(self) -> list[RankOutcome]:
@@ -96,12 +99,13 @@ class AllreduceRun:
         if self.error:
             return f"The all-reduce launcher failed: {self.error_detail or self.error}."
         if self.wrong_sum:
-            r = self.wrong_sum[0]
+            got = self.wrong_sum[0].result or self.wrong_sum[0].checked
+            ranks = ", ".join(str(x.rank) for x in self.wrong_sum)
             return (
-                f"The all-reduce returned WRONG values on rank(s) "
-                f"{', '.join(str(x.rank) for x in self.wrong_sum)} ({r.result.get('wrong_elements')} "
-                f"of {r.result.get('elements')} elements; first {r.result.get('first_value')}, "
-                f"expected {r.result.get('expected_first')}): data is corrupted between GPUs."
+                f"The all-reduce returned WRONG values on rank(s) {ranks} "
+                f"({got.get('wrong_elements')} of {got.get('elements')} elements; first "
+                f"{got.get('first_value')}, expected {got.get('expected_first')}): data is "
+                "corrupted between GPUs."
             )
         if self.crashed:
             r = self.crashed[0]
@@ -111,8 +115,23 @@ class AllreduceRun:
                 + (f" ({warn.split('NCCL WARN', 1)[-1].strip()})" if warn else "")
                 + "."
             )
-        steps = ", ".join(f"rank {r.rank} in {r.step}" for r in self.stuck)
-        return f"The all-reduce across {self.world_size} GPUs did not finish within {self.timeout_s:g} s ({steps})."
+        by_step: dict[str, list[str]] = {}
+        for r in self.stuck:
+            by_step.setdefault(r.step, []).append(str(r.rank))
+        steps = "; ".join(
+            f"rank{'s' if len(ranks) > 1 else ''} {', '.join(ranks)} in {step}"
+            for step, ranks in by_step.items()
+        )
+        text = (
+            f"The all-reduce across {self.world_size} GPUs did not finish within "
+            f"{self.timeout_s:g} s ({steps})."
+        )
+        if self.stuck and all(r.checked.get("sum_ok") for r in self.stuck):
+            text += (
+                " The first, 4 MiB all-reduce gave the right sum; the timed 64 MiB ones hung "
+                "(large transfers fail where small ones pass)."
+            )
+        return text
 
     def evidence(self) -> list[str]:
         """Return the evidence lines of one all-reduce self."""
@@ -141,6 +160,7 @@ def parse_allreduce_output(stdout: str, world_size: int, **run: Any) -> Allreduc
     """Return the AllreduceRun for the launcher's JSON-lines ``stdout``."""
     steps: dict[int, str] = {}
     results: dict[int, dict[str, Any]] = {}
+    checked: dict[int, dict[str, Any]] = {}
     launcher: dict[str, Any] = {}
     for line in stdout.splitlines():
         try:
@@ -158,9 +178,11 @@ def parse_allreduce_output(stdout: str, world_size: int, **run: Any) -> Allreduc
                 results[rank], steps[rank] = dict(obj["result"]), "done"
             elif "step" in obj:
                 steps[rank] = str(obj["step"])
+                if isinstance(obj.get("checked"), dict):
+                    checked[rank] = dict(obj["checked"])
     codes = {int(r["rank"]): r.get("returncode") for r in launcher.get("ranks", [])}
     ranks = tuple(
-        RankOutcome(k, steps.get(k, "start"), codes.get(k), results.get(k, {}))
+        RankOutcome(k, steps.get(k, "start"), codes.get(k), results.get(k, {}), checked.get(k, {}))
         for k in range(world_size)
     )
     killed = bool(run.pop("killed", False))

@@ -21,8 +21,20 @@ from gpudoctor.hosts.base import Host
 MIB = 1 << 20
 PROBES = Path(__file__).parent.parent / "probes"
 GPU_NODE = re.compile(r"^nvidia(\d+)$")
+GPUS_DIR = "/proc/driver/nvidia/gpus"
+MINOR_LINE = re.compile(r"^Device Minor:\s*(\d+)", re.M)
 SLOW_RATIO = 0.5
 """A pair is "far below the others" under this fraction of the median of its peers."""
+P2P_STATUS_MEANING = {
+    "OK": "supported",
+    "CNS": "chipset not supported",
+    "GNS": "GPU not supported",
+    "TNS": "topology not supported",
+    "DR": "disabled by regkey",
+    "NS": "not supported",
+    "U": "unknown",
+}
+"""``nvidia-smi topo -p2p`` status codes, as the P2P probe reports NVML's nvmlGpuP2PStatus_t."""
 
 
 @lru_cache(maxsize=2)
@@ -44,6 +56,8 @@ class GpuInventory:
         kernel: GPUs the kernel driver knows (``ls /proc/driver/nvidia/gpus``; the HOST's
             count, also inside a container), None when unreadable.
         nodes: ``/dev/nvidiaN`` minors present here (``ls /dev/nvidia[0-9]*``).
+        kernel_minors: the minors of the kernel driver's GPUs ("Device Minor:" of each
+            ``/proc/driver/nvidia/gpus/*/information``), () when unreadable.
         names: GPU names (CUDA's, else NVML's), in index order.
         cuda_visible_devices: the probe's CUDA_VISIBLE_DEVICES, when set.
     """
@@ -52,6 +66,7 @@ class GpuInventory:
     cuda: int | None
     kernel: int | None
     nodes: tuple[int, ...]
+    kernel_minors: tuple[int, ...] = ()
     names: tuple[str, ...] = ()
     cuda_visible_devices: str | None = None
 
@@ -81,26 +96,45 @@ class GpuInventory:
         """Return the ``/dev/nvidiaN`` minors the host driver has but this system lacks."""
         if self.kernel is None:
             return ()
-        return tuple(k for k in range(self.kernel) if k not in self.nodes)
+        minors = self.kernel_minors or tuple(range(self.kernel))
+        return tuple(k for k in minors if k not in self.nodes)
 
 
-def gpu_inventory(probe: GpuProbe, list_dir: Callable[[str], list[str]]) -> GpuInventory:
-    """Return the GpuInventory from the GPU probe and the host's /dev and /proc listings."""
+def gpu_node_minors(list_dir: Callable[[str], list[str]]) -> tuple[int, ...]:
+    """Return the minors of the ``/dev/nvidiaN`` nodes present (``ls /dev/nvidia[0-9]*``),
+    sorted; () when /dev cannot be listed. Cheap: no GPU probe."""
+    try:
+        return tuple(sorted(int(m[1]) for n in list_dir("/dev") if (m := GPU_NODE.match(n))))
+    except OSError:
+        return ()
+
+
+def gpu_inventory(
+    probe: GpuProbe,
+    list_dir: Callable[[str], list[str]],
+    read_text: Callable[[str], str | None] = lambda _path: None,
+) -> GpuInventory:
+    """Return the GpuInventory from the GPU probe and the host's /dev and /proc files
+    (``read_text`` returns a file's text or None)."""
     nvml, cuda, env = probe.stage("nvml"), probe.stage("cuda"), probe.stage("env")
     nvml_count = len(nvml.data.get("devices") or []) if nvml.data.get("init") == 0 else None
     cuda_count = cuda.data.get("device_count") if cuda.data.get("init") == 0 else None
     try:
-        kernel: int | None = len(list_dir("/proc/driver/nvidia/gpus"))
+        buses = list_dir(GPUS_DIR)
     except OSError:
-        kernel = None
-    try:
-        nodes = tuple(sorted(int(m[1]) for n in list_dir("/dev") if (m := GPU_NODE.match(n))))
-    except OSError:
-        nodes = ()
+        buses = None
+    minors = []
+    for bus in buses or []:
+        match = MINOR_LINE.search(read_text(f"{GPUS_DIR}/{bus}/information") or "")
+        if match:
+            minors.append(int(match[1]))
+    nodes = gpu_node_minors(list_dir)
     source = cuda.data.get("devices") if cuda_count is not None else nvml.data.get("devices")
     names = tuple(str(d.get("name")) for d in source or [])
     visible_env = (env.data.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
-    return GpuInventory(nvml_count, cuda_count, kernel, nodes, names, visible_env)
+    kernel = None if buses is None else len(buses)
+    exact = tuple(sorted(minors)) if buses and len(minors) == len(buses) else ()
+    return GpuInventory(nvml_count, cuda_count, kernel, nodes, exact, names, visible_env)
 
 
 def nccl_shm_bytes(gpu_count: int) -> int:
@@ -148,6 +182,7 @@ class PairResult:
         mismatch: what the destination held instead ({dst_looks, bad_chunks, chunks, ...}).
         gbps: copy bandwidth in GB/s (1e9 bytes/s), None when not measured.
         error: a CUDA call that failed (``cuMemcpyPeer returned 700 ...``), else "".
+        seconds: how long testing this pair took (s), None when unknown.
         finished: False when the probe was killed while testing this pair.
     """
 
@@ -160,6 +195,7 @@ class PairResult:
     mismatch: dict[str, Any] = field(default_factory=dict)
     gbps: float | None = None
     error: str = ""
+    seconds: float | None = None
     finished: bool = True
 
     @property
@@ -179,8 +215,12 @@ class P2PProbe:
 
     Attributes:
         init: the ``init`` stage (cuInit code, devices, sizes), empty when it never finished.
+        links: NVML's view of each unordered pair {(a, b): {"level": "PIX"|"NODE"|"SYS"|...,
+            "read"/"write"/"nvlink": "OK"|"TNS"|...}} (``nvidia-smi topo -m``, ``topo -p2p``).
         pairs: every pair tested (or started, when the probe hung), in test order.
         setup_error: a failure while creating contexts/buffers, else "".
+        unfinished_stage: the stage that began but never printed its result (``setup``,
+            ``topology``, ``pair:2-3``), "" when none.
         finished: True when the probe printed its ``done`` line.
         timed_out: True when it was killed at its timeout.
         returncode: the child's exit status.
@@ -190,7 +230,9 @@ class P2PProbe:
 
     init: dict[str, Any]
     pairs: tuple[PairResult, ...]
+    links: dict[tuple[int, int], dict[str, str]] = field(default_factory=dict)
     setup_error: str = ""
+    unfinished_stage: str = ""
     finished: bool = False
     timed_out: bool = False
     returncode: int = 0
@@ -201,6 +243,27 @@ class P2PProbe:
     def hung_pair(self) -> PairResult | None:
         """Return the pair being tested when the probe was killed, or None."""
         return next((p for p in self.pairs if not p.finished), None) if self.timed_out else None
+
+    def link(self, a: int, b: int) -> str:
+        """Return how NVML says GPUs a and b are connected: ``NVLink``, ``PCIe PIX``, ...,
+        plus the driver's P2P verdict when it is not OK (``PCIe SYS, P2P TNS``); "" if unknown."""
+        info = self.links.get((min(a, b), max(a, b)))
+        if not info:
+            return ""
+        text = "NVLink" if info.get("nvlink") == "OK" else f"PCIe {info.get('level', '?')}"
+        read, write = info.get("read"), info.get("write")
+        if read == write == "OK" or read is write is None:
+            return text
+        if read == write:
+            return f"{text}, P2P {read} ({P2P_STATUS_MEANING.get(str(read), '?')})"
+        return f"{text}, P2P read {read} write {write}"
+
+    def topology_lines(self) -> list[str]:
+        """Return evidence lines grouping the GPU pairs by link (``nvidia-smi topo -m``)."""
+        groups: dict[str, list[str]] = {}
+        for a, b in sorted(self.links):
+            groups.setdefault(self.link(a, b), []).append(f"{a}-{b}")
+        return [f"topology {kind}: {', '.join(pairs)}" for kind, pairs in groups.items()]
 
     @property
     def device_count(self) -> int:
@@ -213,10 +276,17 @@ def parse_p2p_output(stdout: str, **run: Any) -> P2PProbe:
     stages = parse_probe_output(stdout)
     pairs = tuple(pair_from_stage(s) for name, s in stages.items() if name.startswith("pair:"))
     setup = stages.get("setup", StageResult("setup"))
+    raw_links = stages.get("topology", StageResult("topology")).data.get("links") or {}
+    links = {}
+    for key, info in raw_links.items():
+        a, b = (int(x) for x in key.split("-"))
+        links[(a, b)] = {str(k): str(v) for k, v in info.items()}
     return P2PProbe(
         init=stages["init"].data if "init" in stages else {},
         pairs=pairs,
+        links=links,
         setup_error=str(setup.data.get("error", "")),
+        unfinished_stage=next((n for n, st in stages.items() if not st.finished), ""),
         finished="done" in stages,
         **run,
     )
@@ -236,6 +306,7 @@ def pair_from_stage(stage: StageResult) -> PairResult:
         mismatch=dict(d.get("mismatch") or {}),
         gbps=d.get("gbps"),
         error=str(d.get("error", "")),
+        seconds=d.get("pair_s"),
         finished=stage.finished,
     )
 

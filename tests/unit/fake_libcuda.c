@@ -13,9 +13,17 @@
  *   FAKE_CUDA_ZERO_COPY=0-1      directed pairs whose peer copy lands as zeros (IOMMU fault)
  *   FAKE_CUDA_ENABLE_RC=0-1:217  directed pairs whose cuCtxEnablePeerAccess fails with a code
  *   FAKE_CUDA_HANG=1-0           directed pairs whose peer copy never completes
+ *   FAKE_CUDA_OOM_DEVICE=1       cuMemAlloc fails with CUDA_ERROR_OUT_OF_MEMORY on this GPU
+ *   FAKE_CUDA_FAULT=0-1          the peer copy of this directed pair fails with 700
+ *                                (CUDA_ERROR_ILLEGAL_ADDRESS), sticky: every later copy fails
  *   FAKE_CUDA_GBPS=370           peer-enabled copy bandwidth in GB/s (default 370)
  *   FAKE_CUDA_HOST_GBPS=20       bandwidth of pairs without peer access (staged through host)
  *   FAKE_CUDA_SLOW=2-3:18.5      pairs (both directions) with their own bandwidth
+ *
+ * The same file, built as libnvidia-ml.so.1, answers the NVML topology calls the probe makes
+ * (nvmlDeviceGetTopologyCommonAncestor, nvmlDeviceGetP2PStatus): pairs in FAKE_CUDA_NO_PEER
+ * report TNS (topology not supported) on a SYS path, the others OK on FAKE_NVML_LEVEL (an NVML
+ * level number, default 10 = PIX), with NVLink OK when FAKE_NVML_NVLINK=1.
  *
  * Event times come from a virtual clock advanced by bytes / bandwidth, so the measured
  * bandwidth is deterministic and no test depends on wall time.
@@ -108,6 +116,7 @@ int cuCtxEnablePeerAccess(void *peer, unsigned flags) {
 }
 
 int cuMemAlloc_v2(uint64_t *ptr, size_t size) {
+    if (current && current->dev == env_int("FAKE_CUDA_OOM_DEVICE", -1)) return 2;
     void *p = malloc(size);
     if (!p) return 2;
     *ptr = (uint64_t)(uintptr_t)p;
@@ -131,8 +140,11 @@ int cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n) {
     return 0;
 }
 
+static int sticky = 0;
+
 static int peer_copy(uint64_t dst, void *dctx, uint64_t src, void *sctx, size_t n) {
     int s = ((ctx_t *)sctx)->dev, d = ((ctx_t *)dctx)->dev;
+    if (sticky || pair_listed("FAKE_CUDA_FAULT", s, d, 0, NULL)) return sticky = 700;
     if (pair_listed("FAKE_CUDA_HANG", s, d, 0, NULL))
         for (;;) pause();
     if (peer_enabled[s][d] && pair_listed("FAKE_CUDA_ZERO_COPY", s, d, 0, NULL))
@@ -180,11 +192,48 @@ int cuEventDestroy_v2(void *ev) { free(ev); return 0; }
 int cuGetErrorName(int rc, const char **name) {
     switch (rc) {
     case 0: *name = "CUDA_SUCCESS"; break;
+    case 2: *name = "CUDA_ERROR_OUT_OF_MEMORY"; break;
     case 100: *name = "CUDA_ERROR_NO_DEVICE"; break;
     case 217: *name = "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED"; break;
+    case 700: *name = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
     case 704: *name = "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED"; break;
     case 999: *name = "CUDA_ERROR_UNKNOWN"; break;
     default: *name = NULL; return 1;
     }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ NVML (libnvidia-ml.so.1) */
+
+typedef struct { int dev; } nvml_dev_t;
+static nvml_dev_t nvml_devs[MAXDEV];
+
+int nvmlInit_v2(void) { return 0; }
+int nvmlShutdown(void) { return 0; }
+
+int nvmlDeviceGetHandleByPciBusId_v2(const char *bus, void **handle) {
+    unsigned domain, busno;
+    if (sscanf(bus, "%x:%x", &domain, &busno) != 2) return 2;
+    int dev = (int)(busno - 0x18) / 0x10;
+    if (dev < 0 || dev >= MAXDEV) return 6;
+    nvml_devs[dev].dev = dev;
+    *handle = &nvml_devs[dev];
+    return 0;
+}
+
+int nvmlDeviceGetTopologyCommonAncestor(void *a, void *b, unsigned *level) {
+    int s = ((nvml_dev_t *)a)->dev, d = ((nvml_dev_t *)b)->dev;
+    *level = pair_listed("FAKE_CUDA_NO_PEER", s, d, 1, NULL) ? 50 : env_int("FAKE_NVML_LEVEL", 10);
+    return 0;
+}
+
+int nvmlDeviceGetP2PStatus(void *a, void *b, int index, unsigned *status) {
+    int s = ((nvml_dev_t *)a)->dev, d = ((nvml_dev_t *)b)->dev;
+    if (pair_listed("FAKE_CUDA_NO_PEER", s, d, 1, NULL))
+        *status = 3;
+    else if (index == 2)
+        *status = env_int("FAKE_NVML_NVLINK", 0) ? 0 : 5;
+    else
+        *status = 0;
     return 0;
 }

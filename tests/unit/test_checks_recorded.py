@@ -7,7 +7,7 @@ import errno
 import pytest
 
 from gpudoctor.context import CheckOptions, DeviceRequest
-from gpudoctor.hosts.base import FileStat
+from gpudoctor.hosts.base import DiskUsage, FileStat
 from gpudoctor.model import Report, Status
 from gpudoctor.runner import run_checks
 from tests.fakes.recorded_host import RecordedHost, shared_file, stats_from_ls
@@ -246,3 +246,13 @@ def test_open_failure_of_a_stale_node_defers_to_device_nodes():
     assert "c 238:* rwm" not in opened.remediation and "re-create the node" in opened.remediation
     stale = next(f for f in findings(report, "device.nodes") if f.subject == "/dev/nvidia-uvm")
     assert "(no driver has major 238)" in stale.message
+
+
+def test_shm_too_small_for_nccl_on_eight_gpus_warns():
+    host = h200_host()
+    host.disk["/dev/shm"] = DiskUsage(total=1 << 30, used=512 << 20, free=512 << 20)
+    report = run(host, expect_gpus=8)
+    shm = findings(report, "shm.capacity")[0]
+    assert shm.status == Status.WARN
+    assert "NCCL needs ~1024 MiB in /dev/shm for 8 GPUs" in shm.message
+    assert findings(run(h200_host(), expect_gpus=8), "shm.capacity")[0].status == Status.PASS

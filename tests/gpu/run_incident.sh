@@ -35,7 +35,7 @@ mkdir -p /usr/lib/x86_64-linux-gnu/lxc/rootfs "$LXCPATH" /run/lock/lxc
 # lxc-start/lxc-attach/lxc-stop itself) needs no special environment.
 mkdir -p /tmp/lxcbin
 for tool in lxc-start lxc-stop lxc-attach lxc-info lxc-ls lxc-execute lxc-wait; do
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec /opt/lxcroot/usr/bin/%s "$@"\n' "$LXC_LIBS" "$tool" > /tmp/lxcbin/$tool
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec /opt/lxcroot/usr/bin/%s "$@"\n' "$LXC_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tool" > /tmp/lxcbin/$tool
   chmod +x /tmp/lxcbin/$tool
 done
 export PATH="/tmp/lxcbin:$PATH"
@@ -150,6 +150,20 @@ torch.cuda.synchronize()
 print('torch', torch.__version__, 'on', torch.cuda.get_device_name(0), 'matmul sum', y)
 "
 echo "torch exit=$?"
+
+step "4b. bench telemetry: NVML sampled while a real CUDA load runs (GpuSampler)"
+python3 - <<'PY'
+import json, time
+import torch
+from gpudoctor.bench.telemetry import GpuSampler
+x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+with GpuSampler(interval_s=0.1) as sampler:
+    end = time.time() + 3
+    while time.time() < end:
+        y = x @ x
+    torch.cuda.synchronize()
+print(json.dumps(sampler.summary(), indent=1, sort_keys=True))
+PY
 
 step "5. check latency on the GPU (benchmarks/check_latency.py)"
 python3 benchmarks/check_latency.py --runs 15 --json "$OUT/latency.json"

@@ -120,6 +120,53 @@ def exit_code(reports: list[Report]) -> int:
     help="Trust and save the key of an SSH host never seen before (never a changed one).",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Show the evidence of passing checks too.")
+@click.option(
+    "--cluster",
+    metavar="HOST[:PORT]",
+    help="Check every CT passing NVIDIA devices "
+    "through on every node of this Proxmox cluster (API over https; nodes over SSH as "
+    "root@NODE). --ct narrows it (ids, names, globs: 200,llm-*).",
+)
+@click.option(
+    "--inventory",
+    "inventory_file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Check the nodes and CTs listed in this TOML file (see docs/fleet.md).",
+)
+@click.option(
+    "--parallel",
+    type=int,
+    default=8,
+    show_default=True,
+    help="Fleet: targets checked at once (at most 4 per node).",
+)
+@click.option(
+    "--target-timeout",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="Fleet: seconds one node or CT may take before it is reported ERROR.",
+)
+@click.option(
+    "--api-token-id",
+    envvar="PVE_TOKEN_ID",
+    metavar="USER@REALM!ID",
+    help="Proxmox API token id (or env PVE_TOKEN_ID). Password login: env PVE_USER "
+    "and PVE_PASSWORD.",
+)
+@click.option(
+    "--api-token-secret",
+    envvar="PVE_TOKEN_SECRET",
+    metavar="SECRET",
+    help="Proxmox API token secret (better: env PVE_TOKEN_SECRET). Never printed.",
+)
+@click.option(
+    "--api-insecure",
+    is_flag=True,
+    help="Do not verify the API's TLS certificate "
+    "(else system CAs, or REQUESTS_CA_BUNDLE=/path/to/pve-root-ca.pem).",
+)
 @click.pass_context
 def check(
     ctx: click.Context,
@@ -138,6 +185,13 @@ def check(
     known_hosts: str | None,
     accept_new_host_key: bool,
     verbose: bool,
+    cluster: str | None = None,
+    inventory_file: str | None = None,
+    parallel: int = 8,
+    target_timeout: float = 120.0,
+    api_token_id: str | None = None,
+    api_token_secret: str | None = None,
+    api_insecure: bool = False,
 ) -> None:
     """Diagnose GPU access: driver, device nodes and their cgroup policy, CUDA, NVML, weights.
 
@@ -148,12 +202,13 @@ def check(
       gpudoctor check --host root@pve1 --ct 200        # CT 200 from outside, plus its config
       gpudoctor check --json | jq '.findings[] | select(.status=="FAIL")'
       gpudoctor check --format prometheus -o /var/lib/node_exporter/gpudoctor.prom
+      gpudoctor check --cluster pve1                   # every GPU CT of the cluster
+      gpudoctor check --inventory hosts.toml --ct 'llm-*' --parallel 16
 
     Each finding names its evidence and the exact remedy. Exit: 0 healthy (warnings
     allowed), 3 at least one FAIL or ERROR, 1 gpudoctor error, 2 usage error.
     """
     from gpudoctor.hosts.base import HostError
-    from gpudoctor.runner import run_checks
 
     options = CheckOptions(
         devices=parse_devices(devices),
@@ -168,12 +223,31 @@ def check(
         deep=deep,
     )
     fmt_enum = Format.JSON if as_json else Format(fmt)
+    local_facts = prestart_local_probe(options, host_spec, ct, cluster or inventory_file)
+    from gpudoctor.runner import run_checks
+
+    if cluster or inventory_file:
+        if host_spec:
+            raise click.UsageError(
+                "--host is for one machine; --cluster/--inventory name the nodes"
+            )
+        from dataclasses import replace
+
+        from gpudoctor.fleet.command import FleetRequest, run_fleet_command
+
+        request = FleetRequest(cluster, inventory_file, (ct,) if ct else (), parallel,
+                               target_timeout, api_token_id, api_token_secret, api_insecure,
+                               known_hosts, accept_new_host_key)  # fmt: skip
+        options = replace(options, ct=None, model_dirs=tuple(model_dirs))
+        ctx.exit(run_fleet_command(request, options, fmt_enum, output, verbose, write_atomically))
     try:
         target, ct_host, closers = open_targets(
             host_spec, ct, flavor, known_hosts, accept_new_host_key
         )
         try:
-            report = run_checks(target, options, ct_host=ct_host, progress=progress_printer())
+            report = run_checks(
+                target, options, ct_host=ct_host, progress=progress_printer(), facts=local_facts
+            )
         finally:
             for host in closers:
                 host.close()
@@ -183,6 +257,20 @@ def check(
         raise click.UsageError(str(exc)) from exc
     emit([report], fmt_enum, output, verbose)
     ctx.exit(exit_code([report]))
+
+
+def prestart_local_probe(options: CheckOptions, host_spec, ct, fleet):  # type: ignore[no-untyped-def]
+    """Start the CUDA/NVML probe on this machine at once (before the catalogue is even
+    imported) when the whole catalogue runs locally; return its FactCache, else None.
+    This is what keeps `gpudoctor check` within about one cuInit (docs/performance.md)."""
+    if (host_spec and host_spec != "local") or ct or fleet or options.only:
+        return None
+    from gpudoctor.context import FactCache
+    from gpudoctor.hosts.local import LocalHost
+
+    facts = FactCache(LocalHost(), options)
+    facts.start_gpu_probe()
+    return facts
 
 
 def open_targets(host_spec, ct, flavor, known_hosts, accept_new):  # type: ignore[no-untyped-def]

@@ -50,20 +50,21 @@ def run_checks(
     specs: list[CheckSpec] | None = None,
     progress: ProgressCallback | None = None,
     target_name: str | None = None,
+    facts: FactCache | None = None,
 ) -> Report:
     """Run the catalogue against ``host`` (and ``ct_host`` for host-side CT checks) and
     return the Report. Raises ValueError for an unknown ``--only`` id; never for a check."""
     started = time.monotonic()
-    facts = {"target": FactCache(host, options)}
+    facts_by_scope = {"target": facts or FactCache(host, options)}
     if not options.only:  # the whole catalogue needs the probe: start it before loading checks
-        facts["target"].start_gpu_probe()
+        facts_by_scope["target"].start_gpu_probe()
     catalogue = specs if specs is not None else load_catalogue()
     selected = select(catalogue, options.only, ct_host is not None)
     if ct_host is not None:
-        facts["ct_host"] = FactCache(ct_host, options)
+        facts_by_scope["ct_host"] = FactCache(ct_host, options)
     if any(s.uses_gpu_probe for s in selected):
-        facts["target"].start_gpu_probe()
-    results = Schedule(selected, facts, options, progress).run()
+        facts_by_scope["target"].start_gpu_probe()
+    results = Schedule(selected, facts_by_scope, options, progress).run()
     return Report(
         target=target_name or host.name,
         results=tuple(results[s.id] for s in selected),

@@ -15,6 +15,7 @@ import ctypes
 import json
 import os
 import sys
+import threading
 import time
 
 NVML_OK = 0
@@ -31,9 +32,14 @@ THROTTLE_NAMES = {
 }
 
 
+EMIT_LOCK = threading.Lock()
+
+
 def emit(obj):
-    sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
-    sys.stdout.flush()
+    line = json.dumps(obj, sort_keys=True) + "\n"
+    with EMIT_LOCK:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def loaded_path(fragment):
@@ -259,8 +265,19 @@ def stage_env():
 
 
 def main(stages):
+    """Run the stages; NVML runs in a thread beside cuInit (ctypes releases the GIL), so the
+    probe costs about one cuInit."""
+    funcs = {"env": stage_env, "nvml": stage_nvml, "cuda": stage_cuda}
+    threads = []
     for name in stages:
-        {"env": stage_env, "nvml": stage_nvml, "cuda": stage_cuda}[name]()
+        if name == "nvml" and "cuda" in stages:
+            thread = threading.Thread(target=stage_nvml, daemon=True)
+            thread.start()
+            threads.append(thread)
+        else:
+            funcs[name]()
+    for thread in threads:
+        thread.join()
 
 
 if __name__ == "__main__":

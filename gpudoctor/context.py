@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -115,7 +116,12 @@ class FactCache:
             if "gpu_probe" in self._futures or getattr(self, "_probe_started", False):
                 return
             self._probe_started = True
-        threading.Thread(target=self.gpu_probe, name="gpu-probe", daemon=True).start()
+        threading.Thread(target=self._prefetch_probe, name="gpu-probe", daemon=True).start()
+
+    def _prefetch_probe(self) -> None:
+        """Run the probe for later readers; its error is cached for them, not printed here."""
+        with contextlib.suppress(BaseException):
+            self.gpu_probe()
 
     def gpu_probe(self) -> GpuProbe:
         """Return the GPU probe's result (running it now if nobody started it)."""

@@ -1,0 +1,110 @@
+"""NodeHost: a node's connection as its CTs' checks share it during one fleet run.
+
+Every Host operation goes to the node's own Host (an SSHHost), with two savings on the
+commands (``run``), which the config check of EVERY CT issues:
+
+* commands run through ONE gpudoctor agent on the node (started once over the node's SSH
+  connection, see :mod:`gpudoctor.hosts.remote`) instead of one SSH exec session each
+  (an sshd session process, a login shell and ``timeout`` per command, saved);
+* the output of a few commands whose answer cannot change during a run is remembered
+  after the first success: ``lxc-config lxc.lxcpath``, ``readlink <pve root>/local``
+  (to locate each CT's config) and ``pveversion``. Nothing is cached across runs.
+
+Command streams (``pct exec``/``lxc-attach`` for the CT agents) still open their own
+SSH channel: they need their own pipes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from gpudoctor.hosts.base import CommandResult, DiskUsage, FileStat, Host, OpenResult
+from gpudoctor.hosts.remote import AgentHost, agent_command
+
+
+def constant_for_a_run(argv: Sequence[str]) -> bool:
+    """Return True for the commands whose answer is fixed during a fleet run."""
+    args = tuple(argv)
+    return (
+        args == ("lxc-config", "lxc.lxcpath")
+        or args == ("pveversion",)
+        or (len(args) == 2 and args[0] == "readlink" and args[1].endswith("/local"))
+    )
+
+
+class NodeHost(Host):
+    """Wraps a node's Host (see the module doc); ``inner`` does the work."""
+
+    def __init__(self, inner: Host, call_timeout: float = 120.0) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.python = inner.python
+        self._lock = threading.Lock()
+        self._answers: dict[tuple[str, ...], CommandResult] = {}
+        self._runner: Host = inner
+        if getattr(inner, "open_stream", None) is not None and not isinstance(inner, AgentHost):
+            self._runner = AgentHost(
+                lambda: inner.open_stream(agent_command(inner.python)),  # type: ignore[attr-defined]
+                name=inner.name,
+                python=inner.python,
+                call_timeout=call_timeout,
+            )
+
+    def read_text(self, path: str, limit: int = 1 << 20) -> str:
+        """Return the node's file text (``cat PATH``)."""
+        return self.inner.read_text(path, limit)
+
+    def read_bytes(self, path: str, length: int, offset: int = 0) -> bytes:
+        """Return up to ``length`` bytes of a node file from ``offset``."""
+        return self.inner.read_bytes(path, length, offset)
+
+    def stat(self, path: str) -> FileStat:
+        """Return ``stat PATH`` on the node."""
+        return self.inner.stat(path)
+
+    def try_open(self, path: str, write: bool = True) -> OpenResult:
+        """Open and close ``path`` on the node; never raise for the open itself."""
+        return self.inner.try_open(path, write)
+
+    def list_dir(self, path: str) -> list[str]:
+        """Return the sorted entries of a node directory (``ls -A PATH``)."""
+        return self.inner.list_dir(path)
+
+    def disk_usage(self, path: str) -> DiskUsage:
+        """Return the usage in bytes of the node filesystem holding ``path`` (``df -B1``)."""
+        return self.inner.disk_usage(path)
+
+    def run(
+        self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None
+    ) -> CommandResult:
+        """Run ``argv`` on the node; a run-constant command (:func:`constant_for_a_run`)
+        runs once and its successful result is returned again after that."""
+        key = tuple(argv)
+        if input is not None or not constant_for_a_run(key):
+            return self._runner.run(argv, timeout, input)
+        with self._lock:
+            known = self._answers.get(key)
+        if known is not None:
+            return known
+        result = self._runner.run(argv, timeout, input)
+        if result.ok:
+            with self._lock:
+                self._answers[key] = result
+        return result
+
+    def open_stream(self, argv: Sequence[str]) -> Any:
+        """Start ``argv`` on the node and return its pipes (for ``pct exec``/``lxc-attach``)."""
+        opener = getattr(self.inner, "open_stream", None)
+        if opener is None:
+            from gpudoctor.hosts.container import open_stream
+
+            return open_stream(self.inner, list(argv))
+        return opener(argv)
+
+    def close(self) -> None:
+        """Stop the command agent and close the node's connection."""
+        if self._runner is not self.inner:
+            self._runner.close()
+        self.inner.close()

@@ -17,6 +17,7 @@ import traceback
 from collections.abc import Callable, Iterable
 
 from gpudoctor.context import CheckContext, CheckOptions, FactCache
+from gpudoctor.facts.nodes import nvidia_majors
 from gpudoctor.hosts.base import Host, HostError
 from gpudoctor.model import CheckResult, Finding, Report, Status
 from gpudoctor.registry import CheckSpec, load_catalogue
@@ -56,14 +57,13 @@ def run_checks(
     return the Report. Raises ValueError for an unknown ``--only`` id; never for a check."""
     started = time.monotonic()
     facts_by_scope = {"target": facts or FactCache(host, options)}
-    if not options.only:  # the whole catalogue needs the probe: start it before loading checks
-        facts_by_scope["target"].start_gpu_probe()
     catalogue = specs if specs is not None else load_catalogue()
     selected = select(catalogue, options.only, ct_host is not None)
     if ct_host is not None:
         facts_by_scope["ct_host"] = FactCache(ct_host, options)
-    if any(s.uses_gpu_probe for s in selected):
-        facts_by_scope["target"].start_gpu_probe()
+    target_facts = facts_by_scope["target"]
+    if any(s.uses_gpu_probe for s in selected) and nvidia_majors(target_facts.proc_devices()):
+        target_facts.start_gpu_probe()  # no NVIDIA driver: every probe check SKIPs anyway
     results = Schedule(selected, facts_by_scope, options, progress).run()
     return Report(
         target=target_name or host.name,

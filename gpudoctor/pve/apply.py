@@ -241,16 +241,22 @@ def _local_node(host: Host, layout: Layout) -> str:
     return result.stdout.strip().rsplit("/", 1)[-1] if result.ok else ""
 
 
+MAX_READ = 64 << 20  # far above pmxcfs's 1 MiB file limit
+
+
 def read_bytes(host: Host, path: str, layout: Layout) -> tuple[bytes, str]:
     """Return a file's exact bytes and SHA-1 (``cat PATH; sha1sum PATH``); raise
     ApplyError ``missing`` when it does not exist, ``io`` when it cannot be read."""
-    result = _program(host, layout, ["read", path], None, 30)
-    if result.returncode == RC_MISSING:
-        raise ApplyError("missing", f"{path} does not exist")
-    if not result.ok:
-        raise ApplyError("io", f"cannot read {path}: {_why(result)}")
-    reply = json.loads(result.stdout)
-    return base64.b64decode(reply["data"]), reply["sha1"]
+    # Through the Host's own file read (the SSH agent's channel): no process per read on the
+    # node, which matters when a fleet check reads hundreds of CT configs. The locked write
+    # re-reads and re-hashes on the host itself, so this SHA-1 is only the plan's witness.
+    try:
+        data = host.read_bytes(path, MAX_READ)
+    except FileNotFoundError:
+        raise ApplyError("missing", f"{path} does not exist") from None
+    except OSError as exc:
+        raise ApplyError("io", f"cannot read {path}: {exc.strerror or exc}") from None
+    return data, hashlib.sha1(data).hexdigest()
 
 
 def read_config(host: Host, target: Target, layout: Layout) -> Snapshot:

@@ -1,0 +1,216 @@
+"""The engine interface: how to start one server, know it is ready, and ask it things.
+
+An adapter turns a resolved :class:`~gpudoctor.bench.plan.ServerConfig` into an argv and
+an environment, says which endpoint answers when the server is ready, how to learn
+the server's real maximum context length, which endpoint flushes its cache, which
+version is installed, and which flags its ``--help`` accepts. Adapters hold no state
+about running servers (that is :mod:`gpudoctor.bench.server`).
+"""
+
+from __future__ import annotations
+
+import abc
+import difflib
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from gpudoctor.bench.plan import ArgValue, EngineSpec, ModelSpec, ServerConfig
+
+_FLAG = re.compile(r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_-]*)")
+
+
+class EngineError(RuntimeError):
+    """The engine cannot be used as asked (not installed, bad flag, ...): one-line message."""
+
+
+@dataclass(frozen=True)
+class FlagProblem:
+    """A flag the plan uses that the installed engine does not accept.
+
+    Attributes:
+        flag: the flag as it would be passed (``--speculative-ddtree-budgt``).
+        configs: labels of the configurations that use it.
+        suggestion: the closest accepted flag, or empty.
+    """
+
+    flag: str
+    configs: tuple[str, ...]
+    suggestion: str = ""
+
+    def message(self) -> str:
+        """Return the problem as one line (``unknown flag --x (did you mean --y?) in a@tp1``)."""
+        hint = f" (did you mean {self.suggestion}?)" if self.suggestion else ""
+        return f"unknown flag {self.flag}{hint}, used by {', '.join(self.configs)}"
+
+
+def flags_in_help(help_text: str) -> frozenset[str]:
+    """Return every ``--flag`` that a ``--help`` output mentions."""
+    return frozenset(_FLAG.findall(help_text))
+
+
+def render_args(args: tuple[tuple[str, ArgValue], ...] | list[tuple[str, ArgValue]]) -> list[str]:
+    """Return argv words for ``(flag, value)`` pairs: True -> bare flag, False -> nothing,
+    a list -> the flag followed by each value."""
+    argv: list[str] = []
+    for flag, value in args:
+        if value is False:
+            continue
+        argv.append(f"--{flag}")
+        if value is True:
+            continue
+        if isinstance(value, tuple):
+            argv.extend(str(v) for v in value)
+        else:
+            argv.append(str(value))
+    return argv
+
+
+class Engine(abc.ABC):
+    """One inference engine. Subclasses fill in the class attributes and the argv parts."""
+
+    name: str = ""
+    package: str = ""  # the distribution whose version is reported
+    reserved: tuple[str, ...] = ("host", "port")  # flags gpudoctor sets itself
+    ready_path: str = "/health"
+    flush_cache_path: str | None = None
+    log_ready_pattern: str = r"Uvicorn running on|Application startup complete"
+
+    def __init__(self, spec: EngineSpec) -> None:
+        self.spec = spec
+
+    # ---- the command
+    @property
+    def python(self) -> str:
+        """Return the interpreter of the engine's environment (plan's ``engine.python``)."""
+        return self.spec.python or sys.executable
+
+    def script(self, name: str) -> str | None:
+        """Return the console script ``name`` beside the engine's interpreter, if it exists."""
+        path = Path(self.python).parent / name
+        return str(path) if path.exists() else None
+
+    @abc.abstractmethod
+    def launcher(self) -> list[str]:
+        """Return the argv prefix that starts a server (``python -m sglang.launch_server``)."""
+
+    @abc.abstractmethod
+    def model_args(self, model: ModelSpec, config: ServerConfig) -> list[str]:
+        """Return the argv words that name the model and the tensor parallel size."""
+
+    def served_model(self, model: ModelSpec) -> str:
+        """Return the ``model`` field requests must send."""
+        return model.served_name or model.local_dir
+
+    def command(
+        self, config: ServerConfig, model: ModelSpec, port: int, host: str = "127.0.0.1"
+    ) -> list[str]:
+        """Return the full argv of the server for ``config`` listening on ``host:port``."""
+        return [
+            *self.launcher(),
+            *self.model_args(model, config),
+            "--host", host, "--port", str(port),
+            *render_args(config.args),
+        ]  # fmt: skip
+
+    def environment(self, config: ServerConfig) -> dict[str, str]:
+        """Return the environment additions for the server (engine defaults + plan's env)."""
+        env = {"HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONUNBUFFERED": "1"}
+        env.update(dict(config.env))
+        return env
+
+    def help_argv(self) -> list[str]:
+        """Return the argv that prints the server's ``--help``."""
+        return [*self.launcher(), "--help"]
+
+    # ---- talking to a running server
+    def is_ready(self, client: httpx.Client, base_url: str) -> bool:
+        """Return True when the server answers its readiness endpoint with 200."""
+        try:
+            return client.get(base_url + self.ready_path, timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def max_context(self, client: httpx.Client, base_url: str, model: ModelSpec) -> int | None:
+        """Return the server's real maximum context length in tokens (None when unknown).
+
+        Default: ``max_model_len`` of the first model in ``GET /v1/models``."""
+        try:
+            data = client.get(base_url + "/v1/models", timeout=10.0).json()
+            value = (data.get("data") or [{}])[0].get("max_model_len")
+            return int(value) if value else None
+        except (httpx.HTTPError, ValueError, AttributeError, IndexError, TypeError):
+            return None
+
+    # ---- facts about the installed engine
+    def _run(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, COLUMNS="250", TERM="dumb", NO_COLOR="1", PYTHONWARNINGS="ignore")
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+        except FileNotFoundError as exc:
+            raise EngineError(
+                f"{self.name}: {argv[0]} not found (is {self.package} installed?)"
+            ) from exc
+        except subprocess.TimeoutExpired as exc:
+            raise EngineError(f"{self.name}: `{' '.join(argv)}` took over {timeout:.0f} s") from exc
+
+    def version(self) -> str | None:
+        """Return the installed engine's version (``pip show PACKAGE``), None if not installed."""
+        code = f"import importlib.metadata as m; print(m.version({self.package!r}))"
+        proc = self._run([self.python, "-c", code], timeout=60)
+        return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+    def help_text(self, cache_dir: Path | None = None, refresh: bool = False) -> str:
+        """Return the server's ``--help`` output (cached per engine version and interpreter;
+        ``refresh`` ignores the cache, e.g. for a branch installed over the same version)."""
+        version = self.version()
+        if version is None:
+            raise EngineError(
+                f"{self.name} is not installed for {self.python} (pip install {self.package})"
+            )
+        cache = None
+        if cache_dir is not None:
+            tag = hashlib.sha256(
+                f"{self.python}|{version}|{self.help_argv()}".encode()
+            ).hexdigest()[:12]
+            cache = cache_dir / f"{self.name}-{version}-{tag}.help.txt"
+            if cache.is_file() and not refresh:
+                return cache.read_text(encoding="utf-8")
+        proc = self._run(self.help_argv(), timeout=300)
+        text = proc.stdout + proc.stderr
+        if proc.returncode != 0 or not flags_in_help(text):
+            tail = " | ".join(text.strip().splitlines()[-3:])
+            raise EngineError(f"{self.name}: `{' '.join(self.help_argv())}` failed: {tail}")
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(cache)
+        return text
+
+    def check_flags(
+        self, configs: tuple[ServerConfig, ...] | list[ServerConfig], help_text: str
+    ) -> list[FlagProblem]:
+        """Return the flags the configs use that ``help_text`` does not list (empty = all good).
+
+        Flags gpudoctor sets itself (host, port, model, tp) are reported when a plan sets them."""
+        known = flags_in_help(help_text)
+        users: dict[str, list[str]] = {}
+        for config in configs:
+            for flag, _ in config.args:
+                users.setdefault(flag, []).append(config.label)
+        problems = []
+        for flag, labels in users.items():
+            dashed = f"--{flag}"
+            if flag in self.reserved:
+                problems.append(FlagProblem(dashed, tuple(labels), "(set by gpudoctor; remove it)"))
+            elif dashed not in known:
+                close = difflib.get_close_matches(dashed, sorted(known), n=1, cutoff=0.75)
+                problems.append(FlagProblem(dashed, tuple(labels), close[0] if close else ""))
+        return problems

@@ -1,0 +1,155 @@
+"""Campaign progress on stderr: a rich display on a terminal, plain lines otherwise.
+
+Both reporters take the same calls from the launcher: ``begin`` (cells total / already
+done), ``config`` (a server is starting), ``cell_start``, ``requests`` (done/total of
+the current cell), ``cell_done`` (status and reason), ``note`` (a line of text), ``end``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import TextIO
+
+
+class PlainReporter:
+    """One line per event, for logs and pipes (``gpudoctor bench ... 2>campaign.log``)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.total = self.done = self.ok = self.crashed = self.skipped = 0
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+
+    def _line(self, text: str) -> None:
+        with self._lock:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def _counts(self) -> str:
+        eta = self.eta()
+        tail = f", ~{eta / 60:.0f} min left" if eta is not None else ""
+        return (
+            f"[{self.done}/{self.total} done: {self.ok} ok, {self.crashed} crashed, "
+            f"{self.skipped} skipped; {time.monotonic() - self.started:.0f} s{tail}]"
+        )
+
+    def eta(self) -> float | None:
+        """Return the estimated seconds left (average cell time so far x cells left)."""
+        measured = self.ok + self.crashed
+        if not measured or self.done >= self.total:
+            return None
+        return (time.monotonic() - self.started) / measured * (self.total - self.done)
+
+    def begin(self, total: int, already_done: int) -> None:
+        """Start the display for ``total`` cells of which ``already_done`` are finished."""
+        self.total, self.done = total, already_done
+        self._line(f"bench: {total} cells, {already_done} already done")
+
+    def config(self, label: str, text: str) -> None:
+        """Announce a configuration step (``starting server``, ``ready in 9.1 s``)."""
+        self._line(f"bench: {label}: {text}")
+
+    def cell_start(self, label: str, concurrency: int) -> None:
+        """Announce that a cell starts."""
+        self._line(f"bench: {label} concurrency {concurrency}: measuring")
+
+    def requests(self, done: int, total: int) -> None:
+        """Report request progress inside the current cell (plain mode: silent)."""
+
+    def cell_done(self, label: str, concurrency: int, status: str, reason: str = "") -> None:
+        """Count a finished cell and print its verdict."""
+        self.done += 1
+        if status == "ok":
+            self.ok += 1
+        elif status == "crashed":
+            self.crashed += 1
+        else:
+            self.skipped += 1
+        why = f" ({reason})" if reason else ""
+        self._line(f"bench: {label} concurrency {concurrency}: {status}{why} {self._counts()}")
+
+    def note(self, text: str) -> None:
+        """Print one line of information."""
+        self._line(f"bench: {text}")
+
+    def end(self) -> None:
+        """Close the display."""
+        self._line(f"bench: finished {self._counts()}")
+
+
+class RichReporter(PlainReporter):
+    """A live rich progress bar (cells) plus a line for the current cell's requests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.console = Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[counts]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+        )
+        self.cells = self.progress.add_task("cells", total=1, counts="")
+        self.current = self.progress.add_task("", total=1, counts="", visible=False)
+
+    def _line(self, text: str) -> None:
+        self.console.print(text, highlight=False, markup=False)
+
+    def _refresh(self) -> None:
+        counts = f"{self.ok} ok · {self.crashed} crashed · {self.skipped} skipped"
+        self.progress.update(self.cells, total=self.total, completed=self.done, counts=counts)
+
+    def begin(self, total: int, already_done: int) -> None:
+        """Start the live display."""
+        self.progress.start()
+        super().begin(total, already_done)
+        self._refresh()
+
+    def cell_start(self, label: str, concurrency: int) -> None:
+        """Show the current cell as the second bar."""
+        self.progress.update(
+            self.current,
+            description=f"{label} c={concurrency}",
+            completed=0,
+            total=1,
+            visible=True,
+            counts="requests",
+        )
+
+    def requests(self, done: int, total: int) -> None:
+        """Advance the current cell's request bar."""
+        self.progress.update(self.current, completed=done, total=max(total, 1))
+
+    def cell_done(self, label: str, concurrency: int, status: str, reason: str = "") -> None:
+        """Count the cell and refresh the bars."""
+        super().cell_done(label, concurrency, status, reason)
+        self.progress.update(self.current, visible=False)
+        self._refresh()
+
+    def end(self) -> None:
+        """Stop the live display and print the final counts."""
+        self._refresh()
+        self.progress.stop()
+        super().end()
+
+
+def make_reporter(quiet_rich: bool = False) -> PlainReporter:
+    """Return a RichReporter when stderr is a terminal, else a PlainReporter."""
+    if sys.stderr.isatty() and not quiet_rich:
+        return RichReporter()
+    return PlainReporter()

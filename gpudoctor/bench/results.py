@@ -1,0 +1,274 @@
+"""A run directory: the plan as run, the environment, and the append-only cell records.
+
+Layout of ``--out DIR``::
+
+    plan.toml        the plan exactly as run
+    run.json         environment (host, GPUs, driver, engine version, gpudoctor version)
+    results.jsonl    one JSON line per finished cell (ok | crashed | skipped), fsync'ed
+    preflight.jsonl  every preflight verdict (and the diagnosis that stopped a campaign)
+    logs/            one server log per configuration
+    raw/             per-request records of each cell (``<cell key>.jsonl``)
+    .lock            held while a launcher works on the directory
+
+Exactly once per cell: a cell counts as done only when its line is in
+``results.jsonl``. A line is written with one ``write()`` and fsync'ed; a torn last line
+(the launcher killed mid-write) is cut off on the next open, and the cell reruns.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import platform
+import shutil
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RESULTS = "results.jsonl"
+PLAN = "plan.toml"
+
+
+class RunDirError(RuntimeError):
+    """The run directory cannot be used as asked (one line for the CLI)."""
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What opening a run directory found.
+
+    Attributes:
+        resumed: True when earlier results were kept.
+        done: finished records by cell key.
+        dropped_bytes: bytes of a torn last line that were cut off.
+        archived: where earlier files were moved (``--no-resume``), or None.
+    """
+
+    resumed: bool
+    done: dict[str, dict[str, Any]]
+    dropped_bytes: int = 0
+    archived: str | None = None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temp file, fsync, rename, fsync dir)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+    _fsync_dir(path.parent)
+
+
+def read_records(path: Path, repair: bool = False) -> tuple[list[dict[str, Any]], int]:
+    """Return the complete JSON lines of a results file and the byte count of a torn tail.
+
+    With ``repair``, the torn tail (a last line without newline or not JSON) is cut off."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], 0
+    good_end, records = 0, []
+    pos = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break
+        line = data[pos:nl]
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                break  # a torn line mid-file can only be the last one written
+        pos = good_end = nl + 1
+    dropped = len(data) - good_end
+    if dropped and repair:
+        with open(path, "r+b") as fh:
+            fh.truncate(good_end)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return records, dropped
+
+
+class RunDir:
+    """An opened run directory; hold it with ``with`` (an exclusive lock)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock_fd: int | None = None
+
+    @property
+    def results_path(self) -> Path:
+        """Return ``DIR/results.jsonl``."""
+        return self.path / RESULTS
+
+    def log_path(self, label: str) -> Path:
+        """Return the server log path of one configuration (``logs/auto@tp1.log``)."""
+        return self.path / "logs" / f"{label.replace('/', '_')}.log"
+
+    def raw_path(self, cell_key: str) -> Path:
+        """Return the raw per-request record path of one cell."""
+        return self.path / "raw" / f"{cell_key}.jsonl"
+
+    def __enter__(self) -> RunDir:
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(fd)
+            raise RunDirError(
+                f"{self.path}: another gpudoctor bench is running on this directory"
+            ) from exc
+        self._lock_fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def open(self, plan_text: str, resume: bool | None) -> Opened:
+        """Prepare the directory for ``plan_text`` and return the finished records.
+
+        ``resume=None`` resumes when the directory holds the same plan and refuses a
+        different one; ``True`` resumes whatever the plan (cells match by key);
+        ``False`` moves earlier files to ``previous-<time>/`` and starts afresh."""
+        plan_file = self.path / PLAN
+        old_plan = plan_file.read_text(encoding="utf-8") if plan_file.exists() else None
+        has_results = self.results_path.exists()
+        archived = None
+        if old_plan is not None or has_results:
+            if resume is False:
+                archived = self._archive()
+            elif resume is None and old_plan is not None and old_plan != plan_text:
+                raise RunDirError(
+                    f"{self.path} holds a different plan: pass --resume to reuse its finished "
+                    "cells (matched by key), --no-resume to archive it, or another --out"
+                )
+        records, dropped = read_records(self.results_path, repair=True)
+        done = {str(r["key"]): r for r in records if "key" in r}
+        if old_plan is not None and old_plan != plan_text and archived is None:
+            write_atomic(self.path / time.strftime("plan-before-%Y%m%dT%H%M%S.toml"), old_plan)
+        if old_plan != plan_text:
+            write_atomic(plan_file, plan_text)
+        return Opened(resumed=bool(done), done=done, dropped_bytes=dropped, archived=archived)
+
+    def _archive(self) -> str:
+        dest = self.path / time.strftime("previous-%Y%m%dT%H%M%S")
+        dest.mkdir()
+        for name in (PLAN, RESULTS, "run.json", "preflight.jsonl", "logs", "raw"):
+            if (self.path / name).exists():
+                shutil.move(str(self.path / name), str(dest / name))
+        _fsync_dir(self.path)
+        return str(dest)
+
+    def drop_records(self, keys: set[str]) -> int:
+        """Remove the records of ``keys`` from results.jsonl (``--retry-crashed``), moving
+        them to ``superseded.jsonl`` first so nothing is lost; return how many."""
+        records, _ = read_records(self.results_path, repair=True)
+        gone = [r for r in records if r.get("key") in keys]
+        if not gone:
+            return 0
+        self._append_lines(self.path / "superseded.jsonl", gone)
+        kept = "".join(
+            json.dumps(r, sort_keys=True) + "\n" for r in records if r.get("key") not in keys
+        )
+        write_atomic(self.results_path, kept)
+        return len(gone)
+
+    def _append_lines(self, path: Path, records: list[dict[str, Any]]) -> None:
+        blob = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records).encode()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(blob)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Append one cell record to results.jsonl and fsync it (``echo JSON >> results.jsonl``)."""
+        self._append_lines(self.results_path, [record])
+
+    def append_preflight(self, record: dict[str, Any]) -> None:
+        """Append one preflight verdict to preflight.jsonl."""
+        self._append_lines(self.path / "preflight.jsonl", [record])
+
+    def write_run_json(self, facts: dict[str, Any]) -> None:
+        """Write run.json (the environment of this launch; earlier launches kept in ``launches``)."""
+        path = self.path / "run.json"
+        launches: list[Any] = []
+        if path.exists():
+            try:
+                old = json.loads(path.read_text(encoding="utf-8"))
+                launches = old.get("launches", [])
+                if old.get("tag") != facts.get("tag"):  # an earlier launch: keep its facts
+                    launches = [*launches, {k: v for k, v in old.items() if k != "launches"}]
+            except ValueError:
+                launches = []
+        write_atomic(
+            path,
+            json.dumps(
+                {**facts, "launches": launches[-20:]}, indent=2, sort_keys=True, default=str
+            ),
+        )
+
+
+def environment_facts(engine: str, engine_version: str | None, arch: str) -> dict[str, Any]:
+    """Return the environment for run.json: host, OS, Python, GPUs and driver (via NVML),
+    engine + version, gpudoctor version (``nvidia-smi -q`` + ``uname -a`` in one dict)."""
+    from gpudoctor import __version__
+
+    facts: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "gpudoctor_version": __version__,
+        "engine": engine,
+        "engine_version": engine_version,
+        "gpu_arch": arch,
+        "gpus": [],
+        "driver": None,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            facts["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+                facts["gpus"].append(
+                    {
+                        "index": i,
+                        "name": _text(pynvml.nvmlDeviceGetName(h)),
+                        "uuid": _text(pynvml.nvmlDeviceGetUUID(h)),
+                        "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+                        "compute_capability": f"{major}.{minor}",
+                    }
+                )
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception as exc:  # no driver, no GPU: recorded, not fatal
+        facts["gpu_error"] = str(exc) or type(exc).__name__
+    return facts
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

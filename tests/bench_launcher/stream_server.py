@@ -1,0 +1,131 @@
+"""A small, real OpenAI-compatible streaming HTTP server (stdlib only, starts in < 1 s).
+
+It stands for an inference server (SGLang / vLLM / ``transformers serve``) in the
+launcher's fault-injection tests, where dozens of server starts with the real
+``transformers serve`` (~10 s each) would not fit in CI. It speaks the same protocol
+the load generator uses: ``GET /health``, ``GET /v1/models`` (with ``max_model_len``),
+``POST /v1/completions`` and ``/v1/chat/completions`` with ``stream: true`` (SSE
+chunks, one token each, ``usage`` on the final chunk). Prompt tokens are counted with
+the real tokenizer of ``--model`` (``tokenizer.json``); a prompt + ``max_tokens`` over
+``--max-model-len`` gets HTTP 400 "maximum context length", like vLLM.
+
+    python stream_server.py --model DIR --host 127.0.0.1 --port 8000
+        [--max-model-len 2048] [--token-delay-ms 2] [--start-delay-s 0]
+        [--exit-after-requests N] [--fail-start]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="stream_server.py", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--model", required=True, help="model directory (its tokenizer.json counts tokens)"
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--max-model-len", type=int, default=2048, help="context length in tokens")
+    p.add_argument("--token-delay-ms", type=float, default=2.0, help="time per generated token")
+    p.add_argument("--start-delay-s", type=float, default=0.0, help="sleep before binding the port")
+    p.add_argument(
+        "--exit-after-requests", type=int, default=0, help="crash (exit 3) after N requests"
+    )
+    p.add_argument(
+        "--fail-start", action="store_true", help="exit 1 at startup (a fatal start error)"
+    )
+    return p
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    if args.fail_start:
+        print("stream_server: fatal: --fail-start given, refusing to start", flush=True)
+        sys.exit(1)
+    count_tokens = _token_counter(args.model)
+    time.sleep(args.start_delay_s)
+    served = {"n": 0}
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, fmt: str, *a: object) -> None:
+            print("stream_server: " + fmt % a, flush=True)
+
+        def _json(self, status: int, obj: object) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._json(200, {"status": "ok"})
+            elif self.path == "/v1/models":
+                card = {"id": args.model, "object": "model", "max_model_len": args.max_model_len}
+                self._json(200, {"object": "list", "data": [card]})
+            else:
+                self._json(404, {"detail": "not found"})
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            chat = self.path == "/v1/chat/completions"
+            if self.path not in ("/v1/completions", "/v1/chat/completions"):
+                self._json(404, {"detail": "not found"})
+                return
+            with lock:
+                served["n"] += 1
+                if args.exit_after_requests and served["n"] > args.exit_after_requests:
+                    print("stream_server: injected crash", flush=True)
+                    os._exit(3)
+            text = body["messages"][-1]["content"] if chat else body.get("prompt", "")
+            prompt_tokens = count_tokens(text) + (8 if chat else 0)
+            max_tokens = int(body.get("max_tokens") or 16)
+            if prompt_tokens + max_tokens > args.max_model_len:
+                msg = (f"This model's maximum context length is {args.max_model_len} tokens. However, you "
+                       f"requested {prompt_tokens + max_tokens} tokens.")  # fmt: skip
+                self._json(400, {"error": {"message": msg, "type": "BadRequestError"}})
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            base = {"id": "cmpl-stub", "model": args.model, "created": int(time.time())}
+            for i in range(max_tokens):
+                time.sleep(args.token_delay_ms / 1000)
+                piece = {"delta": {"content": " tok"}} if chat else {"text": " tok"}
+                chunk = {**base, "choices": [{"index": 0, **piece}]}
+                if i == max_tokens - 1:
+                    chunk["choices"][0]["finish_reason"] = "length"
+                    chunk["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
+                                      "total_tokens": prompt_tokens + max_tokens}  # fmt: skip
+                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server.daemon_threads = True
+    print(f"stream_server: Uvicorn running on http://{args.host}:{args.port}", flush=True)
+    server.serve_forever()
+
+
+def _token_counter(model_dir: str):
+    path = os.path.join(model_dir, "tokenizer.json")
+    try:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(path)
+        return lambda text: len(tok.encode(text, add_special_tokens=False).ids)
+    except Exception:  # no tokenizer: count words
+        return lambda text: len(text.split())
+
+
+if __name__ == "__main__":
+    main()

@@ -5,4 +5,14 @@ imports the modules listed in ``CATALOGUE`` (plus the ``gpudoctor.checks`` entry
 points) and validates each check's metadata at load time.
 """
 
-CATALOGUE = ("proc", "driver", "devices", "cuda", "nvml", "storage", "multigpu", "allreduce", "ct_rules")
+CATALOGUE = (
+    "proc",
+    "driver",
+    "devices",
+    "cuda",
+    "nvml",
+    "storage",
+    "multigpu",
+    "allreduce",
+    "ct_rules",
+)

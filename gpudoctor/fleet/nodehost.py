@@ -20,7 +20,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from gpudoctor.hosts.base import CommandResult, DiskUsage, FileStat, Host, OpenResult
+from gpudoctor.hosts.base import CommandResult, ForwardingHost, Host
 from gpudoctor.hosts.remote import AgentHost, agent_command
 
 
@@ -34,11 +34,12 @@ def constant_for_a_run(argv: Sequence[str]) -> bool:
     )
 
 
-class NodeHost(Host):
+class NodeHost(ForwardingHost):
     """Wraps a node's Host (see the module doc); ``inner`` does the work."""
 
     def __init__(self, inner: Host, call_timeout: float = 120.0) -> None:
         self.inner = inner
+        self.files = inner
         self.name = inner.name
         self.python = inner.python
         self._lock = threading.Lock()
@@ -51,30 +52,6 @@ class NodeHost(Host):
                 python=inner.python,
                 call_timeout=call_timeout,
             )
-
-    def read_text(self, path: str, limit: int = 1 << 20) -> str:
-        """Return the node's file text (``cat PATH``)."""
-        return self.inner.read_text(path, limit)
-
-    def read_bytes(self, path: str, length: int, offset: int = 0) -> bytes:
-        """Return up to ``length`` bytes of a node file from ``offset``."""
-        return self.inner.read_bytes(path, length, offset)
-
-    def stat(self, path: str) -> FileStat:
-        """Return ``stat PATH`` on the node."""
-        return self.inner.stat(path)
-
-    def try_open(self, path: str, write: bool = True) -> OpenResult:
-        """Open and close ``path`` on the node; never raise for the open itself."""
-        return self.inner.try_open(path, write)
-
-    def list_dir(self, path: str) -> list[str]:
-        """Return the sorted entries of a node directory (``ls -A PATH``)."""
-        return self.inner.list_dir(path)
-
-    def disk_usage(self, path: str) -> DiskUsage:
-        """Return the usage in bytes of the node filesystem holding ``path`` (``df -B1``)."""
-        return self.inner.disk_usage(path)
 
     def run(
         self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None

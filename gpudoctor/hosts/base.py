@@ -210,3 +210,35 @@ class Host(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class ForwardingHost(Host):
+    """A Host whose file operations are another Host's (``self.files``); subclasses
+    provide ``run`` (and whatever else they add). SSHHost forwards to its agent, the
+    fleet's NodeHost to the node's SSHHost."""
+
+    files: Host
+
+    def read_text(self, path: str, limit: int = 1 << 20) -> str:
+        """Return the file's text (``cat PATH``), at most ``limit`` bytes; raise OSError."""
+        return self.files.read_text(path, limit)
+
+    def read_bytes(self, path: str, length: int, offset: int = 0) -> bytes:
+        """Return up to ``length`` bytes of a file from ``offset``; raise OSError."""
+        return self.files.read_bytes(path, length, offset)
+
+    def stat(self, path: str) -> FileStat:
+        """Return ``stat PATH`` (symlinks followed); raise OSError."""
+        return self.files.stat(path)
+
+    def try_open(self, path: str, write: bool = True) -> OpenResult:
+        """Open and close ``path``; never raise for the open itself."""
+        return self.files.try_open(path, write)
+
+    def list_dir(self, path: str) -> list[str]:
+        """Return the sorted entry names of a directory (``ls -A PATH``)."""
+        return self.files.list_dir(path)
+
+    def disk_usage(self, path: str) -> DiskUsage:
+        """Return the usage in bytes of the filesystem holding ``path`` (``df -B1``)."""
+        return self.files.disk_usage(path)

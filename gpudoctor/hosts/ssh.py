@@ -27,7 +27,7 @@ from typing import Any
 
 import paramiko
 
-from gpudoctor.hosts.base import CommandResult, DiskUsage, FileStat, Host, HostError, OpenResult
+from gpudoctor.hosts.base import CommandResult, ForwardingHost, HostError
 from gpudoctor.hosts.remote import AgentHost, ByteStream, agent_command
 from gpudoctor.hosts.ssh_target import (
     DEFAULT_SSH_CONFIG,
@@ -126,7 +126,7 @@ class ChannelStream(ByteStream):
         self.channel.close()
 
 
-class SSHHost(Host):
+class SSHHost(ForwardingHost):
     """A machine reached over SSH. Connects on first use; thread-safe.
 
     Args:
@@ -176,6 +176,7 @@ class SSHHost(Host):
             name=spec,
             call_timeout=call_timeout,
         )
+        self.files = self._agent  # file operations go through the agent's channel
 
     def __repr__(self) -> str:  # no secrets in reprs
         return f"SSHHost({self.name!r})"
@@ -300,30 +301,6 @@ class SSHHost(Host):
                 self._client = None
 
     # -- Host protocol --------------------------------------------------------------
-
-    def read_text(self, path: str, limit: int = 1 << 20) -> str:
-        """Return the remote file's text (``cat PATH``), at most ``limit`` bytes."""
-        return self._agent.read_text(path, limit)
-
-    def read_bytes(self, path: str, length: int, offset: int = 0) -> bytes:
-        """Return up to ``length`` bytes of the remote file from ``offset``; raise OSError."""
-        return self._agent.read_bytes(path, length, offset)
-
-    def stat(self, path: str) -> FileStat:
-        """Return ``stat PATH`` on the remote host (symlinks followed); raise OSError."""
-        return self._agent.stat(path)
-
-    def try_open(self, path: str, write: bool = True) -> OpenResult:
-        """Open and close ``path`` on the remote host; never raise for the open itself."""
-        return self._agent.try_open(path, write)
-
-    def list_dir(self, path: str) -> list[str]:
-        """Return the sorted entry names of a remote directory (``ls -A PATH``)."""
-        return self._agent.list_dir(path)
-
-    def disk_usage(self, path: str) -> DiskUsage:
-        """Return the usage in bytes of the remote filesystem holding ``path`` (``df -B1``)."""
-        return self._agent.disk_usage(path)
 
     def run(
         self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None

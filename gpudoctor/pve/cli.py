@@ -138,15 +138,32 @@ def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: s
     help="Its password (better: env GPUDOCTOR_API_PASSWORD).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON on stdout.")
-@click.option("--cluster", metavar="HOST[:PORT]", help="Fix every CT passing NVIDIA devices "
-              "through on every node of this Proxmox cluster (its API lists them; the nodes are "
-              "reached over SSH as root@NODE). --ct narrows it (ids, names, globs).")
-@click.option("--inventory", "inventory_file", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Fix the CTs listed in this TOML inventory (see docs/fleet.md).")
-@click.option("--max-restarts", type=int, default=2, show_default=True,
-              help="Fleet: CTs fixed (and so restarted) at once.")
-@click.option("--keep-going", is_flag=True,
-              help="Fleet: go on after a CT was rolled back (default: stop there).")
+@click.option(
+    "--cluster",
+    metavar="HOST[:PORT]",
+    help="Fix every CT passing NVIDIA devices "
+    "through on every node of this Proxmox cluster (its API lists them; the nodes are "
+    "reached over SSH as root@NODE). --ct narrows it (ids, names, globs).",
+)
+@click.option(
+    "--inventory",
+    "inventory_file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Fix the CTs listed in this TOML inventory (see docs/fleet.md).",
+)
+@click.option(
+    "--max-restarts",
+    type=int,
+    default=2,
+    show_default=True,
+    help="Fleet: CTs fixed (and so restarted) at once.",
+)
+@click.option(
+    "--keep-going",
+    is_flag=True,
+    help="Fleet: go on after a CT was rolled back (default: stop there).",
+)
 @click.pass_context
 def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
         devices: tuple[str, ...], mode: str, dev_gid: int | None, prune: bool, dry_run: bool,
@@ -191,16 +208,37 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
     if cluster or inventory_file:
         from gpudoctor.fleet.fix_command import ClusterFixRequest, run_cluster_fix
 
-        plan_options = PlanOptions(mode=mode, devices=tuple(p.rstrip("/") for p in devices),
-                                   include_host_nvidia=not devices, prune=prune, dev_gid=dev_gid)
-        template = FixOptions(ct="", flavor=flavor, plan=plan_options, dry_run=dry_run, yes=yes,
-                              restart=not no_restart, layout=Layout.from_env())
+        plan_options = PlanOptions(
+            mode=mode,
+            devices=tuple(p.rstrip("/") for p in devices),
+            include_host_nvidia=not devices,
+            prune=prune,
+            dev_gid=dev_gid,
+        )
+        template = FixOptions(
+            ct="",
+            flavor=flavor,
+            plan=plan_options,
+            dry_run=dry_run,
+            yes=yes,
+            restart=not no_restart,
+            layout=Layout.from_env(),
+        )
         request = ClusterFixRequest(
-            cluster=cluster, inventory=inventory_file, ct=(ct,) if ct else (),
-            max_restarts=max_restarts, keep_going=keep_going, api_token=api_token,
-            known_hosts=known_hosts, accept_new_host_key=accept_new_host_key,
-            identity_file=identity_file, as_json=as_json, api_user=api_user,
-            api_password=api_password, api_insecure=api_insecure, api_ca=api_ca,
+            cluster=cluster,
+            inventory=inventory_file,
+            ct=(ct,) if ct else (),
+            max_restarts=max_restarts,
+            keep_going=keep_going,
+            api_token=api_token,
+            known_hosts=known_hosts,
+            accept_new_host_key=accept_new_host_key,
+            identity_file=identity_file,
+            as_json=as_json,
+            api_user=api_user,
+            api_password=api_password,
+            api_insecure=api_insecure,
+            api_ca=api_ca,
         )
         ask = lambda question: sys.stdin.isatty() and click.confirm(question, default=False)  # noqa: E731
         ctx.exit(run_cluster_fix(request, template, click.echo, ask))

@@ -10,46 +10,21 @@ the wire rather than by the client's own bookkeeping.
 from __future__ import annotations
 
 import asyncio
-import threading
+
+from tests.bench.loopback_server import LoopbackAsyncServer
 
 _END = b"0\r\n\r\n"
 
 
-class CountingProxy:
+class CountingProxy(LoopbackAsyncServer):
     """``with CountingProxy(upstream_port) as proxy:`` then send to ``proxy.base_url``."""
 
     def __init__(self, upstream_port: int) -> None:
+        super().__init__()
         self.upstream_port = upstream_port
         self.in_flight = 0
         self.peak = 0
         self.requests = 0
-        self.base_url = ""
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> CountingProxy:
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
-        self.base_url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        self._ready.set()
-        self._loop.run_forever()
-        server.close()
-        tasks = asyncio.all_tasks(self._loop)
-        for task in tasks:
-            task.cancel()
-        self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-        self._loop.run_until_complete(server.wait_closed())
-        self._loop.close()
 
     def _begin(self) -> None:
         self.in_flight += 1

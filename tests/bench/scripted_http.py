@@ -8,11 +8,12 @@ LLM server only does under faults that are hard to trigger on demand.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Sequence
 
+from tests.bench.loopback_server import LoopbackAsyncServer
 
-class ScriptedHttpServer:
+
+class ScriptedHttpServer(LoopbackAsyncServer):
     """``with ScriptedHttpServer(pieces, hang=False) as srv:`` then connect to ``srv.url``.
 
     For each connection: read the request head, then send each piece of ``pieces`` in a
@@ -21,34 +22,9 @@ class ScriptedHttpServer:
     """
 
     def __init__(self, pieces: Sequence[bytes], hang: bool = False) -> None:
+        super().__init__()
         self.pieces = list(pieces)
         self.hang = hang
-        self.url = ""
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> ScriptedHttpServer:
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        self._ready.set()
-        self._loop.run_forever()
-        server.close()
-        tasks = asyncio.all_tasks(self._loop)
-        for task in tasks:
-            task.cancel()
-        self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-        self._loop.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

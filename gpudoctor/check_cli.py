@@ -10,6 +10,13 @@ from pathlib import Path
 import click
 
 from gpudoctor.cli import EXIT_FAIL, EXIT_OK
+from gpudoctor.cli_options import (
+    ACCEPT_NEW_HOST_KEY,
+    FLAVOR,
+    KNOWN_HOSTS,
+    cluster_option,
+    inventory_option,
+)
 from gpudoctor.context import CheckOptions, DeviceRequest
 from gpudoctor.model import Report, Status
 from gpudoctor.output import Format, render
@@ -102,38 +109,16 @@ def exit_code(reports: list[Report]) -> int:
     help="Check inside this container (pct exec / lxc-attach on "
     "its host) and its config on the host (ct.device_rules).",
 )
-@click.option(
-    "--flavor",
-    type=click.Choice(["pve", "lxc"]),
-    default="pve",
-    show_default=True,
-    help="How the container's host is managed: Proxmox (pct) or plain LXC.",
-)
+@FLAVOR
 @click.option("--expect-gpus", type=int, help="GPUs the workload needs (e.g. the bench plan's TP).")
 @click.option(
     "--deep", is_flag=True, help="Also run slow opt-in checks (NCCL all-reduce across GPUs)."
 )
-@click.option("--known-hosts", type=click.Path(dir_okay=False), help="Extra known_hosts file.")
-@click.option(
-    "--accept-new-host-key",
-    is_flag=True,
-    help="Trust and save the key of an SSH host never seen before (never a changed one).",
-)
+@KNOWN_HOSTS
+@ACCEPT_NEW_HOST_KEY
 @click.option("-v", "--verbose", is_flag=True, help="Show the evidence of passing checks too.")
-@click.option(
-    "--cluster",
-    metavar="HOST[:PORT]",
-    help="Check every CT passing NVIDIA devices "
-    "through on every node of this Proxmox cluster (API over https; nodes over SSH as "
-    "root@NODE). --ct narrows it (ids, names, globs: 200,llm-*).",
-)
-@click.option(
-    "--inventory",
-    "inventory_file",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help="Check the nodes and CTs listed in this TOML file (see docs/fleet.md).",
-)
+@cluster_option("Check")
+@inventory_option("Check")
 @click.option(
     "--parallel",
     type=int,

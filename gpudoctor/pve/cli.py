@@ -8,6 +8,14 @@ from typing import Any
 
 import click
 
+from gpudoctor.cli_options import (
+    ACCEPT_NEW_HOST_KEY,
+    FLAVOR,
+    KNOWN_HOSTS,
+    cluster_option,
+    inventory_option,
+)
+
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
 
 
@@ -50,13 +58,7 @@ def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: s
     "or 'local' (the default) when running on the host itself.",
 )
 @click.option("--ct", metavar="ID", help="Proxmox VMID (200) or plain LXC container name.")
-@click.option(
-    "--flavor",
-    type=click.Choice(["pve", "lxc"]),
-    default="pve",
-    show_default=True,
-    help="Proxmox VE (/etc/pve, pct) or plain LXC (/var/lib/lxc/NAME/config).",
-)
+@FLAVOR
 @click.option(
     "--device",
     "devices",
@@ -91,12 +93,8 @@ def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: s
     metavar="DIR",
     help="LXC's container directory (plain LXC, default: lxc-config lxc.lxcpath).",
 )
-@click.option("--known-hosts", type=click.Path(dir_okay=False), help="Extra known_hosts file.")
-@click.option(
-    "--accept-new-host-key",
-    is_flag=True,
-    help="Trust and save the key of an SSH host never seen before (never a changed one).",
-)
+@KNOWN_HOSTS
+@ACCEPT_NEW_HOST_KEY
 @click.option(
     "-i",
     "--identity-file",
@@ -138,20 +136,8 @@ def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: s
     help="Its password (better: env GPUDOCTOR_API_PASSWORD).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON on stdout.")
-@click.option(
-    "--cluster",
-    metavar="HOST[:PORT]",
-    help="Fix every CT passing NVIDIA devices "
-    "through on every node of this Proxmox cluster (its API lists them; the nodes are "
-    "reached over SSH as root@NODE). --ct narrows it (ids, names, globs).",
-)
-@click.option(
-    "--inventory",
-    "inventory_file",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help="Fix the CTs listed in this TOML inventory (see docs/fleet.md).",
-)
+@cluster_option("Fix")
+@inventory_option("Fix")
 @click.option(
     "--max-restarts",
     type=int,

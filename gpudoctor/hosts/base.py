@@ -63,20 +63,6 @@ class FileStat:
         return self.mode & 0o006 == 0o006
 
 
-def kind_of(st_mode: int) -> str:
-    """Return the ``FileStat.kind`` name for an ``st_mode`` value."""
-    for test, name in (
-        (stat_mod.S_ISCHR, "char"),
-        (stat_mod.S_ISBLK, "block"),
-        (stat_mod.S_ISDIR, "dir"),
-        (stat_mod.S_ISREG, "file"),
-        (stat_mod.S_ISLNK, "link"),
-    ):
-        if test(st_mode):
-            return name
-    return "other"
-
-
 @dataclass(frozen=True)
 class OpenResult:
     """The outcome of one ``open(path, flags)`` attempt (the fd is closed at once).

@@ -15,40 +15,26 @@ plus the ``CSRFPreventionToken`` header on writes), 401 otherwise:
 * ``GET  /api2/json/nodes/N/tasks/UPID/status`` -> ``{"status": "running"|"stopped",
   "exitstatus": "OK" | "command '...' failed: exit code N"}``.
 
-The certificate is self-signed (made with ``openssl``), as on a fresh Proxmox node.
+Transport, certificate and logins: :mod:`tests.fakes.pve_https` (shared with the fleet's
+stand-in).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import secrets
-import ssl
-import subprocess
 import threading
 from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from urllib.parse import parse_qs, unquote
+from urllib.parse import unquote
 
 from gpudoctor.hosts.base import CommandResult
+from tests.fakes.pve_https import PveHttpsServer
 
 Runner = Callable[[Sequence[str]], CommandResult]
 
 
-def self_signed_cert(directory: Path) -> tuple[Path, Path]:
-    """Create a key and a self-signed certificate for 127.0.0.1; return (cert, key)."""
-    cert, key = directory / "pve-ssl.pem", directory / "pve-ssl.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
-         "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
-
-
-class FakePveApi:
+class FakePveApi(PveHttpsServer):
     """The stand-in API for one node.
 
     Args:
@@ -71,52 +57,15 @@ class FakePveApi:
         workdir: Path,
         users: dict[str, str] | None = None,
     ) -> None:
-        self.node, self.conf_dir, self.run, self.pct, self.token = node, conf_dir, run, pct, token
-        self.users = dict(users or {})
-        self.tickets: dict[str, str] = {}  # ticket -> CSRF token
-        self.cert, self.key = self_signed_cert(workdir)
+        super().__init__(workdir, token, users or {})
+        self.node, self.conf_dir, self.run, self.pct = node, conf_dir, run, pct
         self.requests: list[tuple[str, str]] = []
         self.tasks: dict[str, CommandResult | None] = {}
-        self.server: ThreadingHTTPServer | None = None
-
-    @property
-    def url(self) -> str:
-        """Return ``https://127.0.0.1:PORT``."""
-        assert self.server is not None
-        return f"https://127.0.0.1:{self.server.server_address[1]}"
-
-    def start(self) -> FakePveApi:
-        """Listen on a free port of 127.0.0.1 (TLS) in a daemon thread; return self."""
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                api.handle(self, "GET")
-
-            def do_POST(self) -> None:
-                api.handle(self, "POST")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(self.cert, self.key)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        """Stop the server and wait for running tasks."""
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
 
     def handle(self, req: BaseHTTPRequestHandler, method: str) -> None:
         path = unquote(req.path.split("?", 1)[0])
         self.requests.append((method, path))
-        length = int(req.headers.get("Content-Length") or 0)
-        body = req.rfile.read(length).decode() if length else ""
+        body = self.body(req)
         if path == "/api2/json/access/ticket" and method == "POST":
             return self.login(req, body)
         if not self.authorized(req, method):
@@ -130,30 +79,6 @@ class FakePveApi:
         if rest[:1] == ["tasks"] and rest[2:] == ["status"] and method == "GET":
             return self.task(req, rest[1])
         return self.reply(req, 501, None, "not in the stand-in")
-
-    def login(self, req: BaseHTTPRequestHandler, body: str) -> None:
-        form = {k: v[0] for k, v in parse_qs(body).items()}
-        user = form.get("username", "")
-        if user not in self.users or self.users[user] != form.get("password"):
-            return self.reply(req, 401, None, "authentication failure")
-        ticket, csrf = f"PVE:{user}:{secrets.token_hex(8)}", secrets.token_hex(8)
-        self.tickets[ticket] = csrf
-        return self.reply(
-            req, 200, {"ticket": ticket, "CSRFPreventionToken": csrf, "username": user}
-        )
-
-    def authorized(self, req: BaseHTTPRequestHandler, method: str) -> bool:
-        if req.headers.get("Authorization") == f"PVEAPIToken={self.token}":
-            return True
-        cookies = dict(
-            c.strip().split("=", 1)
-            for c in (req.headers.get("Cookie") or "").split(";")
-            if "=" in c
-        )
-        ticket = unquote(cookies.get("PVEAuthCookie", ""))
-        if ticket not in self.tickets:
-            return False
-        return method == "GET" or req.headers.get("CSRFPreventionToken") == self.tickets[ticket]
 
     def ct(self, req: BaseHTTPRequestHandler, method: str, vmid: str, rest: list[str]) -> None:
         conf = self.conf_dir / f"{vmid}.conf"
@@ -190,13 +115,3 @@ class FakePveApi:
             f"command 'pct' failed: exit code {result.returncode}: {result.stderr.strip()}"
         )  # fmt: skip
         return self.reply(req, 200, {"status": "stopped", "exitstatus": exitstatus, "upid": upid})
-
-    def reply(
-        self, req: BaseHTTPRequestHandler, code: int, data: object, message: str = ""
-    ) -> None:
-        body = json.dumps({"data": data, **({"message": message} if message else {})}).encode()
-        req.send_response(code, message or "OK")
-        req.send_header("Content-Type", "application/json")
-        req.send_header("Content-Length", str(len(body)))
-        req.end_headers()
-        req.wfile.write(body)

@@ -170,13 +170,20 @@ def nvml_device(nvml, index):
     return dev
 
 
-def stage_nvml():
-    emit({"stage": "nvml", "started": True})
-    started = time.monotonic()
+def open_stage(name, soname):
+    """Announce stage ``name`` and load its library; None (load_error printed) if missing."""
+    emit({"stage": name, "started": True})
     try:
-        lib = ctypes.CDLL("libnvidia-ml.so.1")
+        return ctypes.CDLL(soname)
     except OSError as exc:
-        emit({"stage": "nvml", "load_error": str(exc)})
+        emit({"stage": name, "load_error": str(exc)})
+        return None
+
+
+def stage_nvml():
+    started = time.monotonic()
+    lib = open_stage("nvml", "libnvidia-ml.so.1")
+    if lib is None:
         return
     nvml = Nvml(lib)
     rc = lib.nvmlInit_v2()
@@ -207,12 +214,9 @@ def cu_error(lib, rc):
 
 
 def stage_cuda():
-    emit({"stage": "cuda", "started": True})
     started = time.monotonic()
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError as exc:
-        emit({"stage": "cuda", "load_error": str(exc)})
+    lib = open_stage("cuda", "libcuda.so.1")
+    if lib is None:
         return
     version = ctypes.c_int()
     result = {"stage": "cuda", "lib_path": loaded_path("libcuda")}

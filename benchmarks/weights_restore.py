@@ -120,7 +120,7 @@ def gpudoctor_cmd(*args: str) -> list[str]:
     """The CLI as a user runs it: ``gpudoctor weights ...`` (``python -m gpudoctor``)."""
     if (ROOT / "gpudoctor" / "__main__.py").exists():
         return [sys.executable, "-m", "gpudoctor", "weights", *args]
-    return [sys.executable, "-m", "gpudoctor.weights.cli", *args]
+    return [sys.executable, "-m", "gpudoctor.commands.weights", *args]
 
 
 def alternate(trials: int, runs: dict[str, Callable[[], float]]) -> dict[str, list[float]]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from checks.multigpu import MIB, P2P_REMEDY, inventory
+from gpudoctor.checks.multigpu import MIB, P2P_REMEDY, inventory
+
 from gpudoctor.context import CheckContext
 from gpudoctor.facts.allreduce import AllreduceRun, run_allreduce_probe
 from gpudoctor.facts.multigpu import nccl_shm_bytes

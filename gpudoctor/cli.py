@@ -19,17 +19,20 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_FAIL = 0, 1, 2, 3
 # name -> (module:attribute, one-line help shown by `gpudoctor --help`)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": (
-        "gpudoctor.check_cli:check",
+        "gpudoctor.commands.check:check",
         "Diagnose GPU access here, on a host, in a CT or a fleet.",
     ),
     "fix": (
-        "gpudoctor.pve.cli:fix",
+        "gpudoctor.commands.fix:fix",
         "Repair a container's GPU access on its Proxmox/LXC host, safely.",
     ),
-    "weights": ("gpudoctor.weights.cli:weights", "Restore or download model weights into tmpfs."),
-    "bench": ("gpudoctor.bench.cli:bench", "Run, resume and report a benchmark matrix."),
+    "weights": (
+        "gpudoctor.commands.weights:weights",
+        "Restore or download model weights into tmpfs.",
+    ),
+    "bench": ("gpudoctor.commands.bench:bench", "Run, resume and report a benchmark matrix."),
     "list": (
-        "gpudoctor.catalogue_cli:list_checks",
+        "gpudoctor.commands.list:list_checks",
         "List the check catalogue (ids, titles, severity).",
     ),
 }

@@ -180,9 +180,9 @@ def load_catalogue(include_plugins: bool = True) -> list[CheckSpec]:
     """Return every check (shipped + ``gpudoctor.checks`` entry points), validated and ordered."""
     from importlib.metadata import entry_points
 
-    import checks
+    from gpudoctor import checks
 
-    modules = [importlib.import_module(f"checks.{name}") for name in checks.CATALOGUE]
+    modules = [importlib.import_module(f"gpudoctor.checks.{name}") for name in checks.CATALOGUE]
     if include_plugins:
         for ep in entry_points(group="gpudoctor.checks"):
             modules.append(ep.load())

@@ -3,7 +3,7 @@
 Majors of nvidia-uvm, nvidia-caps and friends are DYNAMIC (allocated at module load),
 so the expected major of every node is read from /proc/devices, never hard-coded. 195 is
 registered as ``nvidia-frontend`` by drivers before 545, and as ``nvidia`` + ``nvidiactl``
-since (see shared/data/proc_devices/SOURCES.md): both are accepted.
+since (see tests/data/recorded/proc_devices/SOURCES.md): both are accepted.
 """
 
 from __future__ import annotations

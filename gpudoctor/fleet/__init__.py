@@ -12,6 +12,6 @@
 Support: :mod:`~gpudoctor.fleet.pool` (bounded worker pool with per-job deadlines),
 :mod:`~gpudoctor.fleet.nodehost` (a node's connection shared by its CTs),
 :mod:`~gpudoctor.fleet.quiet` (no tracebacks from abandoned probe threads), and the
-command bodies :mod:`~gpudoctor.fleet.command` (``check``) and
-:mod:`~gpudoctor.fleet.fix_command` (``fix``, click-free).
+command bodies :mod:`~gpudoctor.fleet.check_run` (``check``) and
+:mod:`~gpudoctor.fleet.fix_run` (``fix``, click-free).
 """

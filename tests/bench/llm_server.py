@@ -2,7 +2,7 @@
 
 Not a fake: the real Hugging Face server (FastAPI/uvicorn, ``model.generate()``) serving
 the tiny Llama model of ``tests/support/tiny_llm.py`` on the CPU
-(../shared/recipes/cpu_llm_server.md). Used by the bench tests and the benchmarks.
+(docs/recipes/cpu_llm_server.md). Used by the bench tests and the benchmarks.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from gpudoctor.bench.compare import compare_runs
 from gpudoctor.bench.loadgen import measure_cell
 from gpudoctor.bench.report import DPI, FIGSIZE_IN, PLOT_FILES, write_report
-from gpudoctor.bench.report_cli import compare, report
 from gpudoctor.bench.results_reader import ResultsError, load_results
 from gpudoctor.bench.types import CellTarget, WorkloadSpec
+from gpudoctor.commands.bench_report import compare, report
 from tests.bench.llm_server import LlmServer
 
 C0_BLUE = (0x1F, 0x77, 0xB4)  # matplotlib's first line colour: proves a data line was drawn

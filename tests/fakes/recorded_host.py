@@ -14,17 +14,8 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from gpudoctor.hosts.base import CommandResult, DiskUsage, FileStat, Host, OpenResult
-
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-
-
-def shared_file(relative: str) -> str:
-    """Return the text of a file under ../shared/data (the recorded real-world captures)."""
-    return (SHARED / relative).read_text()
-
 
 LS_LINE = re.compile(
     r"^(?P<type>[cbd-])(?P<perm>[rwxsStT-]{9})\S*\s+\d+\s+\S+\s+\S+\s+"

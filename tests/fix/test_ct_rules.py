@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from gpudoctor.checks.ct_rules import device_rules
 
-from checks.ct_rules import device_rules
 from gpudoctor.context import CheckOptions
 from gpudoctor.hosts.local import LocalHost
 from gpudoctor.model import Status

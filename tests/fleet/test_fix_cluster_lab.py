@@ -18,7 +18,7 @@ import pytest
 from gpudoctor.context import CheckOptions, DeviceRequest
 from gpudoctor.fleet.execute import FleetSettings, check_fleet
 from gpudoctor.fleet.fix import ClusterFixResult, ClusterFixSettings, CtFix, fix_cluster
-from gpudoctor.fleet.fix_command import ClusterFixRequest, run_cluster_fix
+from gpudoctor.fleet.fix_run import ClusterFixRequest, run_cluster_fix
 from gpudoctor.fleet.inventory import CtSpec, Inventory, NodeSpec
 from gpudoctor.model import Status
 from gpudoctor.pve.apply import Layout
@@ -108,14 +108,14 @@ def test_cli_fix_inventory_dry_run(
     fixable: tuple[LabFleet, Path], lab_sshd: LabSSHD, tmp_path: Path
 ) -> None:
     """``gpudoctor fix --inventory FILE --dry-run --json`` through the CLI (once the lead has
-    wired --inventory/--cluster into gpudoctor/pve/cli.py, see the issue 7 report)."""
+    wired --inventory/--cluster into gpudoctor/commands/fix.py, see the issue 7 report)."""
     from click.testing import CliRunner
 
     from gpudoctor.cli import cli
 
     runner = CliRunner()
     if "--inventory" not in runner.invoke(cli, ["fix", "--help"]).output:
-        pytest.skip("gpudoctor fix has no --inventory yet (pve/cli.py patch of issue 7)")
+        pytest.skip("gpudoctor fix has no --inventory yet (commands/fix.py patch of issue 7)")
     fleet, _ = fixable
     names = [fleet.made[k].name for k in KINDS]
     inventory = tmp_path / "hosts.toml"

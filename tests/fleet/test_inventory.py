@@ -18,8 +18,9 @@ from gpudoctor.fleet.inventory import (
     split_patterns,
 )
 from gpudoctor.pve.config import parse
+from tests.recorded import RECORDED
 
-COMMUNITY = Path("/work/shared/data/community")
+COMMUNITY = RECORDED / "community"
 NVIDIA_CONFIGS = [
     "bslc-ct100-cgroupv1.conf", "chrnnk-equals-syntax.conf", "frigate-8652-ct2051.conf",
     "gma1n-jellyfin-lxc.conf", "homestudiosdiy-105.conf", "jammsen-101.conf",

@@ -1,14 +1,13 @@
-"""Host facts built from the real captures in shared/data/proc_devices (test support)."""
+"""Host facts built from the real captures in tests/data/recorded/proc_devices (test support)."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from gpudoctor.facts.procfs import parse_proc_devices
 from gpudoctor.pve.facts import HostFacts, HostNode
+from tests.recorded import RECORDED as DATA
 
-DATA = Path("/work/shared/data")
 H200_PROC_DEVICES = DATA / "proc_devices/h200-lab_580.159.04_proc-devices.txt"
 H200_LS = DATA / "proc_devices/h200-lab_580.159.04_ls-dev-nvidia.txt"
 LS_LINE = re.compile(r"(c)([rwx-]{9})\s+\d+\s+\S+\s+\S+\s+(\d+),\s*(\d+)\s+.*?(\S+)$")

@@ -20,8 +20,8 @@ from gpudoctor.pve.config import (
     parse,
     write,
 )
+from tests.recorded import RECORDED as DATA
 
-DATA = Path("/work/shared/data")
 ALL_FILES = sorted(p for p in DATA.rglob("*") if p.is_file())
 CONFIGS = sorted(p for p in ALL_FILES if p.suffix == ".conf" or p.name == "config")
 

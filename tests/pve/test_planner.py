@@ -1,4 +1,4 @@
-"""The planner on real configs (shared/data) and the real H200 capture (uvm 238, caps 241)."""
+"""The planner on real configs (tests/data/recorded) and the real H200 capture (uvm 238, caps 241)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 It stands for a real LLM checkpoint in the bench tests: `transformers serve` loads it on
 the CPU and serves real OpenAI-compatible streaming completions. Greedy decoding never
 emits EOS (the special tokens' output rows are zeroed), so every request runs to exactly
-``max_tokens``. Recipe: ../shared/recipes/cpu_llm_server.md (section 2).
+``max_tokens``. Recipe: docs/recipes/cpu_llm_server.md (section 2).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Recorded machines for the catalogue's unit tests, built from ../shared/data captures.
+"""Recorded machines for the catalogue's unit tests, built from tests/data/recorded captures.
 
 ``h200_host()`` is the lent H200 as captured on 2026-12-02 (driver 580.159.04, nvidia-uvm
 major 238); the other builders derive the failure situations users meet from it and from
@@ -14,7 +14,8 @@ import re
 from pathlib import Path
 
 from gpudoctor.hosts.base import DiskUsage
-from tests.fakes.recorded_host import RecordedHost, shared_file, stats_from_ls
+from tests.fakes.recorded_host import RecordedHost, stats_from_ls
+from tests.recorded import recorded_file
 
 H200_VERSION = "580.159.04"
 GIB = 1 << 30
@@ -56,10 +57,10 @@ def healthy_probe(version: str = H200_VERSION, cuda_rc: int = 0, nvml_rc: int = 
 
 def h200_host() -> RecordedHost:
     """Return the healthy H200 machine as recorded."""
-    nodes = stats_from_ls(shared_file("proc_devices/h200-lab_580.159.04_ls-dev-nvidia.txt"))
+    nodes = stats_from_ls(recorded_file("proc_devices/h200-lab_580.159.04_ls-dev-nvidia.txt"))
     files = {
-        "/proc/devices": shared_file("proc_devices/h200-lab_580.159.04_proc-devices.txt"),
-        "/proc/driver/nvidia/version": shared_file(
+        "/proc/devices": recorded_file("proc_devices/h200-lab_580.159.04_proc-devices.txt"),
+        "/proc/driver/nvidia/version": recorded_file(
             "proc_devices/h200-lab_580.159.04_proc-driver-nvidia-version.txt"
         ),
         "/proc/driver/nvidia/params": "ResmanDebugLevel: 4294967295\n",
@@ -97,7 +98,7 @@ def mismatch_host(
     capture: str = "outputs/failures/nvml-version-mismatch_truenas-nvidia-drivers-19.txt",
 ):
     """Return a host whose user-space NVML differs from the kernel module (recorded versions)."""
-    text = shared_file(capture)
+    text = recorded_file(capture)
     lib = re.search(r"NVML library version: (\S+)", text).group(1)  # type: ignore[union-attr]
     host = h200_host()
     kernel = re.search(r"Kernel Module\s+(\d+\.\d+\.\d+)", text)

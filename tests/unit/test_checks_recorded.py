@@ -1,4 +1,4 @@
-"""The catalogue's verdicts on recorded machines (real captures from ../shared/data)."""
+"""The catalogue's verdicts on recorded machines (real captures from tests/data/recorded)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from gpudoctor.context import CheckOptions, DeviceRequest
 from gpudoctor.hosts.base import DiskUsage, FileStat
 from gpudoctor.model import Report, Status
 from gpudoctor.runner import run_checks
-from tests.fakes.recorded_host import RecordedHost, shared_file, stats_from_ls
+from tests.fakes.recorded_host import RecordedHost, stats_from_ls
+from tests.recorded import recorded_file
 from tests.unit.scenarios import h200_host, healthy_probe, incident_ct, mismatch_host
 
 
@@ -104,11 +105,11 @@ def test_create_file_placeholder_is_not_a_device():
 def test_nvidia_frontend_name_of_older_drivers_is_accepted():
     """535.104.05 registers 195 as nvidia-frontend and uvm as 510 (nvidia-container-toolkit#115)."""
     host = h200_host()
-    host.files["/proc/devices"] = shared_file(
+    host.files["/proc/devices"] = recorded_file(
         "proc_devices/nvidia-container-toolkit-115_535.104.05_proc-devices.txt"
     )
     host.nodes = stats_from_ls(
-        shared_file("proc_devices/h200-lab_580.159.04_ls-dev-nvidia.txt")
+        recorded_file("proc_devices/h200-lab_580.159.04_ls-dev-nvidia.txt")
         .replace("238,", "510,")
         .replace("241,", "236,")
     )

@@ -125,7 +125,7 @@ def test_check_docs_are_generated_from_the_catalogue():
     """docs/checks/ must match the catalogue: regenerate with `gpudoctor list --markdown docs/checks`."""
     from pathlib import Path
 
-    from gpudoctor.catalogue_cli import check_page, index_page
+    from gpudoctor.commands.list import check_page, index_page
     from gpudoctor.registry import load_catalogue
 
     docs = Path(REPO) / "docs" / "checks"

@@ -45,7 +45,7 @@ class CliRun:
 
 
 class WeightsCli:
-    """Runs ``python -m gpudoctor.weights.cli`` against the hub, with an isolated HF_HOME."""
+    """Runs ``python -m gpudoctor.commands.weights`` against the hub, with an isolated HF_HOME."""
 
     def __init__(self, hub: HubServer, hf_home: Path) -> None:
         self.hub = hub
@@ -65,7 +65,7 @@ class WeightsCli:
         return env
 
     def command(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "gpudoctor.weights.cli", *args]
+        return [sys.executable, "-m", "gpudoctor.commands.weights", *args]
 
     def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> CliRun:
         proc = subprocess.run(

@@ -1,7 +1,7 @@
 """A Hugging Face Hub stand-in on 127.0.0.1: it stands for https://huggingface.co.
 
 It implements the subset of the Hub's HTTP API that huggingface_hub 2.4.0 uses to
-download a repository (documented in ../shared/recipes/hf_hub_offline.md, section 3):
+download a repository (documented in docs/recipes/hf_hub_offline.md, section 3):
 
 - ``GET /api/models/{id}[/revision/{rev}][?blobs=true]``: ``id``, ``sha``, ``siblings``.
 - ``GET /api/models/{id}/tree/{rev}[/{path}]?recursive=``: files with ``size``, git

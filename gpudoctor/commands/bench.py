@@ -1,0 +1,175 @@
+"""``gpudoctor bench``: run or resume a benchmark matrix, report it, compare two runs.
+
+``gpudoctor bench PLAN ...`` is short for ``gpudoctor bench run PLAN ...``: the group
+falls back to ``run`` when the first word is not one of its subcommands.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+import click
+
+EXIT_ERROR, EXIT_FAIL, EXIT_INTERRUPTED = 1, 3, 130
+
+
+class DefaultRunGroup(click.Group):
+    """A group that treats anything but a subcommand (or --help) as the ``run`` command's
+    arguments: ``gpudoctor bench PLAN --out DIR`` = ``gpudoctor bench run PLAN --out DIR``."""
+
+    def _with_run(self, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            return ["run", *args]
+        return args
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, self._with_run(list(args)))
+
+
+@click.group(cls=DefaultRunGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def bench() -> None:
+    """Run, resume, report and compare LLM serving benchmark matrices.
+
+    \b
+    gpudoctor bench PLAN.toml --out runs/NAME      run (or resume) the matrix
+    gpudoctor bench PLAN.toml --dry-run            cells, skips and exact server commands
+    gpudoctor bench report runs/NAME               tables + plots
+    gpudoctor bench compare runs/A runs/B          per-cell ratios B / A
+
+    A plan (TOML) names a model, an engine (sglang, vllm, transformers) with shared
+    server arguments, axes (tp, concurrency), configurations (each may sweep arguments),
+    a workload and SLOs; see docs/bench.md and docs/examples/. One server runs per
+    configuration; results.jsonl gets one fsync'ed line per cell, so a killed or
+    rebooted campaign resumes where it stopped and never runs a finished cell twice.
+    """
+
+
+@bench.command("run")
+@click.argument(
+    "plan_path", metavar="PLAN", type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Run directory (default: runs/<plan name>). Resumed when it holds the same plan.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Show the matrix, skips with reasons and the exact server commands; start nothing.",
+)
+@click.option(
+    "--resume/--no-resume",
+    default=None,
+    help="--resume: reuse finished cells even if the plan changed (matched by key). "
+    "--no-resume: move earlier results to DIR/previous-<time>/ and start afresh. "
+    "Default: resume a directory that holds the same plan.",
+)
+@click.option(
+    "--retry-crashed", is_flag=True, help="Rerun cells that crashed or were skipped by a quirk."
+)
+@click.option("--no-preflight", is_flag=True, help="Do not run `gpudoctor check` before the cells.")
+@click.option(
+    "--quirks",
+    "quirks_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Local quirks table (default $GPUDOCTOR_BENCH_QUIRKS or ~/.config/gpudoctor/bench-quirks.toml).",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the summary (or the dry run) as JSON on stdout."
+)
+def run(plan_path: Path, out: Path | None, dry_run: bool, resume: bool | None, retry_crashed: bool,
+        no_preflight: bool, quirks_path: Path | None, as_json: bool) -> None:  # fmt: skip
+    """Run (or resume) the benchmark matrix of PLAN.
+
+    \b
+    Before any server starts, every flag is checked against the engine's --help.
+    Cells known to crash (shipped or local quirks) are skipped with the reason.
+    A server that crashes is recorded (last 50 log lines) and the matrix goes on.
+    Ctrl-C / SIGTERM stop every server; run the same command again to resume.
+
+    \b
+    Examples:
+      gpudoctor bench docs/examples/cpu-tiny.toml --out runs/cpu
+      gpudoctor bench qwen.toml --dry-run
+    """
+    from gpudoctor.bench import launcher
+    from gpudoctor.bench.launch_progress import make_reporter
+    from gpudoctor.bench.plan import PlanError, load_plan
+
+    try:
+        plan = load_plan(plan_path)
+    except PlanError as exc:
+        raise click.ClickException(str(exc)) from exc
+    options = launcher.LaunchOptions(
+        out=out or Path("runs") / plan.name,
+        resume=resume,
+        retry_crashed=retry_crashed,
+        preflight=not no_preflight,
+        quirks_path=quirks_path,
+        help_cache=Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "gpudoctor"
+        / "engine-help",
+    )
+    if dry_run:
+        try:
+            result = launcher.dry_run(plan, options)
+        except launcher.CampaignError as exc:
+            raise click.ClickException(str(exc)) from exc
+        click.echo(launcher.dumps(result) if as_json else _dry_run_text(result))
+        return
+    try:
+        summary = launcher.run_campaign(plan, options, make_reporter())
+    except launcher.CampaignError as exc:
+        err = click.ClickException(str(exc))
+        err.exit_code = EXIT_FAIL if str(exc).startswith("preflight") else EXIT_ERROR
+        raise err from exc
+    except KeyboardInterrupt as exc:
+        err = click.ClickException(
+            f"interrupted; every server is stopped. Resume: gpudoctor bench {plan_path} --out {options.out}"
+        )
+        err.exit_code = EXIT_INTERRUPTED
+        raise err from exc
+    if as_json:
+        import dataclasses
+
+        click.echo(launcher.dumps({**dataclasses.asdict(summary), "out": str(options.out)}))
+    else:
+        click.echo(
+            f"{options.out}: {summary.total} cells: {summary.already_done} done before, "
+            f"{summary.ok} ok, {summary.crashed} crashed, {summary.skipped} skipped now; "
+            f"{summary.server_starts} server start(s). Next: gpudoctor bench report {options.out}"
+        )
+
+
+def _dry_run_text(result: dict) -> str:
+    lines = [f"plan {result['plan']}: engine {result['engine']} {result['engine_version'] or '(not installed)'}, "
+             f"GPU arch {result['gpu_arch']}, {len(result['cells'])} cells"]  # fmt: skip
+    lines += [f"note: {n}" for n in result["notes"]]
+    for config in result["configs"]:
+        lines.append("")
+        lines.append(
+            f"{config['label']}  (key {config['key']}, concurrency {config['concurrencies']})"
+        )
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in config["env"].items())
+        lines.append(
+            f"  $ {env} {shlex.join(config['command'])}".replace("--port 0", "--port <free>")
+        )
+        for cell in (c for c in result["cells"] if c["label"] == config["label"]):
+            why = f"  {cell['reason']}" if cell["reason"] else ""
+            lines.append(f"    c={cell['concurrency']:<4} {cell['action']:<5} {cell['key']}{why}")
+    return "\n".join(lines)
+
+
+def _add_report_commands() -> None:
+    try:
+        from gpudoctor.commands.bench_report import compare, report
+    except ImportError:  # pragma: no cover - the report half ships with gpudoctor
+        return
+    bench.add_command(report)
+    bench.add_command(compare)
+
+
+_add_report_commands()

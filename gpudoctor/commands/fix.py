@@ -1,0 +1,341 @@
+"""``gpudoctor fix``: repair a container's GPU access on its Proxmox / LXC host, safely."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from gpudoctor.commands.options import (
+    ACCEPT_NEW_HOST_KEY,
+    FLAVOR,
+    KNOWN_HOSTS,
+    cluster_option,
+    inventory_option,
+)
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
+
+
+def _say(text: str) -> None:
+    """Print a progress line on stderr (the report goes to stdout)."""
+    click.echo(f"gpudoctor: {text}", err=True)
+
+
+def _show_plan(plan: Any, out: Any) -> None:
+    """Print the plan for humans: the diff (coloured on a terminal), reasons, warnings."""
+    color = sys.stdout.isatty()
+    for line in plan.diff.splitlines():
+        style = None
+        if line.startswith("+") and not line.startswith("+++"):
+            style = "green"
+        elif line.startswith("-") and not line.startswith("---"):
+            style = "red"
+        out(click.style(line, fg=style) if color and style else line)
+    for reason in plan.explanation:
+        out(f"  why: {reason}")
+    for warning in plan.warnings:
+        out(f"  warning: {warning}")
+
+
+def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: str | None) -> Any:
+    from gpudoctor.hosts.connect import open_host
+
+    opts: dict[str, Any] = {"known_hosts": known_hosts, "accept_new_host_key": accept_new}
+    if identity:
+        opts["key_filename"] = identity
+    return open_host(spec, **opts)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--host",
+    "host_spec",
+    metavar="HOST",
+    help="The CT's host: root@pve1, root@10.0.0.5:2222, an ~/.ssh/config alias, "
+    "or 'local' (the default) when running on the host itself.",
+)
+@click.option("--ct", metavar="ID", help="Proxmox VMID (200) or plain LXC container name.")
+@FLAVOR
+@click.option(
+    "--device",
+    "devices",
+    multiple=True,
+    metavar="PATH",
+    help="Pass this device node (or node directory) instead of every /dev/nvidia* "
+    "node. A path the CT config already bind-mounts names its host source. Repeatable.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["raw", "devn"]),
+    default="raw",
+    show_default=True,
+    help="raw: lxc.cgroup2.devices.allow + lxc.mount.entry lines. devn: Proxmox "
+    "devN entries (PVE >= 8.1, re-read at every start: survives moving majors).",
+)
+@click.option("--dev-gid", type=int, help="gid= for devN entries (default: the host node's).")
+@click.option(
+    "--prune", is_flag=True, help="Remove stale NVIDIA allow rules (only flagged without it)."
+)
+@click.option("--dry-run", is_flag=True, help="Show the plan and the diff; change nothing.")
+@click.option("-y", "--yes", is_flag=True, help="Apply without asking.")
+@click.option("--no-restart", is_flag=True, help="Write the config but do not restart the CT.")
+@click.option(
+    "--host-prep",
+    is_flag=True,
+    help="Instead of a CT: install a systemd oneshot "
+    "that creates /dev/nvidia-uvm at boot before containers start.",
+)
+@click.option(
+    "--lxcpath",
+    metavar="DIR",
+    help="LXC's container directory (plain LXC, default: lxc-config lxc.lxcpath).",
+)
+@KNOWN_HOSTS
+@ACCEPT_NEW_HOST_KEY
+@click.option(
+    "-i",
+    "--identity-file",
+    type=click.Path(dir_okay=False),
+    help="SSH private key file (else ssh-agent and ~/.ssh/config).",
+)
+@click.option(
+    "--api",
+    metavar="URL",
+    help="Proxmox API (https://pve1:8006) for CT status, restarts and task waiting. Raw "
+    "lxc.* lines cannot be written through the API (Proxmox refuses them): --host is still "
+    "needed for the config.",
+)
+@click.option(
+    "--api-ca",
+    type=click.Path(dir_okay=False, exists=True),
+    help="CA bundle that signed the API's certificate (default: system CAs).",
+)
+@click.option(
+    "--api-insecure",
+    is_flag=True,
+    help="Do not verify the API's TLS certificate (Proxmox's self-signed default).",
+)
+@click.option(
+    "--api-token",
+    metavar="USER@REALM!ID=SECRET",
+    envvar="GPUDOCTOR_API_TOKEN",
+    help="Proxmox API token (or env GPUDOCTOR_API_TOKEN).",
+)
+@click.option(
+    "--api-user",
+    metavar="USER@REALM",
+    help="Proxmox API user for password login (root@pam), instead of a token.",
+)
+@click.option(
+    "--api-password",
+    envvar="GPUDOCTOR_API_PASSWORD",
+    metavar="PASSWORD",
+    help="Its password (better: env GPUDOCTOR_API_PASSWORD).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON on stdout.")
+@cluster_option("Fix")
+@inventory_option("Fix")
+@click.option(
+    "--max-restarts",
+    type=int,
+    default=2,
+    show_default=True,
+    help="Fleet: CTs fixed (and so restarted) at once.",
+)
+@click.option(
+    "--keep-going",
+    is_flag=True,
+    help="Fleet: go on after a CT was rolled back (default: stop there).",
+)
+@click.pass_context
+def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
+        devices: tuple[str, ...], mode: str, dev_gid: int | None, prune: bool, dry_run: bool,
+        yes: bool, no_restart: bool, host_prep: bool, lxcpath: str | None,
+        known_hosts: str | None, accept_new_host_key: bool, identity_file: str | None,
+        api: str | None, api_ca: str | None, api_insecure: bool, api_token: str | None,
+        api_user: str | None, api_password: str | None, as_json: bool,
+        cluster: str | None = None, inventory_file: str | None = None, max_restarts: int = 2,
+        keep_going: bool = False) -> None:  # fmt: skip
+    """Give a container back its GPUs: plan, diff, backup, locked write, restart, re-check.
+
+    \b
+    Examples:
+      gpudoctor fix --host root@pve1 --ct 200             # plan + diff, asks to apply
+      gpudoctor fix --host root@pve1 --ct 200 --yes       # apply, restart, re-check
+      gpudoctor fix --host root@pve1 --ct 200 --dry-run   # diff only
+      gpudoctor fix --host local --ct 200 --mode devn     # durable devN entries (PVE >= 8.1)
+      gpudoctor fix --host root@box --ct web1 --flavor lxc --device /dev/dri
+      gpudoctor fix --host root@pve1 --host-prep          # /dev/nvidia-uvm before CTs boot
+      gpudoctor fix --cluster pve1 --yes                  # every GPU CT, 2 restarts at a time
+      gpudoctor fix --inventory hosts.toml --ct 'llm-*' --dry-run
+
+    It reads /proc/devices and /dev/nvidia* on the host, adds one
+    `lxc.cgroup2.devices.allow: c MAJOR:* rwm` per major that no rule covers and a bind
+    mount per node not passed yet, in the live section of the config (never after a
+    [snapshot] header, no marker comments). It writes under Proxmox's own lock
+    (/run/lock/lxc/pve-config-ID.lock) only if the file is unchanged since the plan
+    (SHA-1), after a backup in /var/lib/gpudoctor/backups on the host and a copy here.
+    A running CT is restarted and its devices are opened inside it; if one that opened
+    before no longer does, or the CT does not start, the old config is put back.
+    A second run says "nothing to change" and touches nothing.
+
+    Exit: 0 done or nothing to change, 1 gpudoctor error, 2 usage, 3 not applied,
+    failed or rolled back.
+    """
+    from gpudoctor.hosts.base import HostError
+    from gpudoctor.pve.apply import ApplyError, Layout
+    from gpudoctor.pve.config import ConfigError
+    from gpudoctor.pve.fixer import FixOptions
+    from gpudoctor.pve.planner import PlanError, PlanOptions
+
+    if cluster or inventory_file:
+        from gpudoctor.fleet.fix_run import ClusterFixRequest, run_cluster_fix
+
+        plan_options = PlanOptions(
+            mode=mode,
+            devices=tuple(p.rstrip("/") for p in devices),
+            include_host_nvidia=not devices,
+            prune=prune,
+            dev_gid=dev_gid,
+        )
+        template = FixOptions(
+            ct="",
+            flavor=flavor,
+            plan=plan_options,
+            dry_run=dry_run,
+            yes=yes,
+            restart=not no_restart,
+            layout=Layout.from_env(),
+        )
+        request = ClusterFixRequest(
+            cluster=cluster,
+            inventory=inventory_file,
+            ct=(ct,) if ct else (),
+            max_restarts=max_restarts,
+            keep_going=keep_going,
+            api_token=api_token,
+            known_hosts=known_hosts,
+            accept_new_host_key=accept_new_host_key,
+            identity_file=identity_file,
+            as_json=as_json,
+            api_user=api_user,
+            api_password=api_password,
+            api_insecure=api_insecure,
+            api_ca=api_ca,
+        )
+        ask = lambda question: sys.stdin.isatty() and click.confirm(question, default=False)  # noqa: E731
+        ctx.exit(run_cluster_fix(request, template, click.echo, ask))
+    if api and host_spec is None:
+        raise click.UsageError(
+            "raw lxc.* lines cannot be written through the Proxmox API (Proxmox refuses them, "
+            "for API tokens too): add --host root@NODE so the config is edited over SSH"
+        )
+    settings = None
+    if api:
+        from gpudoctor.pve.api import ApiSettings
+
+        if not api_token and not (api_user and api_password):
+            raise click.UsageError(
+                "--api needs --api-token USER@REALM!ID=SECRET, or --api-user and --api-password"
+            )
+        verify = False if api_insecure else (api_ca or True)
+        settings = ApiSettings(api, api_token or "", verify, user=api_user or "",
+                               password=api_password or "")  # fmt: skip
+    host_spec = host_spec or "local"
+    if not host_prep and not ct:
+        raise click.UsageError("--ct is required (or --host-prep)")
+    layout = Layout.from_env()
+    if lxcpath:
+        layout = Layout(**{**layout.__dict__, "lxcpath": lxcpath})
+    try:
+        host = _open_host(host_spec, known_hosts, accept_new_host_key, identity_file)
+    except HostError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        if host_prep:
+            code = _run_host_prep(host, dry_run, yes, as_json)
+        else:
+            for path in devices:
+                if not path.startswith("/"):
+                    raise click.BadParameter(
+                        f"{path!r} must be an absolute path", param_hint="--device"
+                    )
+            plan_options = PlanOptions(
+                mode=mode,
+                devices=tuple(p.rstrip("/") for p in devices),
+                include_host_nvidia=not devices,
+                prune=prune,
+                dev_gid=dev_gid,
+            )
+            options = FixOptions(ct=ct or "", flavor=flavor, plan=plan_options, dry_run=dry_run,
+                                 yes=yes, restart=not no_restart, layout=layout, api=settings)  # fmt: skip
+            code = _run_fix(host, options, host_spec, as_json)
+    except (ApplyError, PlanError, ConfigError) as exc:
+        code = _fail(str(exc), getattr(exc, "code", "error"), as_json)
+    except HostError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        host.close()
+    ctx.exit(code)
+
+
+def _fail(message: str, code: str, as_json: bool) -> int:
+    """Report a refusal or failure; return its exit code (2 usage, 1 gpudoctor/host
+    error, 3 the fix was not applied / failed)."""
+    if as_json:
+        click.echo(json.dumps({"status": "failed", "error": code, "message": message}, indent=2))
+    else:
+        click.echo(f"gpudoctor: {message}", err=True)
+    if code == "usage":
+        return EXIT_USAGE
+    return EXIT_ERROR if code in ("io", "not_pve", "unknown_ct", "api", "missing") else EXIT_FAILED
+
+
+def _confirm(plan: Any) -> bool:
+    if not sys.stdin.isatty():
+        _say("not applied: stdin is not a terminal; pass --yes to apply without asking")
+        return False
+    return click.confirm("Apply this change (backup first, then restart the CT)?", default=False)
+
+
+def _run_fix(host: Any, options: Any, host_label: str, as_json: bool) -> int:
+    from gpudoctor.pve.fixer import run_fix
+
+    show = (lambda plan: None) if as_json else (lambda plan: _show_plan(plan, click.echo))
+    outcome = run_fix(
+        host, options, confirm=_confirm, progress=_say, host_label=host_label, on_plan=show
+    )
+    if as_json:
+        click.echo(json.dumps(outcome.to_dict(), indent=2))
+        return outcome.exit_code
+    if outcome.plan is not None and not outcome.plan.changed:
+        for warning in outcome.plan.warnings:
+            click.echo(f"  warning: {warning}")
+    if outcome.write is not None:
+        click.echo(f"backup: {outcome.write.host_backup} (on the host), {outcome.client_backup}")
+    for path, errname in outcome.after:
+        click.echo(f"inside the CT: open({path}) -> {errname}")
+    name = outcome.target.ct if outcome.target else ""
+    click.echo(f"CT {name}: {outcome.message}")
+    return outcome.exit_code
+
+
+def _run_host_prep(host: Any, dry_run: bool, yes: bool, as_json: bool) -> int:
+    from gpudoctor.pve.hostprep import run_host_prep
+
+    def confirm(plan: Any) -> bool:
+        """Show the host-prep plan, then ask; return True to apply."""
+        _show_plan(plan, click.echo)
+        return _confirm(plan)
+
+    outcome = run_host_prep(host, dry_run=dry_run, yes=yes, confirm=confirm, progress=_say)
+    if as_json:
+        click.echo(json.dumps(outcome.to_dict(), indent=2))
+    else:
+        if outcome.plan.changed and (yes or dry_run):
+            _show_plan(outcome.plan, click.echo)
+        click.echo(outcome.message)
+    return outcome.exit_code

@@ -1,0 +1,217 @@
+"""``gpudoctor weights``: get a Hub model into a (tmpfs) directory and keep it there.
+
+Exit codes: 0 ok; 1 error (one line on stderr, never a traceback; set
+``GPUDOCTOR_DEBUG=1`` for one); 2 usage; 3 (``status`` only) the directory is not complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import click
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+
+
+class _ScrubbingStream:
+    """A text stream that replaces the HF token with ``***`` in everything written."""
+
+    def __init__(self, inner: TextIO, token: str) -> None:
+        self._inner = inner
+        self._token = token
+
+    def write(self, text: str) -> int:
+        self._inner.write(text.replace(self._token, "***"))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _guard_token() -> None:
+    """Wrap stdout/stderr so the HF token can never be printed, whoever prints."""
+    from gpudoctor.weights.hub import current_token
+
+    token = current_token()
+    if token and len(token) >= 4:
+        sys.stdout = _ScrubbingStream(sys.stdout, token)  # type: ignore[assignment]
+        sys.stderr = _ScrubbingStream(sys.stderr, token)  # type: ignore[assignment]
+
+
+def _fail(message: str, as_json: bool) -> None:
+    from gpudoctor.weights.hub import scrub
+
+    message = scrub(message)
+    if as_json:
+        click.echo(json.dumps({"ok": False, "error": message}))
+    click.echo(f"error: {message}", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+def _run(as_json: bool, action: Any) -> Any:
+    """Run ``action()``, turning every failure into a one-line error and exit 1."""
+    from gpudoctor.weights.errors import WeightsError
+
+    try:
+        return action()
+    except WeightsError as exc:
+        _fail(str(exc), as_json)
+    except KeyboardInterrupt:
+        click.echo("interrupted: run the same command again to resume", err=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)  # do not wait for downloads in flight; finished files are kept
+    except Exception as exc:
+        if os.environ.get("GPUDOCTOR_DEBUG") == "1":
+            raise
+        from gpudoctor.weights.hub import translate_error
+
+        _fail(str(translate_error(exc, "", None)), as_json)
+
+
+@click.group(name="weights")
+def weights() -> None:
+    """Put model weights where the server reads them (tmpfs), fast, after every reboot.
+
+    \b
+    gpudoctor weights ensure Qwen/Qwen3-8B --to /dev/shm/qwen3 --mirror /var/lib/models
+    gpudoctor weights status /dev/shm/qwen3
+
+    A directory is complete when its .gpudoctor-manifest.json lists every file and each
+    has the listed size (quick) or sha256 (full). `gpudoctor check` uses the same manifest.
+    """
+
+
+@weights.command()
+@click.argument("repo_id")
+@click.option(
+    "--to",
+    "target",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Model directory to fill, e.g. /dev/shm/qwen3 (built in TARGET.partial, then renamed).",
+)
+@click.option(
+    "--revision",
+    default=None,
+    help="Branch, tag or commit sha. Default: what is already complete locally, else main.",
+)
+@click.option(
+    "--mirror",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Disk mirror root (holds ORG/NAME). Restored from when it has the revision; "
+    "filled after a download (hard links on the same filesystem, else a copy).",
+)
+@click.option(
+    "--verify",
+    type=click.Choice(["quick", "full"]),
+    default="quick",
+    show_default=True,
+    help="quick: every file has the right size. full: also sha256 of LFS files vs the Hub's.",
+)
+@click.option(
+    "--max-workers",
+    type=click.IntRange(1, 64),
+    default=8,
+    show_default=True,
+    help="Parallel file downloads.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def ensure(
+    repo_id: str,
+    target: Path,
+    revision: str | None,
+    mirror: Path | None,
+    verify: str,
+    max_workers: int,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Make TARGET hold the complete REPO_ID model; a no-op when it already does.
+
+    \b
+    Order: check the manifest (done if complete) -> space precheck (filesystem free
+    space, and RAM for tmpfs) -> restore from --mirror, else download from the Hub
+    (HF_ENDPOINT, token from HF_TOKEN or `hf auth login`) -> verify -> write the
+    manifest -> atomic rename -> fill the mirror.
+    Interrupted? Run it again: every finished file is kept (the unit of resume is a file).
+    """
+    _guard_token()
+    from gpudoctor.weights.ensure import EnsureRequest
+    from gpudoctor.weights.ensure import ensure as run_ensure
+    from gpudoctor.weights.progress import make_progress
+
+    request = EnsureRequest(repo_id, target, revision, mirror, verify, max_workers)
+    progress = make_progress(quiet=quiet or (as_json and not sys.stderr.isatty()))
+    result = _run(as_json, lambda: run_ensure(request, progress))
+    if as_json:
+        click.echo(json.dumps({"ok": True, **result.to_dict()}))
+        return
+    from gpudoctor.weights.progress import human_bytes
+
+    what = f"{result.repo_id}@{result.revision[:12]} in {result.target}"
+    size = f"{result.files_total} files, {human_bytes(result.bytes_total)}"
+    if result.action == "none":
+        click.echo(f"complete: {what} ({size}; nothing to do, {result.seconds:.2f} s)")
+    else:
+        fetched = f"{result.files_fetched} files, {human_bytes(result.bytes_fetched)}"
+        click.echo(
+            f"{result.action} from {result.source}: {what} ({size}; fetched {fetched}"
+            f" in {result.seconds:.1f} s; verify {result.verify})"
+        )
+    if result.mirror_updated:
+        click.echo(f"mirror updated: {mirror}")
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
+@weights.command()
+@click.argument("target", type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--verify",
+    type=click.Choice(["quick", "full"]),
+    default="quick",
+    show_default=True,
+    help="quick: sizes only (metadata). full: sha256 of every hashed file (reads all bytes).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def status(target: Path, verify: str, as_json: bool) -> None:
+    """Say whether TARGET holds a complete model, from its manifest (no network).
+
+    Exit 0 when complete, 3 when missing, unmanaged or incomplete, 1 on error.
+    """
+    from gpudoctor.weights.progress import human_bytes, make_progress
+    from gpudoctor.weights.status import status as run_status
+
+    result = _run(as_json, lambda: run_status(target, make_progress(quiet=as_json), verify))
+    if as_json:
+        click.echo(json.dumps({"ok": True, **result.to_dict()}))
+    else:
+        if result.repo_id:
+            click.echo(
+                f"{result.state}: {result.repo_id}@{result.revision[:12]} in {result.target}"
+                f" ({result.files_total} files, {human_bytes(result.bytes_total)},"
+                f" manifest {result.created_at}, verify {result.verify})"
+            )
+        else:
+            click.echo(f"{result.state}: {result.target} (no gpudoctor manifest)")
+        for problem in result.problems:
+            click.echo(f"  {problem.problem}: {problem.path} ({problem.detail})")
+        if result.partial:
+            click.echo(f"  interrupted run left {result.partial}: `ensure` resumes from it")
+    sys.exit(EXIT_OK if result.complete else EXIT_INCOMPLETE)
+
+
+def main() -> None:
+    """Run the ``weights`` group on its own (``python -m gpudoctor.commands.weights``)."""
+    weights(prog_name="gpudoctor weights")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""The ``gpudoctor check --cluster/--inventory`` command body (called from commands/check.py).
+
+Builds the inventory (API or file, narrowed by ``--ct``), runs the fleet check with
+progress on stderr, renders the result (human table, ``--json``, Prometheus) and
+returns the exit code (0 healthy, 3 any FAIL/ERROR).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TextIO
+
+import click
+
+from gpudoctor.context import CheckOptions
+from gpudoctor.fleet.execute import FleetSettings, check_fleet
+from gpudoctor.fleet.explain import Explanation, explain
+from gpudoctor.fleet.inventory import (
+    Inventory,
+    InventoryError,
+    load_inventory_file,
+    split_patterns,
+)
+from gpudoctor.fleet.results import FleetResult, Outcome
+from gpudoctor.model import Status
+from gpudoctor.output import Format
+
+
+@dataclass(frozen=True)
+class FleetRequest:
+    """What the command line asked for.
+
+    Attributes:
+        cluster: the Proxmox API host (``pve1``, ``pve1:8006``), or None.
+        inventory: the TOML inventory path, or None.
+        ct: ``--ct`` values (ids, names, globs; comma-separated allowed).
+        parallel: ``--parallel``.
+        target_timeout_s: ``--target-timeout``.
+        token_id, token_secret: the API token (secret never shown).
+        api_insecure: skip TLS verification of the API.
+        known_hosts, accept_new_host_key: SSH options.
+        api_user, api_password: password login (else env PVE_USER / PVE_PASSWORD).
+        api_ca: a CA bundle for the API's certificate (else the system's).
+    """
+
+    cluster: str | None = None
+    inventory: str | None = None
+    ct: tuple[str, ...] = ()
+    parallel: int = 8
+    target_timeout_s: float = 120.0
+    token_id: str | None = None
+    token_secret: str | None = None
+    api_insecure: bool = False
+    known_hosts: str | None = None
+    accept_new_host_key: bool = False
+    api_user: str | None = None
+    api_password: str | None = None
+    api_ca: str | None = None
+
+
+def build_inventory(request: FleetRequest) -> tuple[Inventory, tuple[str, ...]]:
+    """Return (inventory narrowed by ``--ct``, warnings); raise InventoryError."""
+    if request.cluster and request.inventory:
+        raise InventoryError("--cluster and --inventory exclude each other: pick one source")
+    if request.inventory:
+        inventory, warnings = load_inventory_file(request.inventory), ()
+    else:
+        from gpudoctor.fleet.proxmox import ApiCredentials, cluster_inventory
+
+        creds = ApiCredentials(
+            host=request.cluster or "",
+            token_id=request.token_id,
+            token_secret=request.token_secret,
+            user=request.api_user or os.environ.get("PVE_USER"),
+            password=request.api_password or os.environ.get("PVE_PASSWORD"),
+            verify=False if request.api_insecure else (request.api_ca or True),
+        )
+        inventory, warnings = cluster_inventory(creds)
+    narrowed = inventory.narrowed(split_patterns(request.ct))
+    if request.ct and not narrowed.cts:
+        raise InventoryError(f"--ct {','.join(request.ct)} matches no CT of {inventory.source}")
+    return narrowed, warnings
+
+
+def progress_printer(total: int, stream: TextIO | None = None) -> Callable[[Outcome], None]:
+    """Return a callback printing ``[k/N] target STATUS`` per finished target on stderr
+    (one overwritten line on a terminal, plain lines otherwise)."""
+    done = [0]
+    out = stream or sys.stderr
+    tty = out.isatty()
+
+    def show(outcome: Outcome) -> None:
+        done[0] += 1
+        line = f"[{done[0]}/{total}] {outcome.report.target} {outcome.status.value}"
+        if outcome.state != "checked":
+            line += f" ({outcome.state})"
+        out.write(f"\r\033[K{line}" if tty else f"gpudoctor: {line}\n")
+        if tty and done[0] == total:
+            out.write("\r\033[K")
+        out.flush()
+
+    return show
+
+
+def render_fleet(result: FleetResult, explanations: tuple[Explanation, ...],
+                 warnings: tuple[str, ...], fmt: Format, stream: TextIO,
+                 verbose: bool) -> None:  # fmt: skip
+    """Write the fleet result to ``stream`` in ``fmt``."""
+    if fmt is Format.JSON:
+        import json
+
+        from gpudoctor.fleet.summary import fleet_document
+
+        json.dump(fleet_document(result, explanations, warnings), stream, indent=2)
+        stream.write("\n")
+    elif fmt is Format.PROMETHEUS:
+        from gpudoctor.output.prometheus import write_prometheus
+
+        write_prometheus(result.reports(), stream)
+    else:
+        from gpudoctor.fleet.summary import write_fleet_human
+
+        write_fleet_human(result, explanations, stream, verbose, warnings)
+
+
+def run_fleet_command(request: FleetRequest, options: CheckOptions, fmt: Format,
+                      output: str | None, verbose: bool,
+                      write_file: Callable[[str, str], None]) -> int:  # fmt: skip
+    """Run the whole ``check --cluster/--inventory``; return the exit code (0 or 3).
+    Raise click.UsageError / ClickException with one line for bad input or a failed API."""
+    if request.parallel < 1:
+        raise click.UsageError("--parallel must be at least 1")
+    from gpudoctor.fleet.execute import fleet_catalogue
+    from gpudoctor.runner import select
+
+    try:  # a bad --only is a usage error, not one ERROR per target
+        select(fleet_catalogue(), options.only, with_ct_host=True)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        inventory, warnings = build_inventory(request)
+    except InventoryError as exc:
+        raise click.ClickException(str(exc)) from None
+    if request.cluster and request.api_insecure:
+        click.echo("gpudoctor: warning: --api-insecure: the API's TLS certificate is not "
+                   "verified", err=True)  # fmt: skip
+    for warning in warnings:
+        click.echo(f"gpudoctor: warning: {warning}", err=True)
+    settings = FleetSettings(
+        options=options,
+        parallel=request.parallel,
+        target_timeout_s=request.target_timeout_s,
+        known_hosts=request.known_hosts,
+        accept_new_host_key=request.accept_new_host_key,
+    )
+    total = len(inventory.nodes) + len(inventory.cts)
+    result = check_fleet(inventory, settings, progress=progress_printer(total))
+    explanations = explain(result)
+    if output:
+        buffer = io.StringIO()
+        render_fleet(result, explanations, warnings, fmt, buffer, verbose)
+        write_file(output, buffer.getvalue())
+    else:
+        render_fleet(result, explanations, warnings, fmt, sys.stdout, verbose)
+    bad = any(f.status in (Status.FAIL, Status.ERROR) for r in result.reports() for f in r.findings)
+    return 3 if bad else 0

@@ -1,0 +1,148 @@
+"""The body of ``gpudoctor fix --cluster/--inventory`` (click-free: the CLI passes ``echo``
+and ``ask``). Builds the inventory, plans and applies through :func:`fix_cluster`, prints
+the diffs and one line per CT (or ``--json``), returns the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gpudoctor.fleet.check_run import FleetRequest, build_inventory
+from gpudoctor.fleet.execute import FleetSettings
+from gpudoctor.fleet.fix import ClusterFixResult, ClusterFixSettings, CtFix, fix_cluster
+from gpudoctor.fleet.inventory import InventoryError
+from gpudoctor.pve.fixer import FixOptions
+
+EXIT_ERROR = 1
+Echo = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class ClusterFixRequest:
+    """What ``gpudoctor fix --cluster/--inventory`` was asked.
+
+    Attributes:
+        cluster: the Proxmox API host, or None.
+        inventory: the TOML inventory path, or None.
+        ct: ``--ct`` patterns (ids, names, globs; comma-separated allowed).
+        max_restarts: ``--max-restarts``.
+        keep_going: ``--keep-going``.
+        api_token: ``USER@REALM!ID=SECRET`` (``--api-token``), or None: env
+            PVE_TOKEN_ID/PVE_TOKEN_SECRET (or PVE_USER/PVE_PASSWORD) are used.
+        known_hosts, accept_new_host_key, identity_file: SSH options.
+        as_json: print the result as JSON.
+        api_user, api_password: password login instead of a token.
+        api_insecure, api_ca: TLS verification of the API (off, or this CA bundle).
+    """
+
+    cluster: str | None = None
+    inventory: str | None = None
+    ct: tuple[str, ...] = ()
+    max_restarts: int = 2
+    keep_going: bool = False
+    api_token: str | None = None
+    known_hosts: str | None = None
+    accept_new_host_key: bool = False
+    identity_file: str | None = None
+    as_json: bool = False
+    api_user: str | None = None
+    api_password: str | None = None
+    api_insecure: bool = False
+    api_ca: str | None = None
+
+
+def split_token(token: str | None) -> tuple[str | None, str | None]:
+    """Return (token id, secret) from ``USER@REALM!ID=SECRET``, or the env's when None."""
+    import os
+
+    if not token:
+        return os.environ.get("PVE_TOKEN_ID"), os.environ.get("PVE_TOKEN_SECRET")
+    token_id, _, secret = token.partition("=")
+    return token_id, secret or None
+
+
+def show(fixes: Sequence[CtFix], echo: Echo, with_diff: bool) -> None:
+    """Print one line per CT (``node/ct: status: message``), diffs first when asked."""
+    for fix in fixes:
+        if with_diff and fix.diff:
+            echo(f"--- {fix.node}/{fix.ct}")
+            echo(fix.diff.rstrip("\n"))
+    for fix in fixes:
+        echo(f"{fix.node}/{fix.ct}: {fix.status}: {fix.message}")
+
+
+def run_cluster_fix(
+    request: ClusterFixRequest,
+    template: FixOptions,
+    echo: Echo,
+    ask: Callable[[str], bool],
+) -> int:
+    """Run the fleet fix; return 0 (all fixed or nothing to change), 3 (something not
+    fixed, rolled back, skipped or declined) or 1 (no inventory). ``template`` carries the
+    per-CT options (plan, layout, dry_run, yes, restart; its ``ct`` is ignored)."""
+    if request.max_restarts < 1:
+        echo("gpudoctor: --max-restarts must be at least 1", err=True)
+        return EXIT_ERROR
+    token_id, secret = split_token(request.api_token)
+    fleet_request = FleetRequest(
+        cluster=request.cluster,
+        inventory=request.inventory,
+        ct=request.ct,
+        token_id=token_id,
+        token_secret=secret,
+        known_hosts=request.known_hosts,
+        accept_new_host_key=request.accept_new_host_key,
+        api_user=request.api_user,
+        api_password=request.api_password,
+        api_insecure=request.api_insecure,
+        api_ca=request.api_ca,
+    )
+    try:
+        inventory, warnings = build_inventory(fleet_request)
+    except InventoryError as exc:
+        echo(f"gpudoctor: {exc}", err=True)
+        return EXIT_ERROR
+    for warning in warnings:
+        echo(f"gpudoctor: warning: {warning}", err=True)
+    settings = ClusterFixSettings(
+        plan=template.plan,
+        layout=template.layout,
+        max_restarts=request.max_restarts,
+        keep_going=request.keep_going,
+        dry_run=template.dry_run,
+        yes=template.yes,
+        restart=template.restart,
+        connection=FleetSettings(
+            known_hosts=request.known_hosts,
+            accept_new_host_key=request.accept_new_host_key,
+            identity_file=request.identity_file,
+        ),
+    )
+
+    def confirm(changes: Sequence[CtFix]) -> bool:
+        show(changes, echo, with_diff=True)
+        return ask(
+            f"Apply these changes to {len(changes)} CT(s), restarting at most "
+            f"{request.max_restarts} at a time?"
+        )
+
+    result = fix_cluster(
+        inventory, settings, confirm, progress=lambda text: echo(f"gpudoctor: {text}", err=True)
+    )
+    report(result, request.as_json, template.dry_run, echo)
+    return result.exit_code
+
+
+def report(result: ClusterFixResult, as_json: bool, dry_run: bool, echo: Echo) -> None:
+    """Print the result: JSON, or the diffs (dry run) and one line per CT."""
+    if as_json:
+        echo(json.dumps(result.to_dict(), indent=2))
+        return
+    show(result.fixes, echo, with_diff=dry_run)
+    if any(f.status == "declined" for f in result.fixes):
+        echo("not applied: nothing written (pass --yes to apply without asking)")
+    if result.stopped_by:
+        echo(f"stopped after {result.stopped_by}: the remaining CTs were not touched "
+             "(--keep-going fixes them anyway)")  # fmt: skip

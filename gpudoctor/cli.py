@@ -8,13 +8,14 @@ Exit codes: 0 healthy / done, 1 gpudoctor's own error, 2 usage, 3 at least one F
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
 
-from gpudoctor import __version__
+from gpudoctor import __version__, errors
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_FAIL = 0, 1, 2, 3
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_FAIL, EXIT_NOTHING_CHECKED = 0, 1, 2, 3, 4
 
 # name -> (module:attribute, one-line help shown by `gpudoctor --help`)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -60,8 +61,14 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="gpudoctor")
-def cli() -> None:
+@click.version_option(__version__, "-V", "--version", prog_name="gpudoctor")
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar="GPUDOCTOR_DEBUG",
+    help="Print a traceback with an error, and libraries' own logs (env GPUDOCTOR_DEBUG=1).",
+)
+def cli(debug: bool = False) -> None:
     """gpudoctor: find and fix why CUDA broke in your GPU container, then get the benchmark going.
 
     \b
@@ -71,33 +78,58 @@ def cli() -> None:
       gpudoctor weights ensure Qwen/Qwen3-8B --to /dev/shm/qwen3 --mirror /var/lib/models
       gpudoctor bench plan.toml --out runs/qwen3      # runs or resumes the matrix
 
-    Exit codes: 0 healthy, 1 gpudoctor error, 2 usage error, 3 at least one FAIL.
+    Exit codes: 0 healthy, 1 gpudoctor error, 2 usage error, 3 at least one FAIL,
+    130 interrupted. An error is one line on stderr:
+    `gpudoctor: error: <what failed>; <what to do>` (--debug adds the traceback).
     """
+    errors.set_debug(debug)
+    errors.quiet_library_loggers()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; return the process exit code (never raises for expected errors)."""
+    """Run the CLI; return the process exit code. Every failure becomes one line on stderr
+    (:mod:`gpudoctor.errors`); a traceback only with ``--debug``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    errors.set_debug("--debug" in args[: args.index("--")] if "--" in args else "--debug" in args)
+    errors.quiet_library_loggers()
     try:
-        code = cli.main(args=argv, prog_name="gpudoctor", standalone_mode=False)
+        code = cli.main(args=args, prog_name="gpudoctor", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code or 0)
     except click.UsageError as exc:
-        exc.show()
-        return EXIT_USAGE
+        path = exc.ctx.command_path if exc.ctx is not None else "gpudoctor"
+        hint = errors.USAGE_HINT.format(command=path)
+        return errors.report(exc.format_message(), hint, EXIT_USAGE, args)
     except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code if exc.exit_code not in (None, 0) else EXIT_ERROR
+        code = exc.exit_code if exc.exit_code not in (None, 0) else EXIT_ERROR
+        if code == errors.EXIT_INTERRUPTED:
+            return errors.report(exc.format_message(), "", code, args)
+        return errors.report(exc.format_message(), errors.ERROR_HINT, code, args)
     except click.Abort:
-        click.echo("gpudoctor: aborted", err=True)
-        return EXIT_ERROR
+        return errors.report("aborted", "nothing more was done; run it again", EXIT_ERROR, args)
     except KeyboardInterrupt:
-        click.echo("gpudoctor: interrupted", err=True)
-        return 130
+        what = "interrupted"
+        return errors.report(what, "run the same command again", errors.EXIT_INTERRUPTED, args)
     except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no "Exception ignored" at exit
         return EXIT_OK
+    except Exception as exc:
+        if errors.debug_enabled():
+            import traceback
+
+            traceback.print_exc()
+        what, todo = errors.describe(exc)
+        return errors.report(what, todo, EXIT_ERROR, args)
     return code if isinstance(code, int) else EXIT_OK
 
 
 def run() -> None:
-    """Console-script entry point: exit with :func:`main`'s code."""
-    sys.exit(main())
+    """Console-script entry point: exit with :func:`main`'s code (at once after Ctrl-C,
+    without waiting for worker threads)."""
+    code = main()
+    if code == errors.EXIT_INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

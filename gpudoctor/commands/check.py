@@ -9,13 +9,16 @@ from pathlib import Path
 
 import click
 
-from gpudoctor.cli import EXIT_FAIL, EXIT_OK
+from gpudoctor.cli import EXIT_FAIL, EXIT_NOTHING_CHECKED, EXIT_OK
 from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
     FLAVOR,
     KNOWN_HOSTS,
+    api_options,
     cluster_option,
+    exclusive,
     inventory_option,
+    require_writable_file,
 )
 from gpudoctor.context import CheckOptions, DeviceRequest
 from gpudoctor.model import Report, Status
@@ -46,9 +49,46 @@ def write_atomically(path: str, text: str) -> None:
 
 
 def exit_code(reports: list[Report]) -> int:
-    """Return 3 when any finding is FAIL or ERROR, else 0 (warnings allowed)."""
+    """Return 3 when any finding is FAIL or ERROR, 4 when every finding is SKIP (nothing
+    was checked), else 0 (warnings allowed)."""
     bad = {Status.FAIL, Status.ERROR}
-    return EXIT_FAIL if any(f.status in bad for r in reports for f in r.findings) else EXIT_OK
+    findings = [f for r in reports for f in r.findings]
+    if any(f.status in bad for f in findings):
+        return EXIT_FAIL
+    if all(f.status is Status.SKIP for f in findings):
+        return EXIT_NOTHING_CHECKED
+    return EXIT_OK
+
+
+def nothing_checked_line(reports: list[Report]) -> str:
+    """Return the stderr line of a run whose every check SKIPped (exit 4)."""
+    findings = [f for r in reports for f in r.findings]
+    why = f" (first: {findings[0].check_id}: {findings[0].message})" if findings else ""
+    return (
+        f"gpudoctor: nothing was checked: all {len(findings)} finding(s) are SKIP{why}; run "
+        "it where the GPU is, or widen --only (exit 4)"
+    )
+
+
+def validate_selection(only: tuple[str, ...], ct: str | None, flavor: str, fleet: bool) -> None:
+    """Raise click.UsageError for a --ct or --only that cannot work, before any work."""
+    if ct and flavor == "pve" and not fleet and not ct.isdigit():
+        raise click.UsageError(
+            f"--ct {ct!r}: a Proxmox CT id is a number (200); for a plain LXC container "
+            "name add --flavor lxc"
+        )
+    if not only or ct or fleet:
+        return
+    from gpudoctor.registry import load_catalogue
+
+    catalogue = load_catalogue()
+    for wanted in only:
+        matching = [s for s in catalogue if wanted in (s.id, s.family)]
+        if matching and all(s.scope == "ct_host" for s in matching):
+            raise click.UsageError(
+                f"--only {wanted} reads a container's config on its host: it needs --ct ID "
+                "(and --host HOST when the host is remote)"
+            )
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -92,7 +132,7 @@ def exit_code(reports: list[Report]) -> int:
 )
 @click.option(
     "--timeout",
-    type=float,
+    type=click.FloatRange(min=0, min_open=True),
     default=20.0,
     show_default=True,
     help="Seconds each check (and the CUDA/NVML probe) may take.",
@@ -110,7 +150,11 @@ def exit_code(reports: list[Report]) -> int:
     "its host) and its config on the host (ct.device_rules).",
 )
 @FLAVOR
-@click.option("--expect-gpus", type=int, help="GPUs the workload needs (e.g. the bench plan's TP).")
+@click.option(
+    "--expect-gpus",
+    type=click.IntRange(min=0),
+    help="GPUs the workload needs (e.g. the bench plan's TP).",
+)
 @click.option(
     "--deep", is_flag=True, help="Also run slow opt-in checks (NCCL all-reduce across GPUs)."
 )
@@ -121,37 +165,19 @@ def exit_code(reports: list[Report]) -> int:
 @inventory_option("Check")
 @click.option(
     "--parallel",
-    type=int,
+    type=click.IntRange(min=1),
     default=8,
     show_default=True,
     help="Fleet: targets checked at once (at most 4 per node).",
 )
 @click.option(
     "--target-timeout",
-    type=float,
+    type=click.FloatRange(min=0, min_open=True),
     default=120.0,
     show_default=True,
     help="Fleet: seconds one node or CT may take before it is reported ERROR.",
 )
-@click.option(
-    "--api-token-id",
-    envvar="PVE_TOKEN_ID",
-    metavar="USER@REALM!ID",
-    help="Proxmox API token id (or env PVE_TOKEN_ID). Password login: env PVE_USER "
-    "and PVE_PASSWORD.",
-)
-@click.option(
-    "--api-token-secret",
-    envvar="PVE_TOKEN_SECRET",
-    metavar="SECRET",
-    help="Proxmox API token secret (better: env PVE_TOKEN_SECRET). Never printed.",
-)
-@click.option(
-    "--api-insecure",
-    is_flag=True,
-    help="Do not verify the API's TLS certificate "
-    "(else system CAs, or REQUESTS_CA_BUNDLE=/path/to/pve-root-ca.pem).",
-)
+@api_options
 @click.pass_context
 def check(
     ctx: click.Context,
@@ -174,9 +200,7 @@ def check(
     inventory_file: str | None = None,
     parallel: int = 8,
     target_timeout: float = 120.0,
-    api_token_id: str | None = None,
-    api_token_secret: str | None = None,
-    api_insecure: bool = False,
+    **api: object,
 ) -> None:
     """Diagnose GPU access: driver, device nodes and their cgroup policy, CUDA, NVML, weights.
 
@@ -191,9 +215,17 @@ def check(
       gpudoctor check --inventory hosts.toml --ct 'llm-*' --parallel 16
 
     Each finding names its evidence and the exact remedy. Exit: 0 healthy (warnings
-    allowed), 3 at least one FAIL or ERROR, 1 gpudoctor error, 2 usage error.
+    allowed), 3 at least one FAIL or ERROR, 4 nothing was checked (every check SKIPped),
+    1 gpudoctor error (host unreachable: the -o textfile still says so), 2 usage error.
     """
     from gpudoctor.hosts.base import HostError
+
+    fleet = bool(cluster or inventory_file)
+    exclusive(cluster=cluster, inventory=inventory_file)
+    if fleet and host_spec:
+        raise click.UsageError("--host is for one machine; --cluster/--inventory name the nodes")
+    validate_selection(split_ids(only), ct, flavor, fleet)
+    require_writable_file(output, "-o")
 
     options = CheckOptions(
         devices=parse_devices(devices),
@@ -208,21 +240,19 @@ def check(
         deep=deep,
     )
     fmt_enum = Format.JSON if as_json else Format(fmt)
-    local_facts = prestart_local_probe(options, host_spec, ct, cluster or inventory_file)
+    local_facts = prestart_local_probe(options, host_spec, ct, fleet)
     from gpudoctor.runner import run_checks
 
-    if cluster or inventory_file:
-        if host_spec:
-            raise click.UsageError(
-                "--host is for one machine; --cluster/--inventory name the nodes"
-            )
+    if fleet:
         from dataclasses import replace
 
+        from gpudoctor.commands.options import api_credentials
         from gpudoctor.fleet.check_run import FleetRequest, run_fleet_command
 
         request = FleetRequest(cluster, inventory_file, (ct,) if ct else (), parallel,
-                               target_timeout, api_token_id, api_token_secret, api_insecure,
-                               known_hosts, accept_new_host_key)  # fmt: skip
+                               target_timeout, known_hosts=known_hosts,
+                               accept_new_host_key=accept_new_host_key,
+                               credentials=api_credentials(api))  # fmt: skip
         options = replace(options, ct=None, model_dirs=tuple(model_dirs))
         ctx.exit(run_fleet_command(request, options, fmt_enum, output, verbose, write_atomically))
     try:
@@ -237,11 +267,32 @@ def check(
             for host in closers:
                 host.close()
     except HostError as exc:
-        raise click.ClickException(str(exc)) from exc
+        record_unreachable(fmt_enum, output, target_label(host_spec, ct, flavor), str(exc))
+        raise  # one line from the error policy (gpudoctor/errors.py), exit 1
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     emit([report], fmt_enum, output, verbose)
-    ctx.exit(exit_code([report]))
+    code = exit_code([report])
+    if code == EXIT_NOTHING_CHECKED:
+        click.echo(nothing_checked_line([report]), err=True)
+    ctx.exit(code)
+
+
+def target_label(host_spec: str | None, ct: str | None, flavor: str) -> str:
+    """Return the name a report of these options has (``root@pve1/ct200``, ``local``)."""
+    base = host_spec if host_spec and host_spec != "local" else "local"
+    if ct is None:
+        return base
+    return f"{base}/ct{ct}" if flavor == "pve" else f"{base}/{ct}"
+
+
+def record_unreachable(fmt: Format, output: str | None, target: str, message: str) -> None:
+    """Write the -o Prometheus textfile of a run that could not reach its target
+    (``gpudoctor_up 0``, status 4): monitoring never keeps showing the last green run."""
+    if output and fmt is Format.PROMETHEUS:
+        from gpudoctor.output.prometheus import textfile, unreachable_report
+
+        write_atomically(output, textfile([unreachable_report(target, message)], output))
 
 
 def prestart_local_probe(options: CheckOptions, host_spec, ct, fleet):  # type: ignore[no-untyped-def]
@@ -264,6 +315,8 @@ def open_targets(host_spec, ct, flavor, known_hosts, accept_new):  # type: ignor
 
     opts = {"known_hosts": known_hosts, "accept_new_host_key": accept_new}
     host = open_host(host_spec or "local", **opts) if host_spec and host_spec != "local" else None
+    if host is not None and hasattr(host, "connect"):
+        host.connect()  # unreachable: one line (and up 0 in the textfile), not N ERRORs
     if host is None:
         from gpudoctor.hosts.local import LocalHost
 
@@ -276,7 +329,11 @@ def open_targets(host_spec, ct, flavor, known_hosts, accept_new):  # type: ignor
 
 def emit(reports: list[Report], fmt: Format, output: str | None, verbose: bool) -> None:
     """Write the reports to ``output`` (atomically) or stdout."""
-    if output:
+    if output and fmt is Format.PROMETHEUS:
+        from gpudoctor.output.prometheus import textfile
+
+        write_atomically(output, textfile(reports, output))
+    elif output:
         import io
 
         buffer = io.StringIO()

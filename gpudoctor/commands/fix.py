@@ -12,7 +12,10 @@ from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
     FLAVOR,
     KNOWN_HOSTS,
+    api_credentials,
+    api_options,
     cluster_option,
+    exclusive,
     inventory_option,
 )
 
@@ -108,33 +111,7 @@ def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: s
     "lxc.* lines cannot be written through the API (Proxmox refuses them): --host is still "
     "needed for the config.",
 )
-@click.option(
-    "--api-ca",
-    type=click.Path(dir_okay=False, exists=True),
-    help="CA bundle that signed the API's certificate (default: system CAs).",
-)
-@click.option(
-    "--api-insecure",
-    is_flag=True,
-    help="Do not verify the API's TLS certificate (Proxmox's self-signed default).",
-)
-@click.option(
-    "--api-token",
-    metavar="USER@REALM!ID=SECRET",
-    envvar="GPUDOCTOR_API_TOKEN",
-    help="Proxmox API token (or env GPUDOCTOR_API_TOKEN).",
-)
-@click.option(
-    "--api-user",
-    metavar="USER@REALM",
-    help="Proxmox API user for password login (root@pam), instead of a token.",
-)
-@click.option(
-    "--api-password",
-    envvar="GPUDOCTOR_API_PASSWORD",
-    metavar="PASSWORD",
-    help="Its password (better: env GPUDOCTOR_API_PASSWORD).",
-)
+@api_options
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON on stdout.")
 @cluster_option("Fix")
 @inventory_option("Fix")
@@ -155,10 +132,9 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
         devices: tuple[str, ...], mode: str, dev_gid: int | None, prune: bool, dry_run: bool,
         yes: bool, no_restart: bool, host_prep: bool, lxcpath: str | None,
         known_hosts: str | None, accept_new_host_key: bool, identity_file: str | None,
-        api: str | None, api_ca: str | None, api_insecure: bool, api_token: str | None,
-        api_user: str | None, api_password: str | None, as_json: bool,
-        cluster: str | None = None, inventory_file: str | None = None, max_restarts: int = 2,
-        keep_going: bool = False) -> None:  # fmt: skip
+        api: str | None, as_json: bool, cluster: str | None = None,
+        inventory_file: str | None = None, max_restarts: int = 2, keep_going: bool = False,
+        **api_auth: Any) -> None:  # fmt: skip
     """Give a container back its GPUs: plan, diff, backup, locked write, restart, re-check.
 
     \b
@@ -191,6 +167,7 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
     from gpudoctor.pve.fixer import FixOptions
     from gpudoctor.pve.planner import PlanError, PlanOptions
 
+    exclusive(cluster=cluster, inventory=inventory_file)
     if cluster or inventory_file:
         from gpudoctor.fleet.fix_run import ClusterFixRequest, run_cluster_fix
 
@@ -216,15 +193,11 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
             ct=(ct,) if ct else (),
             max_restarts=max_restarts,
             keep_going=keep_going,
-            api_token=api_token,
             known_hosts=known_hosts,
             accept_new_host_key=accept_new_host_key,
             identity_file=identity_file,
             as_json=as_json,
-            api_user=api_user,
-            api_password=api_password,
-            api_insecure=api_insecure,
-            api_ca=api_ca,
+            credentials=api_credentials(api_auth),
         )
         ask = lambda question: sys.stdin.isatty() and click.confirm(question, default=False)  # noqa: E731
         ctx.exit(run_cluster_fix(request, template, click.echo, ask))
@@ -235,15 +208,14 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
         )
     settings = None
     if api:
+        from gpudoctor.credentials import MISSING
         from gpudoctor.pve.api import ApiSettings
 
-        if not api_token and not (api_user and api_password):
-            raise click.UsageError(
-                "--api needs --api-token USER@REALM!ID=SECRET, or --api-user and --api-password"
-            )
-        verify = False if api_insecure else (api_ca or True)
-        settings = ApiSettings(api, api_token or "", verify, user=api_user or "",
-                               password=api_password or "")  # fmt: skip
+        auth = api_credentials(api_auth)
+        if not auth.present():
+            raise click.UsageError(f"--api: {MISSING}")
+        settings = ApiSettings(api, auth.token, auth.verify, user=auth.user or "",
+                               password=auth.password or "")  # fmt: skip
     host_spec = host_spec or "local"
     if not host_prep and not ct:
         raise click.UsageError("--ct is required (or --host-prep)")

@@ -8,15 +8,15 @@ returns the exit code (0 healthy, 3 any FAIL/ERROR).
 from __future__ import annotations
 
 import io
-import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TextIO
 
 import click
 
 from gpudoctor.context import CheckOptions
+from gpudoctor.credentials import ApiAuth
 from gpudoctor.fleet.execute import FleetSettings, check_fleet
 from gpudoctor.fleet.explain import Explanation, explain
 from gpudoctor.fleet.inventory import (
@@ -40,11 +40,8 @@ class FleetRequest:
         ct: ``--ct`` values (ids, names, globs; comma-separated allowed).
         parallel: ``--parallel``.
         target_timeout_s: ``--target-timeout``.
-        token_id, token_secret: the API token (secret never shown).
-        api_insecure: skip TLS verification of the API.
         known_hosts, accept_new_host_key: SSH options.
-        api_user, api_password: password login (else env PVE_USER / PVE_PASSWORD).
-        api_ca: a CA bundle for the API's certificate (else the system's).
+        credentials: the Proxmox API credentials and TLS trust (secrets never shown).
     """
 
     cluster: str | None = None
@@ -52,14 +49,9 @@ class FleetRequest:
     ct: tuple[str, ...] = ()
     parallel: int = 8
     target_timeout_s: float = 120.0
-    token_id: str | None = None
-    token_secret: str | None = None
-    api_insecure: bool = False
     known_hosts: str | None = None
     accept_new_host_key: bool = False
-    api_user: str | None = None
-    api_password: str | None = None
-    api_ca: str | None = None
+    credentials: ApiAuth = field(default_factory=ApiAuth)
 
 
 def build_inventory(request: FleetRequest) -> tuple[Inventory, tuple[str, ...]]:
@@ -71,13 +63,14 @@ def build_inventory(request: FleetRequest) -> tuple[Inventory, tuple[str, ...]]:
     else:
         from gpudoctor.fleet.proxmox import ApiCredentials, cluster_inventory
 
+        auth = request.credentials
         creds = ApiCredentials(
             host=request.cluster or "",
-            token_id=request.token_id,
-            token_secret=request.token_secret,
-            user=request.api_user or os.environ.get("PVE_USER"),
-            password=request.api_password or os.environ.get("PVE_PASSWORD"),
-            verify=False if request.api_insecure else (request.api_ca or True),
+            token_id=auth.token_id,
+            token_secret=auth.token_secret,
+            user=auth.user,
+            password=auth.password,
+            verify=auth.verify,
         )
         inventory, warnings = cluster_inventory(creds)
     narrowed = inventory.narrowed(split_patterns(request.ct))
@@ -134,6 +127,8 @@ def run_fleet_command(request: FleetRequest, options: CheckOptions, fmt: Format,
     Raise click.UsageError / ClickException with one line for bad input or a failed API."""
     if request.parallel < 1:
         raise click.UsageError("--parallel must be at least 1")
+    if request.cluster and request.inventory:
+        raise click.UsageError("--cluster and --inventory exclude each other: pick one")
     from gpudoctor.fleet.execute import fleet_catalogue
     from gpudoctor.runner import select
 
@@ -144,10 +139,12 @@ def run_fleet_command(request: FleetRequest, options: CheckOptions, fmt: Format,
     try:
         inventory, warnings = build_inventory(request)
     except InventoryError as exc:
+        if output and fmt is Format.PROMETHEUS:  # the textfile says the fleet is unknown
+            from gpudoctor.output.prometheus import textfile, unreachable_report
+
+            source = request.cluster or request.inventory or "fleet"
+            write_file(output, textfile([unreachable_report(source, str(exc))], output))
         raise click.ClickException(str(exc)) from None
-    if request.cluster and request.api_insecure:
-        click.echo("gpudoctor: warning: --api-insecure: the API's TLS certificate is not "
-                   "verified", err=True)  # fmt: skip
     for warning in warnings:
         click.echo(f"gpudoctor: warning: {warning}", err=True)
     settings = FleetSettings(
@@ -160,7 +157,11 @@ def run_fleet_command(request: FleetRequest, options: CheckOptions, fmt: Format,
     total = len(inventory.nodes) + len(inventory.cts)
     result = check_fleet(inventory, settings, progress=progress_printer(total))
     explanations = explain(result)
-    if output:
+    if output and fmt is Format.PROMETHEUS:
+        from gpudoctor.output.prometheus import textfile
+
+        write_file(output, textfile(result.reports(), output))
+    elif output:
         buffer = io.StringIO()
         render_fleet(result, explanations, warnings, fmt, buffer, verbose)
         write_file(output, buffer.getvalue())

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from gpudoctor.credentials import ApiAuth
 from gpudoctor.fleet.check_run import FleetRequest, build_inventory
 from gpudoctor.fleet.execute import FleetSettings
 from gpudoctor.fleet.fix import ClusterFixResult, ClusterFixSettings, CtFix, fix_cluster
@@ -29,12 +30,9 @@ class ClusterFixRequest:
         ct: ``--ct`` patterns (ids, names, globs; comma-separated allowed).
         max_restarts: ``--max-restarts``.
         keep_going: ``--keep-going``.
-        api_token: ``USER@REALM!ID=SECRET`` (``--api-token``), or None: env
-            PVE_TOKEN_ID/PVE_TOKEN_SECRET (or PVE_USER/PVE_PASSWORD) are used.
         known_hosts, accept_new_host_key, identity_file: SSH options.
         as_json: print the result as JSON.
-        api_user, api_password: password login instead of a token.
-        api_insecure, api_ca: TLS verification of the API (off, or this CA bundle).
+        credentials: the Proxmox API credentials and TLS trust (secrets never shown).
     """
 
     cluster: str | None = None
@@ -42,25 +40,11 @@ class ClusterFixRequest:
     ct: tuple[str, ...] = ()
     max_restarts: int = 2
     keep_going: bool = False
-    api_token: str | None = None
     known_hosts: str | None = None
     accept_new_host_key: bool = False
     identity_file: str | None = None
     as_json: bool = False
-    api_user: str | None = None
-    api_password: str | None = None
-    api_insecure: bool = False
-    api_ca: str | None = None
-
-
-def split_token(token: str | None) -> tuple[str | None, str | None]:
-    """Return (token id, secret) from ``USER@REALM!ID=SECRET``, or the env's when None."""
-    import os
-
-    if not token:
-        return os.environ.get("PVE_TOKEN_ID"), os.environ.get("PVE_TOKEN_SECRET")
-    token_id, _, secret = token.partition("=")
-    return token_id, secret or None
+    credentials: ApiAuth = field(default_factory=ApiAuth)
 
 
 def show(fixes: Sequence[CtFix], echo: Echo, with_diff: bool) -> None:
@@ -85,19 +69,13 @@ def run_cluster_fix(
     if request.max_restarts < 1:
         echo("gpudoctor: --max-restarts must be at least 1", err=True)
         return EXIT_ERROR
-    token_id, secret = split_token(request.api_token)
     fleet_request = FleetRequest(
         cluster=request.cluster,
         inventory=request.inventory,
         ct=request.ct,
-        token_id=token_id,
-        token_secret=secret,
         known_hosts=request.known_hosts,
         accept_new_host_key=request.accept_new_host_key,
-        api_user=request.api_user,
-        api_password=request.api_password,
-        api_insecure=request.api_insecure,
-        api_ca=request.api_ca,
+        credentials=request.credentials,
     )
     try:
         inventory, warnings = build_inventory(fleet_request)

@@ -65,10 +65,11 @@ class ApiCredentials:
 
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
-    """Return ``text`` with every secret replaced by ``***``."""
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
+    """Return ``text`` with every secret, as a whole value, replaced by ``***`` (a fixed
+    message when a secret is too short to redact safely: :func:`gpudoctor.credentials.redact`)."""
+    from gpudoctor.credentials import redact as redact_whole
+
+    return redact_whole(text, secrets)
 
 
 def connect(creds: ApiCredentials) -> Any:
@@ -98,16 +99,15 @@ def connect(creds: ApiCredentials) -> Any:
                 "(root@pam!gpudoctor)"
             )
         if not creds.token_secret:
-            raise InventoryError("the API token secret is missing (--api-token-secret or "
-                                 "env PVE_TOKEN_SECRET)")  # fmt: skip
+            raise InventoryError("the API token secret is missing; put it in env "
+                                 "PVE_TOKEN_SECRET or pass --api-token-secret-file FILE")  # fmt: skip
         auth = {"user": user, "token_name": token_name, "token_value": creds.token_secret}
     elif creds.user and creds.password:
         auth = {"user": creds.user, "password": creds.password}
     else:
-        raise InventoryError(
-            "no Proxmox API credentials: pass --api-token-id/--api-token-secret (or env "
-            "PVE_TOKEN_ID/PVE_TOKEN_SECRET), or --api-user with env PVE_PASSWORD"
-        )
+        from gpudoctor.credentials import MISSING
+
+        raise InventoryError(MISSING)
     return _call(lambda: ProxmoxAPI(host, **common, **auth), creds, "log in")
 
 

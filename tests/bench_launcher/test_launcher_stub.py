@@ -260,7 +260,7 @@ def test_weights_are_ensured_before_any_server(tmp_path: Path, tiny_model_dir: P
         str(write(tmp_path, text)), "--out", str(out), env={"HF_ENDPOINT": "http://127.0.0.1:9"}
     )
     assert proc.returncode == 1
-    assert "Error: weights: cannot reach the Hub at http://127.0.0.1:9" in proc.stderr
+    assert "error: weights: cannot reach the Hub at http://127.0.0.1:9" in proc.stderr
     assert not (out / "servers.jsonl").exists() and _records(out) == []
     assert "weights: cannot reach the Hub" in json.loads((out / "run.json").read_text())["stopped"]
     verdict = json.loads((out / "preflight.jsonl").read_text())

@@ -1,0 +1,107 @@
+"""gpudoctor's error policy: every failure a user meets is one line, never a traceback.
+
+The documented form, always the last line on stderr::
+
+    gpudoctor: error: <what failed>; <what to do>
+
+Exit codes: 1 gpudoctor could not do its job (a host unreachable, a file unreadable),
+2 the invocation is wrong (usage), 130 interrupted (Ctrl-C). A traceback is printed only
+with the root ``--debug`` flag or ``GPUDOCTOR_DEBUG=1``. Only the standard library and
+click are imported here: ``gpudoctor --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+import click
+
+EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+PREFIX = "gpudoctor: error: "
+# What the line says to do when the message itself does not say it (it has no "; ").
+USAGE_HINT = "see '{command} --help'"
+ERROR_HINT = "run it again with --debug for the details"
+INTERNAL_HINT = "this is a gpudoctor bug: run it again with --debug and report the traceback"
+
+_debug = [False]
+
+
+def set_debug(enabled: bool) -> None:
+    """Turn tracebacks on (the root ``--debug`` flag). Returns nothing."""
+    _debug[0] = enabled or _debug[0]
+
+
+def debug_enabled() -> bool:
+    """Return True when tracebacks are wanted (``--debug`` or ``GPUDOCTOR_DEBUG=1``)."""
+    return _debug[0] or os.environ.get("GPUDOCTOR_DEBUG", "") not in ("", "0")
+
+
+def quiet_library_loggers() -> None:
+    """Keep libraries' own log records (paramiko's "Exception (client): Error reading SSH
+    protocol banner" and its traceback) off stderr unless ``--debug``: gpudoctor reports
+    the failure itself, in one line. Returns nothing."""
+    if debug_enabled():
+        return
+    for name in ("paramiko", "urllib3", "httpx", "httpcore", "filelock", "huggingface_hub"):
+        logger = logging.getLogger(name)
+        logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+
+
+def one_line(text: str) -> str:
+    """Return ``text`` folded onto one line (newlines become ``; ``, blanks collapsed)."""
+    parts = [" ".join(line.split()) for line in str(text).splitlines()]
+    return "; ".join(p for p in parts if p) or "unknown error"
+
+
+def error_line(what: str, todo: str = "") -> str:
+    """Return the documented one-line form ``gpudoctor: error: <what>; <what to do>``.
+
+    ``what`` that already says what to do (it holds ``; ``) is kept as it is."""
+    what = one_line(what)
+    for prefix in ("gpudoctor: error: ", "gpudoctor: ", "error: ", "Error: "):
+        what = what.removeprefix(prefix)
+    if "; " in what or not todo:
+        return PREFIX + what
+    return f"{PREFIX}{what}; {todo}"
+
+
+def describe(exc: BaseException) -> tuple[str, str]:
+    """Return (what failed, what to do) for an exception that escaped a command."""
+    if isinstance(exc, OSError):
+        what = exc.strerror or str(exc) or type(exc).__name__
+        if exc.filename:
+            what = f"{exc.filename}: {what}"
+        return what, "check the path and its permissions, then run it again"
+    name = type(exc).__name__
+    if name == "HostError":
+        return str(exc), "check that the host is up and accepts SSH, then run it again"
+    if isinstance(exc, ValueError):
+        return str(exc), ERROR_HINT
+    return f"{name}: {exc}", INTERNAL_HINT
+
+
+def wants_json(argv: Sequence[str]) -> bool:
+    """Return True when the command line asks for JSON (``--json`` or ``--format json``)."""
+    args = list(argv[: argv.index("--")] if "--" in argv else argv)
+    if args and args[0] == "weights":
+        return False  # weights prints its own {"ok": false, ...}
+    pairs = itertools.pairwise(args)
+    return "--json" in args or "--format=json" in args or ("--format", "json") in pairs
+
+
+def report(what: str, todo: str, code: int, argv: Sequence[str]) -> int:
+    """Print the error (one line on stderr; a JSON object on stdout when the command line
+    asked for ``--json``); return ``code``."""
+    line = error_line(what, todo)
+    if wants_json(argv):
+        message = line.removeprefix(PREFIX)
+        click.echo(json.dumps({"ok": False, "error": message, "exit_code": code}))
+    sys.stdout.flush()
+    click.echo(line, err=True)
+    return code

@@ -13,7 +13,9 @@ REPO = Path(__file__).resolve().parents[2]
 ERROR_LINE = re.compile(r"^gpudoctor: error: \S.*; \S.*$")
 
 
-def gpudoctor(*args: str, env: dict | None = None, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+def gpudoctor(
+    *args: str, env: dict | None = None, timeout: float = 120, **kw
+) -> subprocess.CompletedProcess:
     """Run ``python -m gpudoctor ARGS`` in the repo; return the finished process (text)."""
     return subprocess.run(
         [sys.executable, "-m", "gpudoctor", *args],

@@ -1,8 +1,8 @@
 """gpudoctor: diagnose and fix NVIDIA GPU access in LXC/Proxmox containers."""
 
 import importlib.util as _importlib_util
+import os.path as _ospath
 import sys as _sys
-from pathlib import Path as _Path
 
 __version__ = "0.1.0"
 
@@ -15,14 +15,16 @@ def _alias_source_catalogue() -> None:
     source checkout (editable install, or the tests) keeps the user's layout, ``checks/``
     beside ``gpudoctor/``: register that folder under the same name. Returns nothing.
     """
-    package_dir = _Path(__file__).resolve().parent
-    if (package_dir / "checks").is_dir() or "gpudoctor.checks" in _sys.modules:
+    # os.path, not pathlib: this runs before `gpudoctor check` starts its GPU probe
+    # (gpudoctor/early_probe.py), and pathlib's import alone costs ~6 ms
+    package_dir = _ospath.dirname(_ospath.realpath(__file__))
+    if _ospath.isdir(_ospath.join(package_dir, "checks")) or "gpudoctor.checks" in _sys.modules:
         return
-    source = package_dir.parent / "checks" / "__init__.py"
-    if not source.is_file():
+    source = _ospath.join(_ospath.dirname(package_dir), "checks", "__init__.py")
+    if not _ospath.isfile(source):
         return
     spec = _importlib_util.spec_from_file_location(
-        "gpudoctor.checks", source, submodule_search_locations=[str(source.parent)]
+        "gpudoctor.checks", source, submodule_search_locations=[_ospath.dirname(source)]
     )
     if spec is None or spec.loader is None:
         return

@@ -1,6 +1,7 @@
 """``python -m gpudoctor``: the same as the ``gpudoctor`` command."""
 
-from gpudoctor.cli import run
-
 if __name__ == "__main__":
+    # early_probe.run starts `check`'s GPU probe before click is imported, then runs the CLI
+    from gpudoctor.early_probe import run
+
     run()

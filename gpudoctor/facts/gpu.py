@@ -8,9 +8,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.hosts.base import Host
+from gpudoctor import early_probe
+from gpudoctor.hosts.base import CommandResult, Host
 
-STAGES = ("env", "nvml", "cuda")
+STAGES = early_probe.STAGES
 
 
 @lru_cache(maxsize=1)
@@ -91,7 +92,8 @@ def run_gpu_probe(host: Host, timeout_s: float) -> GpuProbe:
     Equivalent: ``python3 -I -S gpudoctor/probes/gpu_probe.py`` (with ``timeout``).
     """
     argv = [host.python, "-I", "-S", "-c", probe_source(), *STAGES]
-    result = host.run(argv, timeout=timeout_s)
+    early = adopt_early_probe(host, argv, timeout_s)
+    result = early if early is not None else host.run(argv, timeout=timeout_s)
     return GpuProbe(
         stages=parse_probe_output(result.stdout),
         timed_out=result.timed_out,
@@ -100,3 +102,14 @@ def run_gpu_probe(host: Host, timeout_s: float) -> GpuProbe:
         duration_s=result.duration_s,
         timeout_s=timeout_s,
     )
+
+
+def adopt_early_probe(host: Host, argv: list[str], timeout_s: float) -> CommandResult | None:
+    """Return the result of the probe child that :mod:`gpudoctor.early_probe` started at
+    process start when it runs exactly ``argv`` on this machine (a LocalHost); else None."""
+    from gpudoctor.hosts.local import LocalHost
+
+    if not isinstance(host, LocalHost):
+        return None
+    outcome = early_probe.adopt(argv, timeout_s)
+    return None if outcome is None else CommandResult(argv=tuple(argv), **outcome)

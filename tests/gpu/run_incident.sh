@@ -124,8 +124,15 @@ lxc.cgroup2.devices.allow = c $UVM:* rwm
 lxc.cgroup2.devices.allow = c $CAPS:* rwm
 CONF
 mkdir -p $LXCPATH/noproc
-lxc-execute -n noproc -P $LXCPATH -f /tmp/noproc.conf -- env PYTHONPATH="$PYTHONPATH" python3 -m gpudoctor check --only proc,cuda.init
-echo "exit=$?"
+# LXC clears the environment of what it runs: a bare `python3` inside is then found on the
+# default PATH (/usr/bin/python3, the system's, without click: "No module named 'click'").
+# Run the very interpreter used here, by its absolute path, with this PATH/PYTHONPATH and the
+# driver's LD_LIBRARY_PATH.
+PY=$(command -v python3)
+lxc-execute -n noproc -P $LXCPATH -f /tmp/noproc.conf -- /usr/bin/env PATH="$PATH" \
+  PYTHONPATH="$PYTHONPATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" HOME=/root \
+  "$PY" -m gpudoctor check --only proc,cuda.init 2>&1 | tee "$OUT/2c-noproc.txt"
+echo "exit=${PIPESTATUS[0]}"
 
 step "3. gpudoctor fix --host local --ct $CT --flavor lxc --yes"
 python3 -m gpudoctor fix --host local --ct $CT --flavor lxc --dry-run

@@ -8,6 +8,8 @@
  * memory; copies are memcpy. Faults seen on real machines are injected through env vars:
  *
  *   FAKE_CUDA_INIT_RC=999        cuInit's return code
+ *   FAKE_CUDA_INIT_MS=170        cuInit's duration (a real one takes 170-250 ms on an H200)
+ *   FAKE_CUDA_INIT_LOG=FILE      cuInit appends the calling pid to FILE (counts the probes)
  *   FAKE_CUDA_DEVICES=4          number of GPUs (default 2)
  *   FAKE_CUDA_NO_PEER=0-2,1-3    pairs (both directions) where cuDeviceCanAccessPeer = 0
  *   FAKE_CUDA_ZERO_COPY=0-1      directed pairs whose peer copy lands as zeros (IOMMU fault)
@@ -74,7 +76,18 @@ static int pair_listed(const char *name, int s, int d, int symmetric, double *va
     return 0;
 }
 
-int cuInit(unsigned flags) { (void)flags; return env_int("FAKE_CUDA_INIT_RC", 0); }
+int cuInit(unsigned flags) {
+    (void)flags;
+    const char *log = getenv("FAKE_CUDA_INIT_LOG");
+    if (log && *log) {
+        FILE *f = fopen(log, "a");
+        if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); }
+    }
+    if (env_int("FAKE_CUDA_INIT_MS", 0) > 0) usleep(env_int("FAKE_CUDA_INIT_MS", 0) * 1000);
+    return env_int("FAKE_CUDA_INIT_RC", 0);
+}
+int cuDeviceGetAttribute(int *v, int attr, int dev) { (void)dev; *v = attr == 75 ? 9 : 0; return 0; }
+int cuDeviceTotalMem_v2(size_t *bytes, int dev) { (void)dev; *bytes = (size_t)141 << 30; return 0; }
 int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
 int cuDeviceGetCount(int *n) { *n = env_int("FAKE_CUDA_DEVICES", 2); return 0; }
 int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return 0; }

@@ -1,0 +1,182 @@
+"""Start the local CUDA/NVML probe first thing in the process, before click is imported.
+
+``gpudoctor check`` costs about one ``cuInit`` only if the probe child (``gpu_probe.py``)
+starts before the parent's own start-up work (click, the command modules, the catalogue,
+the entry-point scan): that work then overlaps the child's ``cuInit`` instead of
+preceding it (docs/performance.md). So the console script and ``python -m gpudoctor``
+call :func:`start` with ``sys.argv`` before anything else; it peeks at the arguments and,
+for a plain local ``gpudoctor check`` on a machine whose ``/proc/devices`` registers an
+NVIDIA driver, spawns the very command :func:`gpudoctor.facts.gpu.run_gpu_probe` would run
+later. That function then :func:`adopt`s the running child instead of starting another:
+same argv, same timeout (counted from the child's start), same result.
+
+Stdlib only, and only ``os``/``sys`` at import: ``subprocess`` alone costs 10-15 ms of
+imports (locale, re, enum), so the child is started with ``os.posix_spawn``. A child that
+nobody adopts (the command took another path) is killed when the process exits.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+STAGES = ("env", "nvml", "cuda")
+# Options of `gpudoctor check` after which the whole catalogue does not run here.
+NOT_LOCAL = ("--host", "--ct", "--cluster", "--inventory", "--only", "-h", "--help")
+GLOBAL_FLAGS = ("--debug",)  # root-group flags allowed before the subcommand
+
+
+class Pending:
+    """A probe child started early: its pid, pipes, argv and start time (monotonic s)."""
+
+    def __init__(self, pid: int, out_fd: int, err_fd: int, argv: list[str], started: float):
+        self.pid, self.out_fd, self.err_fd = pid, out_fd, err_fd
+        self.argv, self.started = argv, started
+
+
+_PENDING: list[Pending] = []  # at most one; list.pop() hands it over atomically
+
+
+def wanted(args: list[str]) -> bool:
+    """Return True when ``args`` (argv without the program) is a local, whole-catalogue
+    ``check``: the only case whose probe can be started before the CLI parses anything."""
+    i = 0
+    while i < len(args) and args[i] in GLOBAL_FLAGS:
+        i += 1
+    if i >= len(args) or args[i] != "check":
+        return False
+    rest = args[i + 1 :]
+    for k, arg in enumerate(rest):
+        name, eq, value = arg.partition("=")
+        if name == "--host":
+            host = value if eq else (rest[k + 1] if k + 1 < len(rest) else "")
+            if host != "local":
+                return False
+        elif name in NOT_LOCAL:
+            return False
+    return True
+
+
+def nvidia_registered(proc_devices: str = "/proc/devices") -> bool:
+    """Return True when ``/proc/devices`` lists an NVIDIA character driver (``grep nvidia``);
+    without one the runner never starts the probe (every probe check SKIPs)."""
+    try:
+        with open(proc_devices) as fh:
+            return any(
+                len(parts) == 2 and parts[1].startswith("nvidia")
+                for parts in (line.split() for line in fh)
+            )
+    except OSError:
+        return False
+
+
+def probe_argv(python: str) -> list[str]:
+    """Return the probe's command line, byte-identical to ``run_gpu_probe``'s on a LocalHost:
+    ``python3 -I -S -c <gpu_probe.py source> env nvml cuda``."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probes", "gpu_probe.py")
+    with open(path) as fh:
+        return [python, "-I", "-S", "-c", fh.read(), *STAGES]
+
+
+def spawn(argv: list[str]) -> Pending:
+    """Start ``argv`` in its own session (stdin /dev/null, stdout and stderr piped); return it.
+    Raises OSError when it cannot be started."""
+    import time
+
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, out_w, 1),
+        (os.POSIX_SPAWN_DUP2, err_w, 2),
+    ]
+    started = time.monotonic()
+    try:
+        pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions, setsid=True)
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    return Pending(pid, out_r, err_r, argv, started)
+
+
+def start(argv: list[str]) -> None:
+    """Start the probe child now when ``argv`` is a plain local ``gpudoctor check`` on an
+    NVIDIA machine; otherwise do nothing. Never raises (the normal path runs it later)."""
+    if _PENDING or not wanted(argv[1:]) or not nvidia_registered():
+        return
+    try:
+        pending = spawn(probe_argv(sys.executable))
+    except Exception:  # OSError, or no POSIX_SPAWN_SETSID here: the normal path runs it
+        return
+    _PENDING.append(pending)
+    import atexit
+
+    atexit.register(discard)
+
+
+def adopt(argv: list[str], timeout_s: float) -> dict | None:
+    """Return the early child's outcome if it runs exactly ``argv`` (waiting until it exits or
+    ``timeout_s`` after its start, when its process group is SIGKILLed), as
+    ``{"returncode", "stdout", "stderr", "timed_out", "duration_s"}``; None when there is no
+    such child (the caller then runs ``argv`` itself)."""
+    try:
+        pending = _PENDING.pop()
+    except IndexError:
+        return None
+    if pending.argv != list(argv):
+        _collect(pending, 0.0)
+        return None
+    return _collect(pending, timeout_s)
+
+
+def discard() -> None:
+    """Kill and reap an early child nobody adopted (at exit)."""
+    while _PENDING:
+        _collect(_PENDING.pop(), 0.0)
+
+
+def _collect(pending: Pending, timeout_s: float) -> dict:
+    """Read the child's output until EOF or ``timeout_s`` after its start, when its process
+    group is SIGKILLed (0: at once); reap it and return what it printed."""
+    import contextlib
+    import selectors
+    import signal
+    import time
+
+    chunks: dict[int, list[bytes]] = {pending.out_fd: [], pending.err_fd: []}
+    deadline = pending.started + timeout_s
+    timed_out = False
+    with selectors.DefaultSelector() as selector:
+        for fd in chunks:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 and not timed_out:
+                timed_out = True
+                with contextlib.suppress(OSError):
+                    os.killpg(pending.pid, signal.SIGKILL)
+            for key, _ in selector.select(None if timed_out else remaining):
+                data = os.read(key.fd, 1 << 16)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    selector.unregister(key.fd)
+    for fd in chunks:
+        os.close(fd)
+    _, status = os.waitpid(pending.pid, 0)
+    return {
+        "returncode": os.waitstatus_to_exitcode(status),
+        "stdout": b"".join(chunks[pending.out_fd]).decode("utf-8", "replace"),
+        "stderr": b"".join(chunks[pending.err_fd]).decode("utf-8", "replace"),
+        "timed_out": timed_out,
+        "duration_s": time.monotonic() - pending.started,
+    }
+
+
+def run() -> None:
+    """Console-script entry point (``gpudoctor``): start the probe if it is wanted, then run
+    the CLI (:func:`gpudoctor.cli.run`), which exits with the command's code."""
+    start(sys.argv)
+    from gpudoctor.cli import run as cli_run
+
+    cli_run()

@@ -1,0 +1,190 @@
+"""The CUDA/NVML probe started first thing in the process (gpudoctor/early_probe.py).
+
+Real child processes throughout; the GPU machine is stood for by the fake driver
+(tests/unit/fake_libcuda.c, built as libcuda.so.1 and libnvidia-ml.so.1) and, in the
+end-to-end test, by a private mount namespace whose /proc/devices and /proc/driver/nvidia
+say an NVIDIA driver is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudoctor import early_probe
+from gpudoctor.context import CheckOptions, FactCache
+from gpudoctor.facts.gpu import STAGES, probe_source
+from gpudoctor.hosts.local import LocalHost
+from tests.conftest import lab_unavailable
+from tests.unit.multigpu_host import build_fake_libcuda
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_child():
+    """Every test leaves no early child behind (and reaps one it left)."""
+    yield
+    early_probe.discard()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["check"], True),
+        (["check", "--json", "-v", "--timeout", "5", "--model-dir", "/dev/shm/m"], True),
+        (["--debug", "check", "--json"], True),
+        (["check", "--host", "local"], True),
+        (["check", "--host=local"], True),
+        (["check", "--host", "root@pve1"], False),
+        (["check", "--host=root@pve1"], False),
+        (["check", "--host"], False),
+        (["check", "--ct", "200"], False),
+        (["check", "--host", "local", "--ct", "200"], False),
+        (["check", "--only", "cuda.init"], False),
+        (["check", "--only=device"], False),
+        (["check", "--cluster", "pve1"], False),
+        (["check", "--inventory", "hosts.toml"], False),
+        (["check", "--help"], False),
+        (["fix", "--host", "local"], False),
+        (["bench", "check"], False),
+        (["--version"], False),
+        ([], False),
+    ],
+)
+def test_wanted_only_for_a_plain_local_whole_catalogue_check(args, expected):
+    assert early_probe.wanted(args) is expected
+
+
+def test_nvidia_registered_reads_proc_devices(tmp_path):
+    devices = tmp_path / "devices"
+    devices.write_text("Character devices:\n  1 mem\n  4 tty\n\nBlock devices:\n  8 sd\n")
+    assert not early_probe.nvidia_registered(str(devices))
+    devices.write_text("Character devices:\n  1 mem\n195 nvidia\n238 nvidia-uvm\n")
+    assert early_probe.nvidia_registered(str(devices))
+    assert not early_probe.nvidia_registered(str(tmp_path / "missing"))
+
+
+def test_probe_argv_is_what_run_gpu_probe_runs():
+    host = LocalHost()
+    assert early_probe.probe_argv(host.python) == [
+        host.python,
+        "-I",
+        "-S",
+        "-c",
+        probe_source(),
+        *STAGES,
+    ]
+
+
+def child(code: str) -> list[str]:
+    return [sys.executable, "-I", "-S", "-c", code]
+
+
+def test_adopt_returns_the_running_childs_output():
+    argv = child("import sys; print('out'); print('err', file=sys.stderr); sys.exit(7)")
+    early_probe._PENDING.append(early_probe.spawn(argv))
+    outcome = early_probe.adopt(argv, timeout_s=60)
+    assert outcome is not None
+    assert (outcome["stdout"], outcome["stderr"]) == ("out\n", "err\n")
+    assert outcome["returncode"] == 7
+    assert outcome["timed_out"] is False
+    assert early_probe.adopt(argv, timeout_s=60) is None  # handed over once
+
+
+def test_adopt_refuses_another_command_and_reaps_the_child():
+    argv = child("import time; time.sleep(60)")
+    pending = early_probe.spawn(argv)
+    early_probe._PENDING.append(pending)
+    assert early_probe.adopt([*argv, "other"], timeout_s=60) is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pending.pid, 0)  # killed and reaped, not a zombie
+
+
+def test_a_hung_probe_is_killed_at_its_timeout_with_what_it_printed():
+    """A probe hung in cuInit: its process group is SIGKILLed at the deadline, and the
+    stage it announced is still returned (the parent names the hung stage)."""
+    argv = child(
+        'import os, time; print(\'{"stage": "cuda", "started": true}\', flush=True); '
+        "os.fork() or time.sleep(60); time.sleep(60)"
+    )
+    early_probe._PENDING.append(early_probe.spawn(argv))
+    outcome = early_probe.adopt(argv, timeout_s=0.5)
+    assert outcome is not None and outcome["timed_out"] is True
+    assert outcome["returncode"] == -9
+    assert outcome["stdout"] == '{"stage": "cuda", "started": true}\n'
+
+
+def test_discard_kills_a_child_nobody_adopted():
+    pending = early_probe.spawn(child("import time; time.sleep(60)"))
+    early_probe._PENDING.append(pending)
+    early_probe.discard()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pending.pid, 0)
+
+
+def test_the_fact_cache_adopts_the_early_child_instead_of_running_another(tmp_path, monkeypatch):
+    """The check's GPU probe reads the child started at process start: LocalHost.run is
+    never called for it."""
+    fake = build_fake_libcuda(tmp_path)
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake))
+    monkeypatch.setenv("FAKE_CUDA_DEVICES", "1")
+    monkeypatch.setattr(early_probe, "nvidia_registered", lambda: True)
+    early_probe.start(["gpudoctor", "check", "--json"])
+    assert len(early_probe._PENDING) == 1
+
+    def no_second_probe(self, argv, timeout=30.0, input=None):
+        raise AssertionError(f"probe started again: {argv[:3]}")
+
+    monkeypatch.setattr(LocalHost, "run", no_second_probe)
+    probe = FactCache(LocalHost(), CheckOptions()).gpu_probe()
+    assert probe.stage("cuda").data["init"] == 0
+    assert probe.stage("cuda").data["devices"][0]["name"] == "NVIDIA H200"
+    assert not early_probe._PENDING
+
+
+def test_gpudoctor_check_runs_exactly_one_probe_on_an_nvidia_machine(tmp_path):
+    """`python -m gpudoctor check` on a machine whose /proc says an NVIDIA driver is loaded
+    (a private mount namespace) and whose libcuda is the fake: cuda.init PASSes from the
+    probe started at process start, and cuInit ran exactly once (no second probe)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        lab_unavailable("needs root and unshare(1) for a private mount namespace")
+    fake = build_fake_libcuda(tmp_path)
+    (tmp_path / "devices").write_text("Character devices:\n  1 mem\n195 nvidia\n238 nvidia-uvm\n")
+    log = tmp_path / "cuinit.log"
+    version = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n"
+    script = (
+        f"mount --bind {tmp_path}/devices /proc/devices && mount -t tmpfs none /proc/driver"
+        f" && mkdir /proc/driver/nvidia && printf '{version}' > /proc/driver/nvidia/version"
+        f" && exec {sys.executable} -m gpudoctor check --json"
+    )
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(fake),
+        "FAKE_CUDA_DEVICES": "1",
+        "FAKE_CUDA_INIT_LOG": str(log),
+        "FAKE_CUDA_INIT_MS": "200",
+        "PYTHONPATH": str(REPO),
+    }
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    if done.returncode not in (0, 3):
+        if "unshare" in done.stderr or "mount" in done.stderr:
+            lab_unavailable(f"private mount namespace refused: {done.stderr.strip()}")
+        raise AssertionError(done.stderr)
+    report = json.loads(done.stdout)
+    status = {c["check"]: c["status"] for c in report["checks"]}
+    assert status["driver.loaded"] == "PASS"
+    assert status["cuda.init"] == "PASS"
+    assert len(log.read_text().split()) == 1

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from gpudoctor.context import CheckContext
 from gpudoctor.facts.cuda_errors import cu_meaning
+from gpudoctor.facts.gpu import NO_PYTHON, python_missing
 from gpudoctor.model import Finding, Severity
 from gpudoctor.registry import check
 
@@ -30,6 +31,11 @@ def cuda_version(code: int | None) -> str:
 def cuda_init(ctx: CheckContext) -> Iterator[Finding]:
     """Yield the cuInit(0) verdict (``python -c "from cuda.bindings import driver;
     print(driver.cuInit(0))"``), attributed to the upstream check that explains it."""
+    if python_missing(ctx.host):
+        yield ctx.skip(
+            "cuInit", f"{NO_PYTHON}: the CUDA probe needs it (the device checks do not)."
+        )
+        return
     probe = ctx.facts.gpu_probe()
     stage = probe.stage("cuda")
     if not stage.finished:

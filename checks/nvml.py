@@ -8,6 +8,7 @@ from typing import Any
 
 from gpudoctor.context import CheckContext
 from gpudoctor.facts.cuda_errors import nvml_meaning
+from gpudoctor.facts.gpu import NO_PYTHON, python_missing
 from gpudoctor.facts.procfs import parse_driver_version
 from gpudoctor.model import Finding, Severity
 from gpudoctor.registry import check
@@ -34,6 +35,11 @@ GIB = 1 << 30
 )
 def nvml_init(ctx: CheckContext) -> Iterator[Finding]:
     """Yield the nvmlInit_v2 verdict (``nvidia-smi -L``)."""
+    if python_missing(ctx.host):
+        yield ctx.skip(
+            "nvmlInit", f"{NO_PYTHON}: the NVML probe needs it (the device checks do not)."
+        )
+        return
     stage = ctx.facts.gpu_probe().stage("nvml")
     if not stage.finished:
         yield ctx.fail(
@@ -99,6 +105,9 @@ def lib_version(path: str | None) -> str | None:
 )
 def userspace_match(ctx: CheckContext) -> Iterator[Finding]:
     """Yield PASS when libcuda/libnvidia-ml versions equal /proc/driver/nvidia/version's."""
+    if python_missing(ctx.host):
+        yield ctx.skip("driver versions", f"{NO_PYTHON}: the library probe needs it.")
+        return
     text = ctx.facts.read_optional("/proc/driver/nvidia/version") or ""
     kernel = parse_driver_version(text)
     probe = ctx.facts.gpu_probe()

@@ -12,6 +12,13 @@ from gpudoctor import early_probe
 from gpudoctor.hosts.base import CommandResult, Host
 
 STAGES = early_probe.STAGES
+NO_PYTHON = "python3 not found in the CT"
+
+
+def python_missing(host: Host) -> bool:
+    """Return True when the host says it has no python3 (a CT served by the POSIX-sh
+    agent); the CUDA/NVML probe cannot run there."""
+    return getattr(host, "has_python", True) is False
 
 
 @lru_cache(maxsize=1)
@@ -91,6 +98,8 @@ def run_gpu_probe(host: Host, timeout_s: float) -> GpuProbe:
 
     Equivalent: ``python3 -I -S gpudoctor/probes/gpu_probe.py`` (with ``timeout``).
     """
+    if python_missing(host):
+        return GpuProbe(stages={}, returncode=127, stderr=NO_PYTHON, timeout_s=timeout_s)
     argv = [host.python, "-I", "-S", "-c", probe_source(), *STAGES]
     early = adopt_early_probe(host, argv, timeout_s)
     result = early if early is not None else host.run(argv, timeout=timeout_s)

@@ -111,8 +111,33 @@ def op_disk_usage(path):
     return {"total": total, "used": used, "free": free}
 
 
+MAX_OUTPUT = 16 << 20  # bytes of a command's stdout (and of its stderr) kept; the rest dropped
+
+
+def _drain(pipe, keep):
+    """Read ``pipe`` to EOF, keeping at most MAX_OUTPUT bytes in the list ``keep``."""
+    size = 0
+    for chunk in iter(
+        lambda: pipe.read1(65536) if hasattr(pipe, "read1") else pipe.read(65536), b""
+    ):
+        if size < MAX_OUTPUT:
+            keep.append(chunk[: MAX_OUTPUT - size])
+            size += len(keep[-1])
+    pipe.close()
+
+
+def _feed(pipe, data):
+    """Write ``data`` to ``pipe`` and close it (in a thread: a child that does not read
+    must not block the deadline)."""
+    with contextlib.suppress(OSError):
+        pipe.write(data)
+    with contextlib.suppress(OSError):
+        pipe.close()
+
+
 def op_run(argv, timeout=30.0, input=None):
-    """Run ``argv`` in its own session; SIGKILL its process group at ``timeout`` s."""
+    """Run ``argv`` in its own session; SIGKILL its process group at ``timeout`` s. At most
+    MAX_OUTPUT bytes of stdout and of stderr are kept (a flood cannot exhaust memory)."""
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -127,27 +152,38 @@ def op_run(argv, timeout=30.0, input=None):
             "argv": list(argv),
             "returncode": 127,
             "stdout": "",
-            "stderr": f"{argv[0] if argv else ''}: {exc.strerror}",
+            "stderr": "{}: {}".format(argv[0] if argv else "", exc.strerror),
             "timed_out": False,
             "duration_s": 0.0,
         }
-    data = input.encode() if input is not None else None
+    out, err = [], []
+    readers = [
+        threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
+        threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    if input is not None:
+        threading.Thread(target=_feed, args=(proc.stdin, input.encode()), daemon=True).start()
     timed_out = False
     _RUNNING.add(proc)
     try:
-        out, err = proc.communicate(data, timeout)
+        proc.wait(timeout)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        proc.wait()
         timed_out = True
     finally:
         _RUNNING.discard(proc)
+    for reader in readers:
+        # A grandchild that escaped the group may hold the pipes open: do not wait forever.
+        reader.join(5.0 if not timed_out else 1.0)
     return {
         "argv": list(argv),
         "returncode": proc.returncode,
-        "stdout": out.decode("utf-8", "replace"),
-        "stderr": err.decode("utf-8", "replace"),
+        "stdout": b"".join(out).decode("utf-8", "replace"),
+        "stderr": b"".join(err).decode("utf-8", "replace"),
         "timed_out": timed_out,
         "duration_s": time.monotonic() - started,
     }

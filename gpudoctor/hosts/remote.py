@@ -4,16 +4,21 @@ The stream is any pair of pipes to a process running :mod:`gpudoctor.hosts.agent
 (``python3 -I -c BOOTSTRAP``): a local subprocess (:class:`ProcessStream`), an SSH
 exec channel (:class:`gpudoctor.hosts.ssh.ChannelStream`), or ``lxc-attach`` /
 ``pct exec`` run on a container's host. Requests carry ids and the agent serves them
-concurrently, so checks running in parallel threads share one agent; every call has a
-timeout so a hung agent cannot hang the caller.
+concurrently, so checks running in parallel threads share one agent.
+
+The far side is untrusted (a compromised container, a hostile host): every read from it
+is bounded (:data:`MAX_LINE` per reply line, :data:`MAX_STREAM` per agent), every call
+has a deadline at which the agent is KILLED (nothing is read from it after that), and
+every reply is checked against the shape the protocol promises
+(:mod:`gpudoctor.hosts.replies`) before it is used.
 """
 
 from __future__ import annotations
 
-import abc
 import base64
+import binascii
 import json
-import subprocess
+import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,12 +33,20 @@ from gpudoctor.hosts.base import (
     HostError,
     OpenResult,
 )
+from gpudoctor.hosts.replies import BadReply, record, typed
+from gpudoctor.hosts.streams import ByteStream, ProcessStream
 
 AGENT_SOURCE = Path(agent_mod.__file__).read_bytes()
 DEFAULT_CALL_TIMEOUT = 30.0
 START_TIMEOUT = 30.0
 # A ``run`` call may take its own timeout plus this margin before the client gives up.
 RUN_MARGIN = 15.0
+# Bounds on what is read from an agent: one reply line, and all lines of one agent
+# (a new agent is started after that). A longer line ends the agent.
+MAX_LINE = 16 << 20
+MAX_STREAM = 256 << 20
+# read_bytes asks for at most this much per request (base64 keeps a reply under MAX_LINE).
+READ_CHUNK = 8 << 20
 
 
 def agent_command(python: str = "python3") -> list[str]:
@@ -46,85 +59,6 @@ def agent_preamble() -> bytes:
     return f"{len(AGENT_SOURCE)}\n".encode() + AGENT_SOURCE
 
 
-class ByteStream(abc.ABC):
-    """Two pipes to a process: write requests, read reply lines, read its stderr."""
-
-    @abc.abstractmethod
-    def write(self, data: bytes) -> None:
-        """Write and flush ``data``; raise OSError (or similar) when the stream broke."""
-
-    @abc.abstractmethod
-    def readline(self) -> bytes:
-        """Return the next line (with its newline), or ``b""`` at EOF."""
-
-    @abc.abstractmethod
-    def stderr_text(self) -> str:
-        """Return what the process wrote on stderr so far (best effort, for errors)."""
-
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Close the pipes and end the process."""
-
-
-class ProcessStream(ByteStream):
-    """A local subprocess's stdin/stdout (``argv`` is run, e.g. ``lxc-attach ...``)."""
-
-    def __init__(self, argv: Sequence[str]) -> None:
-        self.argv = list(argv)
-        try:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise HostError(f"cannot start {self.argv[0]}: {exc.strerror}") from exc
-        self._stderr = bytearray()
-        self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True)
-        self._stderr_thread.start()
-
-    def _drain_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for chunk in iter(lambda: self.proc.stderr.read1(4096), b""):  # type: ignore[union-attr]
-            if len(self._stderr) < 65536:
-                self._stderr += chunk
-
-    def write(self, data: bytes) -> None:
-        """Write and flush ``data`` to the process's stdin."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
-
-    def readline(self) -> bytes:
-        """Return the next line of the process's stdout (``b""`` at EOF)."""
-        assert self.proc.stdout is not None
-        return self.proc.stdout.readline()
-
-    def stderr_text(self) -> str:
-        """Return the process's stderr so far (after a short wait if it has exited)."""
-        if self.proc.poll() is not None:
-            self._stderr_thread.join(1.0)
-        return self._stderr.decode("utf-8", "replace")
-
-    def close(self) -> None:
-        """Close stdin (the agent exits at EOF), then make sure the process is gone."""
-        try:
-            if self.proc.stdin:
-                self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(2)  # a real agent exits at once on EOF
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe:
-                pipe.close()
-
-
 class _Pending:
     """One request waiting for its reply."""
 
@@ -133,78 +67,141 @@ class _Pending:
         self.reply: dict[str, Any] | None = None
 
 
-class AgentConnection:
-    """One running agent: sends requests, routes replies to waiting callers by id."""
+def read_line(stream: ByteStream, label: str) -> bytes:
+    """Return the next line of ``stream`` (``b""`` at EOF); raise :class:`BadReply` when it
+    is longer than :data:`MAX_LINE` (the rest is never read)."""
+    line = stream.readline(MAX_LINE + 1)
+    if len(line) > MAX_LINE:
+        raise BadReply(
+            f"{label}: the agent sent a line longer than {MAX_LINE >> 20} MiB; it was stopped"
+        )
+    return line
 
-    def __init__(self, stream: ByteStream, label: str) -> None:
+
+def read_with_deadline(stream: ByteStream, label: str, timeout: float) -> bytes:
+    """Return the next line of ``stream`` if it comes within ``timeout`` seconds; otherwise
+    abort the stream (kill the process) and raise HostError."""
+    box: list[bytes | BaseException] = []
+
+    def reader() -> None:
+        try:
+            box.append(read_line(stream, label))
+        except (OSError, ValueError, EOFError, HostError) as exc:
+            box.append(exc)
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not box:
+        stream.abort()
+        raise HostError(f"{label}: the agent did not answer within {timeout:g} s; it was stopped")
+    if isinstance(box[0], BaseException):
+        stream.abort()
+        raise (
+            HostError(str(box[0]))
+            if isinstance(box[0], HostError)
+            else HostError(f"{label}: cannot read from the agent: {box[0]}")
+        )
+    return box[0]
+
+
+class AgentConnection:
+    """One running agent: sends requests, routes replies to waiting callers by id.
+
+    Reading is bounded (:data:`MAX_LINE`, :data:`MAX_STREAM`); a call that gets no reply
+    by its deadline KILLS the agent (a hung driver or a hostile container cannot keep a
+    reader, a thread or memory of ours busy), and the next call starts a fresh one.
+    """
+
+    kind = "python"
+
+    def __init__(self, stream: ByteStream, label: str, hello: dict[str, Any] | None = None) -> None:
         self.stream = stream
         self.label = label
         self.broken: str | None = None
-        # Set when a call timed out: the agent may be stuck (e.g. in a hung driver), so
-        # new calls go to a fresh agent; this one is closed once nothing waits on it.
-        self.retired = False
+        self.received = 0
         self._lock = threading.Lock()
         self._next_id = 0
         self._pending: dict[int, _Pending] = {}
-        self.hello = self._start()
+        self.hello = hello if hello is not None else self._start()
         self._reader = threading.Thread(target=self._read_replies, daemon=True)
         self._reader.start()
 
     def _start(self) -> dict[str, Any]:
         try:
             self.stream.write(agent_preamble())
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, ValueError) as exc:
             raise self._fail(f"cannot send the agent: {exc}") from exc
-        box: list[bytes] = []
-        reader = threading.Thread(target=lambda: box.append(self.stream.readline()), daemon=True)
-        reader.start()
-        reader.join(START_TIMEOUT)
-        if not box:
-            raise self._fail(f"the agent did not answer within {START_TIMEOUT:.0f} s")
         try:
-            hello = json.loads(box[0])
+            line = read_with_deadline(self.stream, self.label, START_TIMEOUT)
+        except HostError as exc:
+            raise self._fail(str(exc).removeprefix(f"{self.label}: ")) from None
+        return self.check_hello(line)
+
+    def check_hello(self, line: bytes) -> dict[str, Any]:
+        """Return the agent's hello line as a dict; raise HostError when it is not one."""
+        try:
+            hello = json.loads(line)
         except ValueError:
-            hello = {}
-        if hello.get("hello") != "gpudoctor-agent":
+            hello = None
+        if not isinstance(hello, dict) or hello.get("hello") != "gpudoctor-agent":
             raise self._fail("the agent did not start")
         return hello
 
     def _fail(self, what: str) -> HostError:
         detail = self.stream.stderr_text().strip()
-        message = f"{self.label}: {what}" + (f" ({detail.splitlines()[-1]})" if detail else "")
+        message = f"{self.label}: {what}" + (
+            f" ({detail.splitlines()[-1][:300]})" if detail else ""
+        )
         self.broken = message
         return HostError(message)
 
     def _read_replies(self) -> None:
-        while True:
+        while not self.broken:
             try:
-                line = self.stream.readline()
+                line = read_line(self.stream, self.label)
+            except BadReply as exc:
+                self._stop(str(exc))
+                break
             except (OSError, ValueError, EOFError):
                 line = b""
             if not line:
+                break
+            self.received += len(line)
+            if self.received > MAX_STREAM:
+                self._stop(f"{self.label}: the agent sent more than {MAX_STREAM >> 20} MiB; "
+                           "it was stopped")  # fmt: skip
                 break
             try:
                 reply = json.loads(line)
             except ValueError:
                 continue
+            if not isinstance(reply, dict) or not isinstance(reply.get("id"), int):
+                continue
             with self._lock:
-                pending = self._pending.pop(reply.get("id"), None)
+                pending = self._pending.pop(reply["id"], None)
             if pending is not None:
                 pending.reply = reply
                 pending.done.set()
-        error = (
-            HostError(self.broken)
-            if self.broken
-            else self._fail("the connection to the agent was lost")
-        )
+        error = self.broken or str(self._fail("the connection to the agent was lost"))
+        self._release_waiting(error)
+
+    def _release_waiting(self, error: str) -> None:
         with self._lock:
             waiting, self._pending = list(self._pending.values()), {}
         for pending in waiting:
-            pending.reply = {"ok": False, "broken": str(error)}
+            pending.reply = {"ok": False, "broken": error}
             pending.done.set()
 
+    def _stop(self, message: str) -> None:
+        """Mark the connection broken with ``message``, kill the agent, wake the callers."""
+        self.broken = self.broken or message
+        self.stream.abort()
+        self._release_waiting(self.broken)
+
     def call(self, op: str, args: dict[str, Any], timeout: float) -> Any:
-        """Send one request and return its result; raise OSError or HostError."""
+        """Send one request and return its result; raise OSError or HostError. At the
+        deadline the agent is killed (other calls waiting on it fail too)."""
         if self.broken:
             raise HostError(self.broken)
         pending = _Pending()
@@ -219,11 +216,12 @@ class AgentConnection:
                 self._pending.pop(req_id, None)
                 raise self._fail(f"cannot send to the agent: {exc}") from exc
         if not pending.done.wait(timeout):
-            with self._lock:
-                self._pending.pop(req_id, None)
-            self.retired = True
-            raise HostError(f"{self.label}: {op} got no answer within {timeout:g} s")
-        return unpack_reply(pending.reply or {}, self.label)
+            message = (
+                f"{self.label}: {op} got no answer within {timeout:g} s; the agent was stopped"
+            )
+            self._stop(message)
+            raise HostError(message)
+        return unpack_reply(pending.reply or {}, f"{self.label}: {op}")
 
     @property
     def idle(self) -> bool:
@@ -237,24 +235,34 @@ class AgentConnection:
         self.stream.close()
 
 
-def unpack_reply(reply: dict[str, Any], label: str) -> Any:
-    """Return a reply's result; re-raise an agent-side OSError as the right subclass."""
-    if reply.get("ok"):
+def unpack_reply(reply: dict[str, Any], where: str) -> Any:
+    """Return a reply's result; re-raise an agent-side OSError as the right subclass;
+    raise HostError for a broken connection or a malformed failure reply."""
+    if reply.get("ok") is True:
         return reply.get("result")
     if "broken" in reply:
-        raise HostError(reply["broken"])
-    if reply.get("errno") is not None:
-        raise OSError(reply["errno"], reply.get("strerror") or "", reply.get("filename"))
-    raise HostError(f"{label}: agent error: {reply.get('error', 'unknown')}")
+        raise HostError(str(reply["broken"]))
+    err = reply.get("errno")
+    if isinstance(err, int) and not isinstance(err, bool) and 0 < err < 4096:
+        strerror, filename = reply.get("strerror"), reply.get("filename")
+        raise OSError(
+            err,
+            strerror[:200] if isinstance(strerror, str) else os.strerror(err),
+            filename if isinstance(filename, str) else None,
+        )
+    error = reply.get("error")
+    raise HostError(f"{where}: agent error: {str(error)[:300] if error else 'unknown'}")
 
 
 class AgentHost(Host):
     """A Host served by a gpudoctor agent at the other end of a byte stream.
 
     ``stream_factory`` starts a process running :func:`agent_command` and returns its
-    :class:`ByteStream`. The agent is started on first use; when its stream breaks
-    (e.g. the container restarted) the failing call raises :class:`HostError` and the
-    next call starts a fresh agent.
+    :class:`ByteStream`; ``connect`` (optional) turns a fresh stream into a connection
+    (the container host uses it to pick the python or the POSIX-sh agent). The agent is
+    started on first use; when its stream breaks (e.g. the container restarted) or a
+    call overruns its deadline, the failing call raises :class:`HostError` and the next
+    call starts a fresh agent.
     """
 
     def __init__(
@@ -263,29 +271,27 @@ class AgentHost(Host):
         name: str = "agent",
         python: str = "python3",
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
+        connect: Callable[[ByteStream, str], Any] | None = None,
     ) -> None:
         self.name = name
         self.python = python
         self.call_timeout = call_timeout
         self._stream_factory = stream_factory
-        self._conn: AgentConnection | None = None
-        self._retired: list[AgentConnection] = []
+        self._connect = connect or AgentConnection
+        self._conn: Any = None
         self._conn_lock = threading.Lock()
 
-    def _connection(self) -> AgentConnection:
+    def _connection(self) -> Any:
         with self._conn_lock:
             conn = self._conn
-            if conn is not None and (conn.broken or conn.retired):
-                self._retired.append(conn)
+            if conn is not None and conn.broken:
+                conn.close()
                 self._conn = None
-            for old in [c for c in self._retired if c.broken or c.idle]:
-                self._retired.remove(old)
-                old.close()
             if self._conn is None:
                 self._conn = self._start_connection()
             return self._conn
 
-    def _start_connection(self) -> AgentConnection:
+    def _start_connection(self) -> Any:
         try:
             stream = self._stream_factory()
         except HostError as exc:
@@ -294,9 +300,9 @@ class AgentHost(Host):
                 text if text.startswith(self.name) else f"{self.name}: {text}"
             ) from None
         try:
-            return AgentConnection(stream, self.name)
+            return self._connect(stream, self.name)
         except HostError:
-            stream.close()
+            stream.abort()
             raise
 
     def call(self, op: str, timeout: float | None = None, **args: Any) -> Any:
@@ -305,29 +311,52 @@ class AgentHost(Host):
 
     def read_text(self, path: str, limit: int = 1 << 20) -> str:
         """Return the file's text (``cat PATH``), at most ``limit`` bytes; raise OSError."""
-        return self.call("read_text", path=path, limit=limit)
+        return typed(self.call("read_text", path=path, limit=limit), str, f"{self.name}: read_text")
 
     def read_bytes(self, path: str, length: int, offset: int = 0) -> bytes:
         """Return up to ``length`` bytes of a file from ``offset`` (``dd bs=1 skip=O
-        count=L``); raise OSError."""
-        return base64.b64decode(self.call("read_bytes", path=path, length=length, offset=offset))
+        count=L``), asked for in chunks of at most :data:`READ_CHUNK`; raise OSError."""
+        parts: list[bytes] = []
+        got = 0
+        while got < length:
+            want = min(READ_CHUNK, length - got)
+            text = typed(
+                self.call("read_bytes", path=path, length=want, offset=offset + got),
+                str,
+                f"{self.name}: read_bytes",
+            )
+            try:
+                chunk = base64.b64decode(text, validate=True)
+            except (binascii.Error, ValueError):
+                raise BadReply(f"{self.name}: read_bytes: bad reply from the agent: "
+                               "not base64") from None  # fmt: skip
+            if len(chunk) > want:
+                raise BadReply(f"{self.name}: read_bytes: the agent sent more than asked")
+            parts.append(chunk)
+            got += len(chunk)
+            if len(chunk) < want:
+                break
+        return b"".join(parts)
 
     def stat(self, path: str) -> FileStat:
         """Return ``stat PATH`` (symlinks followed); raise OSError."""
-        return FileStat(**self.call("stat", path=path))
+        return record(FileStat, self.call("stat", path=path), f"{self.name}: stat")
 
     def try_open(self, path: str, write: bool = True) -> OpenResult:
         """Open and close ``path`` (``O_RDWR`` or ``O_RDONLY``, non-blocking); never raise
         for the open's own failure."""
-        return OpenResult(**self.call("try_open", path=path, write=write))
+        return record(
+            OpenResult, self.call("try_open", path=path, write=write), f"{self.name}: try_open"
+        )
 
     def list_dir(self, path: str) -> list[str]:
         """Return the sorted entry names of a directory (``ls -A PATH``); raise OSError."""
-        return list(self.call("list_dir", path=path))
+        names = self.call("list_dir", path=path)
+        return list(typed(names, list, f"{self.name}: list_dir", items=str))
 
     def disk_usage(self, path: str) -> DiskUsage:
         """Return the usage in bytes of the filesystem holding ``path`` (``df -B1 PATH``)."""
-        return DiskUsage(**self.call("disk_usage", path=path))
+        return record(DiskUsage, self.call("disk_usage", path=path), f"{self.name}: disk_usage")
 
     def run(
         self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None
@@ -336,19 +365,18 @@ class AgentHost(Host):
         at ``timeout`` seconds (returncode 127 when the program is missing)."""
         args = {"argv": list(argv), "timeout": timeout, "input": input}
         result = self._connection().call("run", args, timeout + RUN_MARGIN)
-        result["argv"] = tuple(result["argv"])
-        return CommandResult(**result)
+        return record(CommandResult, result, f"{self.name}: run")
 
     def ping(self) -> dict[str, Any]:
         """Return the agent's ``{"pid", "python"}`` (starts the agent if needed)."""
-        return self.call("ping")
+        return typed(self.call("ping"), dict, f"{self.name}: ping")
 
     def close(self) -> None:
         """Stop the agent (if started)."""
         with self._conn_lock:
-            for conn in [*self._retired, *([self._conn] if self._conn else [])]:
-                conn.close()
-            self._retired, self._conn = [], None
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
 
 
 def local_agent_host(python: str = "python3", name: str = "local-agent") -> AgentHost:

@@ -101,17 +101,25 @@ class ChannelStream(ByteStream):
             if len(self._err) < 65536:
                 self._err += chunk
 
-    def read_all(self) -> bytes:
-        """Return the rest of the remote command's stdout (until EOF)."""
-        return self._out.read()
+    def read_all(self, limit: int = 16 << 20) -> bytes:
+        """Return the rest of the remote command's stdout (until EOF), at most ``limit``
+        bytes kept (the rest is read and dropped: a flood cannot exhaust memory)."""
+        kept: list[bytes] = []
+        size = 0
+        for chunk in iter(lambda: self.channel.recv(65536), b""):
+            if size < limit:
+                kept.append(chunk[: limit - size])
+                size += len(kept[-1])
+        return b"".join(kept)
 
     def write(self, data: bytes) -> None:
         """Send ``data`` on the channel (raises OSError when it is closed)."""
         self.channel.sendall(data)
 
-    def readline(self) -> bytes:
-        """Return the next stdout line of the remote command (``b""`` at EOF)."""
-        return self._out.readline()
+    def readline(self, limit: int) -> bytes:
+        """Return the next stdout line of the remote command, at most ``limit`` bytes
+        (``b""`` at EOF)."""
+        return self._out.readline(limit)
 
     def stderr_text(self) -> str:
         """Return the remote command's stderr so far."""
@@ -123,6 +131,11 @@ class ChannelStream(ByteStream):
         """Close the channel (the remote agent sees EOF and exits)."""
         with contextlib.suppress(OSError, EOFError):
             self.channel.shutdown_write()
+        self.channel.close()
+
+    def abort(self) -> None:
+        """Close the channel at once: nothing more is read from it (sshd then closes the
+        remote command's pipes; it dies at its next write)."""
         self.channel.close()
 
 

@@ -1,0 +1,364 @@
+"""The POSIX-sh agent: the container probe for CTs without python3 (busybox ash, dash).
+
+:data:`SH_AGENT` is a shell loop run inside the container (``sh -c``, see
+:mod:`gpudoctor.hosts.container`). It serves the file operations the device checks
+need, each with the plain tool a shell has:
+
+========== ===================================================================
+op         inside the CT
+========== ===================================================================
+stat       ``stat -L -c '%f %t %T %u %g %s %Y' PATH`` (no stat: ``ls -lnLd PATH``)
+try_open   ``(exec 3<>PATH)`` (``exec 3<PATH`` for read-only), errno from its message
+read_text  ``head -c LIMIT PATH | od -An -tx1 -v``
+read_bytes ``tail -c +OFF+1 PATH | head -c LEN | od -An -tx1 -v``
+list_dir   a glob loop (``PATH/* PATH/.[!.]* PATH/..?*``)
+disk_usage ``stat -f -c '%S %b %f %a' PATH`` (no stat: ``df -Pk PATH``)
+ping       ``$$``
+========== ===================================================================
+
+Protocol: the client first sends a random terminator ``T`` on a line; then one request
+per line, ``OP ARG PATH`` (ARG ``-`` when unused; PATH absolute, no newline). The agent
+answers with data lines (hex dumps, or ``|NAME`` entries), then ``T ok [FIELDS]`` or
+``T err MESSAGE`` where MESSAGE is the strerror text of the failing tool. Requests are
+served one at a time. ``run`` is not served here: the container host runs commands with
+a fresh ``lxc-attach``/``pct exec`` instead.
+
+:class:`ShellConnection` is the client: it turns answers into the python agent's result
+dicts, so :class:`~gpudoctor.hosts.remote.AgentHost` serves both. Reads are bounded
+and every call has a deadline at which the agent is killed, as for the python agent.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno as errno_mod
+import os
+import queue
+import re
+import secrets
+import stat as stat_mod
+import threading
+import time
+from typing import Any
+
+from gpudoctor.hosts.base import HostError
+from gpudoctor.hosts.remote import MAX_LINE, MAX_STREAM, START_TIMEOUT, ByteStream, read_line
+from gpudoctor.hosts.replies import BadReply
+
+SH_AGENT = r"""
+IFS= read -r T || exit 0
+S=; command -v stat >/dev/null 2>&1 && S=1
+end() { printf '%s %s\n' "$T" "$*"; }
+bad() { end err "${1##*: }"; }
+ex() {
+  [ -e "$1" ] && return 0
+  o=$(ls -dL "$1" 2>&1) && o="No such file or directory"
+  bad "${o:-No such file or directory}"; return 1
+}
+end hello "$$"
+while IFS=' ' read -r op arg p; do
+  case $op in
+  stat)
+    ex "$p" || continue
+    if [ -n "$S" ]; then
+      if o=$(stat -L -c '%f %t %T %u %g %s %Y' "$p" 2>&1); then end ok "s $o"; else bad "$o"; fi
+    elif o=$(ls -lnLd "$p" 2>&1); then end ok "l $o"; else bad "$o"; fi ;;
+  open)
+    ex "$p" || continue
+    if [ "$arg" = w ]; then o=$( (exec 3<>"$p") 2>&1 ); else o=$( (exec 3<"$p") 2>&1 ); fi \
+      && end ok || bad "$o" ;;
+  read|bytes)
+    ex "$p" || continue
+    if [ -d "$p" ]; then end err "Is a directory"; continue; fi
+    o=$( (exec 3<"$p") 2>&1 ) || { bad "$o"; continue; }
+    if [ "$op" = read ]; then head -c "$arg" "$p"; else
+      tail -c "+$((${arg%:*} + 1))" "$p" | head -c "${arg#*:}"; fi 2>/dev/null | od -An -tx1 -v
+    end ok ;;
+  list)
+    ex "$p" || continue
+    if [ ! -d "$p" ]; then end err "Not a directory"; continue; fi
+    o=$( (cd "$p") 2>&1 ) || { bad "$o"; continue; }
+    for f in "$p"/* "$p"/.[!.]* "$p"/..?*; do
+      if [ -e "$f" ] || [ -L "$f" ]; then printf '|%s\n' "${f##*/}"; fi
+    done
+    end ok ;;
+  df)
+    ex "$p" || continue
+    if [ -n "$S" ] && o=$(stat -f -c '%S %b %f %a' "$p" 2>&1); then end ok "s $o"
+    elif o=$(df -Pk "$p" 2>&1); then end ok "d $(printf '%s\n' "$o" | tail -n 1)"
+    else bad "$o"; fi ;;
+  ping) end ok "$$" ;;
+  *) end err "unknown op" ;;
+  esac
+done
+"""
+
+# strerror texts -> errno: the C library's, plus the shells' own words (dash, busybox).
+_ERRNOS = {os.strerror(e).lower(): e for e in errno_mod.errorcode}
+_ERRNOS.update(
+    {
+        "no such file": errno_mod.ENOENT,
+        "directory nonexistent": errno_mod.ENOENT,
+        "nonexistent directory": errno_mod.ENOENT,
+        "not found": errno_mod.ENOENT,
+    }
+)
+_DF_LINE = re.compile(r"(\d+)\s+(\d+)\s+(\d+)\s+\d+%")
+_LS_TYPES = {"c": "char", "b": "block", "d": "dir", "-": "file", "l": "link"}
+
+
+def errno_of(message: str) -> int:
+    """Return the errno whose strerror text is ``message`` (``EIO`` when unknown)."""
+    return _ERRNOS.get(message.strip().lower(), errno_mod.EIO)
+
+
+def check_path(path: str) -> str:
+    """Return ``path`` when the shell protocol can carry it (absolute, one line, no
+    surrounding blanks); raise OSError(EINVAL) otherwise."""
+    if (
+        not isinstance(path, str)
+        or not path.startswith("/")
+        or "\n" in path
+        or "\r" in path
+        or path != path.strip()
+    ):
+        raise OSError(errno_mod.EINVAL, "path not supported by the shell agent", path)
+    return path
+
+
+def stat_result(path: str, fields: list[str]) -> dict[str, Any]:
+    """Return the FileStat dict for ``s RAWMODE MAJ MIN UID GID SIZE MTIME`` (stat -c, hex
+    mode and numbers) or ``l <ls -lnLd line>``; raise ValueError on anything else."""
+    if fields[0] == "s" and len(fields) == 8:
+        raw, major, minor = int(fields[1], 16), int(fields[2], 16), int(fields[3], 16)
+        uid, gid, size, mtime = (int(v) for v in fields[4:8])
+        kind = next((name for test, name in _KINDS if test(raw)), "other")
+        return {
+            "path": path,
+            "kind": kind,
+            "mode": raw & 0o7777,
+            "major": major if kind in ("char", "block") else 0,
+            "minor": minor if kind in ("char", "block") else 0,
+            "uid": uid,
+            "gid": gid,
+            "size": size,
+            "mtime": float(mtime),
+        }
+    if fields[0] == "l" and len(fields) >= 6:
+        perms = fields[1]
+        kind = _LS_TYPES.get(perms[0], "other")
+        mode = 0
+        for i, char in enumerate(perms[1:10]):
+            if char not in "-ST":  # S/T: set-id/sticky WITHOUT the x bit
+                mode |= 1 << (8 - i)
+        mode |= (0o4000 if perms[3] in "sS" else 0) | (0o2000 if perms[6] in "sS" else 0)
+        mode |= 0o1000 if perms[9] in "tT" else 0
+        uid, gid = int(fields[3]), int(fields[4])
+        major = minor = size = 0
+        if kind in ("char", "block"):
+            major, minor = int(fields[5].rstrip(",")), int(fields[6])
+        else:
+            size = int(fields[5])
+        return {"path": path, "kind": kind, "mode": mode, "major": major, "minor": minor,
+                "uid": uid, "gid": gid, "size": size, "mtime": 0.0}  # fmt: skip
+    raise ValueError("unknown stat answer")
+
+
+_KINDS = (
+    (stat_mod.S_ISCHR, "char"),
+    (stat_mod.S_ISBLK, "block"),
+    (stat_mod.S_ISDIR, "dir"),
+    (stat_mod.S_ISREG, "file"),
+    (stat_mod.S_ISLNK, "link"),
+)
+
+
+def usage_result(fields: list[str]) -> dict[str, int]:
+    """Return the DiskUsage dict for ``s FRSIZE BLOCKS BFREE BAVAIL`` or ``d <df -Pk line>``."""
+    if fields[0] == "s" and len(fields) == 5:
+        frsize, blocks, bfree, bavail = (int(v) for v in fields[1:])
+        return {"total": blocks * frsize, "used": (blocks - bfree) * frsize,
+                "free": bavail * frsize}  # fmt: skip
+    found = _DF_LINE.search(" ".join(fields[1:])) if fields[0] == "d" else None
+    if found is None:
+        raise ValueError("unknown df answer")
+    total, used, free = (int(v) * 1024 for v in found.groups())
+    return {"total": total, "used": used, "free": free}
+
+
+class ShellConnection:
+    """A running POSIX-sh agent (:data:`SH_AGENT`): one request at a time, bounded
+    reads, the agent killed at a call's deadline. Results have the python agent's shape."""
+
+    kind = "sh"
+
+    def __init__(self, stream: ByteStream, label: str, has_python: bool = False) -> None:
+        self.stream = stream
+        self.label = label
+        self.has_python = has_python
+        self.broken: str | None = None
+        self.received = 0
+        self._terminator = f"@gpd-{secrets.token_hex(8)}"
+        self._call_lock = threading.Lock()
+        self._lines: queue.Queue[bytes | None] = queue.Queue()
+        self._queued = 0
+        self._queued_lock = threading.Lock()
+        try:
+            stream.write(f"{self._terminator}\n".encode())
+        except (OSError, ValueError, EOFError) as exc:
+            raise self._stop(f"cannot talk to the shell agent: {exc}") from None
+        threading.Thread(target=self._read_lines, daemon=True).start()
+        _, status, rest = self._collect(START_TIMEOUT, "start")
+        if status != "hello":
+            raise self._stop("the shell agent did not start")
+        self.hello = {"hello": "gpudoctor-sh-agent", "pid": rest}
+
+    def _read_lines(self) -> None:
+        """Move bounded lines from the stream to the queue; stop the agent when one line
+        or everything unread or everything received passes its bound."""
+        while True:
+            try:
+                line = read_line(self.stream, self.label)
+            except BadReply as exc:
+                self._stop(str(exc))
+                break
+            except (OSError, ValueError, EOFError):
+                line = b""
+            if not line:
+                break
+            self.received += len(line)
+            with self._queued_lock:
+                self._queued += len(line)
+                too_much = self._queued > MAX_LINE or self.received > MAX_STREAM
+            if too_much:
+                self._stop(f"{self.label}: the shell agent sent more than asked; it was stopped")
+                break
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _stop(self, message: str) -> HostError:
+        detail = self.stream.stderr_text().strip() if not self.broken else ""
+        self.broken = self.broken or message + (
+            f" ({detail.splitlines()[-1][:300]})" if detail else ""
+        )
+        self.stream.abort()
+        self._lines.put(None)
+        return HostError(self.broken)
+
+    def _next(self, deadline: float) -> bytes:
+        wait = deadline - _now()
+        try:
+            line = self._lines.get(timeout=max(wait, 0.0)) if wait > 0 else self._lines.get_nowait()
+        except queue.Empty:
+            raise TimeoutError from None
+        if line is None:
+            self._lines.put(None)
+            raise HostError(self.broken or f"{self.label}: the connection to the agent was lost")
+        with self._queued_lock:
+            self._queued -= len(line)
+        return line
+
+    def _collect(self, timeout: float, op: str) -> tuple[list[bytes], str, str]:
+        deadline = _now() + timeout
+        data: list[bytes] = []
+        marker = self._terminator.encode() + b" "
+        while True:
+            try:
+                line = self._next(deadline)
+            except TimeoutError:
+                raise self._stop(
+                    f"{self.label}: {op} got no answer within {timeout:g} s; the agent was stopped"
+                ) from None
+            if line.startswith(marker):
+                text = line[len(marker) :].decode("utf-8", "replace").rstrip("\n")
+                status, _, rest = text.partition(" ")
+                return data, status, rest
+            data.append(line)
+
+    def call(self, op: str, args: dict[str, Any], timeout: float) -> Any:
+        """Serve one python-agent op through the shell; return the python agent's result
+        shape; raise OSError (the tool's errno) or HostError."""
+        if self.broken:
+            raise HostError(self.broken)
+        request, convert = self._request(op, args)
+        with self._call_lock:
+            try:
+                self.stream.write(request.encode())
+            except (OSError, ValueError, EOFError) as exc:
+                raise self._stop(f"{self.label}: cannot send to the shell agent: {exc}") from None
+            data, status, rest = self._collect(timeout, op)
+        path = args.get("path")
+        if status == "err":
+            if op == "try_open":
+                return {"path": path, "flags": "O_RDWR" if args.get("write", True) else "O_RDONLY",
+                        "errno": errno_of(rest)}  # fmt: skip
+            raise OSError(errno_of(rest), rest.strip()[:200] or "failed", path)
+        if status != "ok":
+            raise BadReply(f"{self.label}: {op}: bad reply from the shell agent: {status[:40]!r}")
+        try:
+            return convert(rest, data)
+        except (ValueError, IndexError) as exc:
+            raise BadReply(f"{self.label}: {op}: bad reply from the shell agent: {exc}") from None
+
+    def _request(self, op: str, args: dict[str, Any]) -> tuple[str, Any]:
+        """Return (request line, converter of (rest, data lines) to the result)."""
+        if op == "ping":
+            return "ping - /\n", lambda rest, data: {"pid": int(rest), "python": ""}
+        path = check_path(args.get("path", ""))
+        if op == "stat":
+            return f"stat - {path}\n", lambda rest, data: stat_result(path, rest.split())
+        if op == "try_open":
+            write = bool(args.get("write", True))
+            flags = "O_RDWR" if write else "O_RDONLY"
+            return (
+                f"open {'w' if write else 'r'} {path}\n",
+                lambda rest, data: {"path": path, "flags": flags, "errno": 0},
+            )
+        if op == "read_text":
+            limit = int(args.get("limit", 1 << 20))
+            return f"read {limit} {path}\n", lambda rest, data: hex_bytes(data).decode(
+                "utf-8", "replace"
+            )
+        if op == "read_bytes":
+            offset, length = int(args.get("offset", 0)), int(args["length"])
+            return f"bytes {offset}:{length} {path}\n", lambda rest, data: _b64(hex_bytes(data))
+        if op == "list_dir":
+            return f"list - {path}\n", lambda rest, data: sorted(names(data))
+        if op == "disk_usage":
+            return f"df - {path}\n", lambda rest, data: usage_result(rest.split())
+        raise HostError(
+            f"{self.label}: {op} is not served by the shell agent (no python3 in the CT)"
+        )
+
+    @property
+    def idle(self) -> bool:
+        """Return True when no call is in progress."""
+        return not self._call_lock.locked()
+
+    def close(self) -> None:
+        """End the agent (EOF on its stdin) and close the stream."""
+        self.broken = self.broken or f"{self.label}: the connection was closed"
+        self.stream.close()
+
+
+def hex_bytes(lines: list[bytes]) -> bytes:
+    """Return the bytes of ``od -An -tx1 -v`` output lines."""
+    return bytes.fromhex(b"".join(lines).decode("ascii").replace("\n", " "))
+
+
+def names(lines: list[bytes]) -> list[str]:
+    """Return the directory entries of ``|NAME`` lines."""
+    out = []
+    for line in lines:
+        if not line.startswith(b"|"):
+            raise ValueError("bad directory entry")
+        out.append(line[1:].rstrip(b"\n").decode("utf-8", "surrogateescape"))
+    return out
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _now() -> float:
+    return time.monotonic()

@@ -1,10 +1,9 @@
-"""SSHHost: a remote machine reached over SSH (paramiko), host keys verified.
-
-Host keys are checked against ``~/.ssh/known_hosts`` plus an optional extra file with
-paramiko's ``RejectPolicy``: an unknown key or a CHANGED key is a clear
-:class:`HostError` saying how to accept it. ``accept_new_host_key=True`` behaves like
-OpenSSH's ``StrictHostKeyChecking=accept-new``: a host with no known key at all has its
-key saved; a changed key is still refused. Passwords and passphrases are never logged.
+"""SSHHost: a remote machine reached over SSH (paramiko) with OpenSSH's configuration and
+trust decisions: ``ssh -G`` resolves the options (Match, Include, ProxyJump,
+ProxyCommand, IdentityFile, UserKnownHostsFile, HostKeyAlias, StrictHostKeyChecking,
+...), :mod:`gpudoctor.hosts.ssh_connect` opens the connection (every jump hop verified),
+:mod:`gpudoctor.hosts.ssh_trust` judges host keys (unknown keys are refused unless the
+user asks; a CHANGED key always is). Passwords and passphrases are never logged.
 
 File operations go through the gpudoctor agent started over one exec channel
 (``python3 -I -c ...``); :meth:`SSHHost.run` uses a fresh exec channel per command,
@@ -13,22 +12,18 @@ wrapped in coreutils ``timeout`` so the remote process group dies at the deadlin
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import os
 import shlex
-import socket
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 import paramiko
 
 from gpudoctor.hosts.base import CommandResult, ForwardingHost, HostError
 from gpudoctor.hosts.remote import AgentHost, ByteStream, agent_command
+from gpudoctor.hosts.ssh_auth import Credentials
+from gpudoctor.hosts.ssh_connect import Connection, ConnectSettings, connect, fingerprint
 from gpudoctor.hosts.ssh_target import (
     DEFAULT_SSH_CONFIG,
     SSHTarget,
@@ -38,52 +33,8 @@ from gpudoctor.hosts.ssh_target import (
 
 __all__ = ["SSHHost", "SSHTarget", "fingerprint", "resolve_target", "split_spec"]
 
-DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 # Seconds a command may outlive its own timeout before the client closes the channel.
 RUN_GRACE = 10.0
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """Return the key's OpenSSH SHA256 fingerprint (``ssh-keygen -lf``: ``SHA256:...``)."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-def how_to_accept(target: SSHTarget) -> str:
-    """Return the advice printed with an unknown-key error."""
-    port = f"-p {target.port} " if target.port != 22 else ""
-    return (
-        f"verify the fingerprint, then add it: ssh-keyscan {port}{target.hostname} "
-        f">> ~/.ssh/known_hosts (or pass --accept-new-host-key)"
-    )
-
-
-class _UnknownHostKey(Exception):
-    def __init__(self, key: paramiko.PKey, known_types: list[str]) -> None:
-        super().__init__("unknown host key")
-        self.key = key
-        self.known_types = known_types
-
-
-class _VerifyPolicy(paramiko.MissingHostKeyPolicy):
-    """Reject unknown keys, or save them when ``accept_new`` and no key is known at all."""
-
-    def __init__(self, accept_new: bool, save_to: Path) -> None:
-        self.accept_new = accept_new
-        self.save_to = save_to
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: Any) -> None:
-        system_keys = getattr(client, "_system_host_keys", None)
-        known = client.get_host_keys().lookup(hostname) or (
-            system_keys.lookup(hostname) if system_keys is not None else None
-        )
-        if not self.accept_new or known:
-            # With a key of another type already known, this is a change, not a new host.
-            raise _UnknownHostKey(key, sorted(known.keys()) if known else [])
-        self.save_to.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(self.save_to, "a", encoding="ascii") as fh:
-            fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-        client.get_host_keys().add(hostname, key.get_name(), key)
 
 
 class ChannelStream(ByteStream):
@@ -143,16 +94,18 @@ class SSHHost(ForwardingHost):
     """A machine reached over SSH. Connects on first use; thread-safe.
 
     Args:
-        spec: ``[user@]host[:port]`` or an alias from ``~/.ssh/config``.
+        spec: ``[user@]host[:port]`` or an alias from the ssh config.
         user, port: override what ``spec`` and the ssh config say.
-        key_filename: a private key file to use (besides the agent and default keys).
-        password, passphrase: used for auth / to unlock the key; never logged.
-        known_hosts: an extra known_hosts file (``--known-hosts``); accepted keys are
-            saved there when given, else in ``~/.ssh/known_hosts``.
+        key_filename: a private key file tried first (besides the agent and IdentityFile).
+        password, passphrase: used for auth / to unlock key files; never logged.
+        known_hosts: an extra known_hosts file (``--known-hosts``), read first; accepted
+            keys are saved there when given, else in the first ``UserKnownHostsFile``.
         accept_new_host_key: save the key of a host never seen before (never a changed one).
-        connect_timeout: seconds for TCP connect, banner and auth.
-        ssh_config: path of the OpenSSH client config (None: ignore it).
-        system_known_hosts: also trust ``~/.ssh/known_hosts`` (tests turn it off).
+        connect_timeout: seconds for each connection step (TCP, banner, key exchange,
+            auth); None: the config's ``ConnectTimeout``, else 10 s.
+        ssh_config: the OpenSSH client config file (``ssh -F``); the default reads what
+            ``ssh`` reads; None: no config file at all.
+        system_known_hosts: also read the configured known_hosts files (tests turn it off).
     """
 
     python = "python3"
@@ -168,21 +121,22 @@ class SSHHost(ForwardingHost):
         passphrase: str | None = None,
         known_hosts: str | None = None,
         accept_new_host_key: bool = False,
-        connect_timeout: float = 10.0,
+        connect_timeout: float | None = None,
         ssh_config: str | None = DEFAULT_SSH_CONFIG,
         system_known_hosts: bool = True,
         call_timeout: float = 30.0,
     ) -> None:
         self.name = spec
         self.target = resolve_target(spec, user=user, port=port, ssh_config=ssh_config)
-        self.key_filename = key_filename
-        self.known_hosts = known_hosts
-        self.accept_new_host_key = accept_new_host_key
-        self.connect_timeout = connect_timeout
-        self.system_known_hosts = system_known_hosts
-        self._password = password
-        self._passphrase = passphrase
-        self._client: paramiko.SSHClient | None = None
+        self.settings = ConnectSettings(
+            known_hosts=known_hosts,
+            accept_new_host_key=accept_new_host_key,
+            connect_timeout=connect_timeout,
+            ssh_config=ssh_config,
+            use_config_known_hosts=system_known_hosts,
+        )
+        self._creds = Credentials(key_filename, password, passphrase)
+        self._conn: Connection | None = None
         self._lock = threading.Lock()
         self._agent = AgentHost(
             lambda: self.open_stream(agent_command(self.python)),
@@ -194,6 +148,11 @@ class SSHHost(ForwardingHost):
     def __repr__(self) -> str:  # no secrets in reprs
         return f"SSHHost({self.name!r})"
 
+    @property
+    def connect_timeout(self) -> float:
+        """Return the seconds each connection step may take."""
+        return self.settings.connect_timeout or self.target.connect_timeout or 10.0
+
     # -- connection ---------------------------------------------------------------
 
     def connect(self) -> SSHHost:
@@ -203,95 +162,13 @@ class SSHHost(ForwardingHost):
 
     def _transport(self) -> paramiko.Transport:
         with self._lock:
-            if self._client is not None:
-                transport = self._client.get_transport()
-                if transport is not None and transport.is_active():
-                    return transport
-                self._client.close()
-                self._client = None
-            self._client = self._open_client()
-            transport = self._client.get_transport()
-            assert transport is not None
-            return transport
-
-    def _open_client(self) -> paramiko.SSHClient:
-        target = self.target
-        client = paramiko.SSHClient()
-        if self.system_known_hosts:
-            system_file = Path(DEFAULT_KNOWN_HOSTS).expanduser()
-            if system_file.is_file():
-                client.load_system_host_keys(str(system_file))
-        save_to = Path(self.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
-        if self.known_hosts and Path(self.known_hosts).is_file():
-            client.load_host_keys(self.known_hosts)
-        client.set_missing_host_key_policy(_VerifyPolicy(self.accept_new_host_key, save_to))
-        keys = [self.key_filename] if self.key_filename else []
-        keys += [k for k in target.identity_files if os.path.exists(k)]
-        where = f"{target.user}@{target.hostname}:{target.port}"
-        try:
-            client.connect(
-                target.hostname,
-                port=target.port,
-                username=target.user,
-                key_filename=keys or None,
-                password=self._password,
-                passphrase=self._passphrase,
-                timeout=self.connect_timeout,
-                banner_timeout=self.connect_timeout,
-                auth_timeout=self.connect_timeout,
-                allow_agent=True,
-                look_for_keys=not keys,
-            )
-        except _UnknownHostKey as exc:
-            client.close()
-            if exc.known_types:
-                raise HostError(
-                    f"{where}: the SSH host key has CHANGED: the host now shows a "
-                    f"{exc.key.get_name()} key ({fingerprint(exc.key)}) but known_hosts holds "
-                    f"only {', '.join(exc.known_types)} for it. If the change is expected, "
-                    f"remove the old key: ssh-keygen -R '{target.known_hosts_name}', then add "
-                    f"the new one"
-                ) from None
-            raise HostError(
-                f"{where}: unknown SSH host key {exc.key.get_name()} "
-                f"{fingerprint(exc.key)}; {how_to_accept(target)}"
-            ) from None
-        except paramiko.BadHostKeyException as exc:
-            client.close()
-            raise HostError(
-                f"{where}: the SSH host key has CHANGED (now {exc.key.get_name()} "
-                f"{fingerprint(exc.key)}, known {exc.expected_key.get_name()} "
-                f"{fingerprint(exc.expected_key)}): a reinstalled host or a man in the middle. "
-                f"If the change is expected, remove the old key: "
-                f"ssh-keygen -R '{target.known_hosts_name}', then add the new one"
-            ) from None
-        except paramiko.AuthenticationException as exc:
-            client.close()
-            raise HostError(
-                f"{where}: SSH authentication failed ({exc}); load a key into ssh-agent, "
-                f"set IdentityFile in ~/.ssh/config, or pass a key file"
-            ) from None
-        except TimeoutError:
-            client.close()
-            raise HostError(
-                f"{where}: connection timed out after {self.connect_timeout:g} s"
-            ) from None
-        except (paramiko.SSHException, OSError) as exc:
-            client.close()
-            text = str(exc)
-            if "banner" in text or "No existing session" in text:
-                # paramiko's words when the peer accepted TCP but never spoke SSH in time.
-                text = (
-                    f"no SSH handshake within {self.connect_timeout:g} s "
-                    f"(is an sshd listening on port {target.port}?)"
-                )
-            raise HostError(f"{where}: cannot connect: {text}") from None
-        transport = client.get_transport()
-        sock = getattr(transport, "sock", None)
-        if isinstance(sock, socket.socket):  # small request/reply messages: no Nagle delay
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return client
+            if self._conn is not None:
+                if self._conn.transport.is_active():
+                    return self._conn.transport
+                self._conn.close()
+                self._conn = None
+            self._conn = connect(self.target, self.settings, self._creds)
+            return self._conn.transport
 
     def open_stream(self, argv: Sequence[str]) -> ChannelStream:
         """Run ``argv`` remotely on a new exec channel and return its pipes."""
@@ -309,9 +186,9 @@ class SSHHost(ForwardingHost):
         """Stop the agent and close the SSH connection."""
         self._agent.close()
         with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
     # -- Host protocol --------------------------------------------------------------
 

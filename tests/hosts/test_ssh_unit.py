@@ -87,32 +87,74 @@ def test_repr_never_shows_secrets() -> None:
     assert "hunter2" not in str(vars(host).get("name"))
 
 
-def test_silent_server_is_a_connect_timeout(tmp_path: Path) -> None:
-    """A TCP port that accepts but never speaks SSH (a hung sshd, a wrong service) gives a
-    clear error within the connect timeout instead of hanging."""
-    import socket
-    import threading
-
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
-    port = listener.getsockname()[1]
-    accepted: list[socket.socket] = []
-    thread = threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True)
-    thread.start()
-    host = SSHHost(
-        f"root@127.0.0.1:{port}",
-        ssh_config=None,
-        system_known_hosts=False,
-        known_hosts=str(tmp_path / "known_hosts"),
-        connect_timeout=1,
+def test_resolve_target_reads_what_ssh_reads(tmp_path: Path) -> None:
+    """``ssh -G`` resolves Match, Include, several IdentityFiles and known_hosts files,
+    HostKeyAlias, ProxyJump and ProxyCommand; gpudoctor takes them all."""
+    (tmp_path / "site.conf").write_text(
+        "Host pve*\n  UserKnownHostsFile ~/kh/site1 /etc/site1_known\n  IdentitiesOnly yes\n"
     )
-    try:
-        with pytest.raises(
-            HostError, match=rf"root@127.0.0.1:{port}: cannot connect: no SSH handshake within 1 s"
-        ):
-            host.run(["true"])
-    finally:
-        listener.close()
-        for conn in accepted:
-            conn.close()
+    config = tmp_path / "config"
+    config.write_text(
+        f"Include {tmp_path}/site.conf\n"
+        "Match host pve2\n  HostKeyAlias pve2.site1\n"
+        "Host pve2\n  HostName 10.0.0.2\n  ProxyJump admin@bastion:2022,bastion2\n"
+        "  IdentityFile ~/.ssh/site1_%r\n  IdentityFile ~/.ssh/other\n"
+        "  CertificateFile ~/.ssh/site1-cert.pub\n  StrictHostKeyChecking accept-new\n"
+        "  ConnectTimeout 7\n  IdentityAgent none\n"
+        "Host pve3\n  ProxyCommand nc -X connect -x proxy:3128 %h %p\n"
+    )
+    target = resolve_target("pve2", ssh_config=str(config))
+    home = str(Path("~").expanduser())
+    assert (target.hostname, target.port, target.host_key_alias) == ("10.0.0.2", 22, "pve2.site1")
+    assert target.known_hosts_name == "pve2.site1"
+    assert target.user_known_hosts == (f"{home}/kh/site1", "/etc/site1_known")
+    assert target.identity_files == (
+        f"{home}/.ssh/site1_{target.user}",
+        f"{home}/.ssh/other",
+    )
+    assert target.certificate_files == (f"{home}/.ssh/site1-cert.pub",)
+    assert target.identities_only and target.identity_agent == "none"
+    assert target.proxy_jump == ("admin@bastion:2022", "bastion2")
+    assert (target.strict_host_key_checking, target.connect_timeout) == ("accept-new", 7.0)
+    other = resolve_target("root@pve3:2200", ssh_config=str(config))
+    assert other.proxy_command == "nc -X connect -x proxy:3128 pve3 2200"
+    assert other.proxy_jump == () and other.host_key_alias is None
+    assert other.known_hosts_name == "[pve3]:2200"
+
+
+def test_bad_ssh_config_is_one_clear_error(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.write_text("Host x\n  NoSuchOption yes\n")
+    with pytest.raises(HostError, match=r"x: the SSH client configuration is not valid: .*NoSuchOption"):
+        resolve_target("x", ssh_config=str(config))
+
+
+def test_strict_host_key_checking_values(tmp_path: Path) -> None:
+    """ssh -G spells yes/no as true/false; gpudoctor maps them back, and its policy never
+    goes below accept-new (``no`` still refuses a changed key, see ssh_trust)."""
+    from gpudoctor.hosts.ssh_trust import policy_for
+
+    config = tmp_path / "config"
+    modes = {}
+    for value in ("yes", "no", "accept-new", "ask"):
+        config.write_text(f"Host h\n  StrictHostKeyChecking {value}\n")
+        target = resolve_target("h", ssh_config=str(config))
+        modes[value] = (target.strict_host_key_checking, policy_for(target, None, False).mode)
+    assert modes == {
+        "yes": ("yes", "yes"),
+        "no": ("no", "accept-new"),
+        "accept-new": ("accept-new", "accept-new"),
+        "ask": ("ask", "yes"),
+    }
+    assert policy_for(resolve_target("h", ssh_config=None), None, True).mode == "accept-new"
+
+
+def test_home_is_honoured_for_the_default_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With $HOME elsewhere (tests, sudo -E) the config and known_hosts of $HOME are used."""
+    ssh_dir = tmp_path / ".ssh"
+    ssh_dir.mkdir()
+    (ssh_dir / "config").write_text("Host box\n  HostName 192.0.2.7\n  Port 2201\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    target = resolve_target("box")
+    assert (target.hostname, target.port) == ("192.0.2.7", 2201)
+    assert target.user_known_hosts[0] == str(ssh_dir / "known_hosts")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import fnmatch
 import hashlib
 import hmac
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,11 +81,18 @@ def match_host(patterns: str, name: str) -> bool:
     matched = False
     for pattern in patterns.lower().split(","):
         negated = pattern.startswith("!")
-        if fnmatch.fnmatchcase(name, pattern[1:] if negated else pattern):
+        if glob_match(name, pattern[1:] if negated else pattern):
             if negated:
                 return False
             matched = True
     return matched
+
+
+def glob_match(name: str, pattern: str) -> bool:
+    """Return True when ``pattern`` (OpenSSH's ``*`` and ``?`` only; ``[`` is literal, as
+    in ``[host]:port``) matches all of ``name``."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, name, re.DOTALL) is not None
 
 
 def _hashed_match(entry: str, name: str) -> bool:

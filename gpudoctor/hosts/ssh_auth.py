@@ -132,7 +132,7 @@ def candidate_keys(
             label = f"agent key for {path}"
         elif os.path.isfile(path):
             try:
-                key = paramiko.PKey.from_path(path, passphrase=creds.passphrase)
+                key = paramiko.PKey.from_path(path, password=creds.passphrase)
             except paramiko.PasswordRequiredException:
                 notes.append(f"{path} is encrypted (load it into ssh-agent: ssh-add {path})")
                 continue

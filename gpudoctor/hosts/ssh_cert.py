@@ -5,10 +5,11 @@ without critical options (the format: OpenSSH's PROTOCOL.certkeys)."""
 
 from __future__ import annotations
 
-import fnmatch
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from gpudoctor.hosts.known_hosts import glob_match
 
 HOST_CERT = 2
 # Key-type-specific public fields that follow the nonce, per certificate type.
@@ -133,7 +134,7 @@ def check_host_certificate(
         return f"it expired at {_when(cert.valid_before)}"
     if not cert.principals:
         return "it names no principal (gpudoctor requires the host's name among them)"
-    if not any(fnmatch.fnmatchcase(name.lower(), p.lower()) for p in cert.principals):
+    if not any(glob_match(name.lower(), p.lower()) for p in cert.principals):
         return f"{name} is not among its principals ({', '.join(cert.principals)})"
     if cert.critical_options:
         return f"it carries critical options ({', '.join(cert.critical_options)})"

@@ -146,7 +146,7 @@ def effective_options(
         ) from None
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if "Pseudo-terminal" not in line]
-        reason = "; ".join(lines[:2]) if lines else f"exit status {done.returncode}"
+        reason = lines[0] if lines else f"exit status {done.returncode}"
         raise HostError(
             f"{alias}: the SSH client configuration is not valid: {reason}; "
             f"fix it (`ssh -G {alias}` shows the same error)"

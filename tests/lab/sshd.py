@@ -1,9 +1,10 @@
 """A real OpenSSH server on 127.0.0.1 for lab tests: a "Proxmox-like host".
 
-It runs INSIDE the lab's pure-cgroup2 mount namespace, so every SSH session sees pure
-cgroup v2 and ``lxc-start`` / ``lxc-attach`` over SSH behave as on Proxmox. Per run: a
-fresh ed25519 host key, a fresh client key (root login, key only), ``UsePAM no``, a free
-non-default port. Nothing is faked.
+With a namespace it runs INSIDE the lab's pure-cgroup2 mount namespace, so every SSH
+session sees pure cgroup v2 and ``lxc-start`` / ``lxc-attach`` over SSH behave as on
+Proxmox; without one it is a plain sshd process (bastions, SSH-config tests). Per run: a
+fresh ed25519 host key (optionally certified by a CA: ``ssh-keygen -s``), a fresh client
+key (root login, key only), ``UsePAM no``, a free non-default port. Nothing is faked.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 from gpudoctor.hosts.ssh import SSHHost
 from tests.lab.lxc import LabError, PureCgroup2Namespace
 
+SSHD = "/usr/sbin/sshd"
+
 
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
@@ -25,14 +28,26 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def keygen(path: Path, comment: str) -> Path:
-    """Create an unencrypted ed25519 key pair at ``path`` (``ssh-keygen -t ed25519``)."""
+def keygen(path: Path, comment: str, key_type: str = "ed25519") -> Path:
+    """Create an unencrypted key pair at ``path`` (``ssh-keygen -t ed25519``)."""
     subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        ["ssh-keygen", "-q", "-t", key_type, "-N", "", "-C", comment, "-f", str(path)],
         check=True,
         capture_output=True,
     )
     return path
+
+
+def sign_host_key(ca_key: Path, host_pub: Path, principals: str, validity: str = "-5m:+1h") -> Path:
+    """Sign ``host_pub`` as a HOST certificate with ``ca_key`` (``ssh-keygen -s CA -h -n
+    principals -V validity``); return the ``-cert.pub`` path."""
+    subprocess.run(
+        ["ssh-keygen", "-q", "-s", str(ca_key), "-h", "-I", "lab-host", "-n", principals,
+         "-V", validity, str(host_pub)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return host_pub.with_name(host_pub.name.removesuffix(".pub") + "-cert.pub")
 
 
 class LabSSHD:
@@ -47,9 +62,23 @@ class LabSSHD:
         host_key: its private host key file.
     """
 
-    def __init__(self, workdir: Path, namespace: PureCgroup2Namespace) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        namespace: PureCgroup2Namespace | None,
+        *,
+        host_ca: Path | None = None,
+        principals: str = "127.0.0.1",
+        validity: str = "-5m:+1h",
+        log_level: str = "VERBOSE",
+    ) -> None:
         self.dir = workdir
         self.namespace = namespace
+        self.host_ca = host_ca
+        self.principals = principals
+        self.validity = validity
+        self.host_cert: Path | None = None
+        self.log_level = log_level
         self.port = free_port()
         self.spec = f"root@127.0.0.1:{self.port}"
         self.host_key = self.dir / "ssh_host_ed25519_key"
@@ -72,6 +101,11 @@ class LabSSHD:
         (self.dir / "authorized_keys").write_text(self.client_key.with_suffix(".pub").read_text())
         key_type, key_b64 = self.host_key.with_suffix(".pub").read_text().split()[:2]
         self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {key_type} {key_b64}\n")
+        if self.host_ca is not None:
+            self.host_cert = sign_host_key(
+                self.host_ca, self.host_key.with_suffix(".pub"), self.principals, self.validity
+            )
+        cert_line = [f"HostCertificate {self.host_cert}"] if self.host_cert else []
         self.config.write_text(
             "\n".join(
                 [
@@ -88,15 +122,17 @@ class LabSSHD:
                     "StrictModes no",
                     "MaxSessions 64",
                     "MaxStartups 64",
-                    "LogLevel VERBOSE",
+                    f"LogLevel {self.log_level}",
+                    *cert_line,
                     "",
                 ]
             )
         )
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        prefix = self.namespace.prefix if self.namespace is not None else []
         log = open(self.log, "wb")  # noqa: SIM115 - handed to the child, closed below
         self.proc = subprocess.Popen(
-            [*self.namespace.prefix, "/usr/sbin/sshd", "-D", "-e", "-f", str(self.config)],
+            [*prefix, SSHD, "-D", "-e", "-f", str(self.config)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -114,6 +150,11 @@ class LabSSHD:
                 time.sleep(0.05)
         self.stop()
         raise LabError(f"sshd did not listen on 127.0.0.1:{self.port} within {timeout:g} s")
+
+    def authorize(self, public_key: Path) -> None:
+        """Let the holder of ``public_key`` (a ``.pub`` file) log in as root."""
+        with open(self.dir / "authorized_keys", "a", encoding="ascii") as fh:
+            fh.write(public_key.read_text().strip() + "\n")
 
     def client_home(self, home: Path, alias: str = "labpve") -> Path:
         """Make ``home`` a client HOME for CLI runs (``HOME=home gpudoctor ...``):

@@ -41,7 +41,7 @@ def test_unknown_host_key_is_refused_with_advice(lab_sshd: LabSSHD, tmp_path: Pa
         host.run(["true"])
     message = str(exc.value)
     assert "unknown SSH host key ssh-ed25519 SHA256:" in message
-    assert f"ssh-keyscan -p {lab_sshd.port} 127.0.0.1 >> ~/.ssh/known_hosts" in message
+    assert f"ssh-keyscan -p {lab_sshd.port} 127.0.0.1 >> {empty}" in message
     assert "--accept-new-host-key" in message
     assert empty.read_text() == ""  # nothing trusted behind the user's back
 

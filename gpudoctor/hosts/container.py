@@ -44,13 +44,13 @@ LAUNCH = (
 )
 
 
-def enter_command(flavor: str, ct: str, lxcpath: str | None = None) -> list[str]:
+def enter_command(flavor: str, ct: str, lxcpath: str | None = None, pct: str = "pct") -> list[str]:
     """Return the argv prefix that runs a command inside the container on its host with a
     clean environment (only PATH and LANG): ``lxc-attach -n NAME [-P PATH] --clear-env
     --set-var PATH=.. --set-var LANG=C --`` or ``pct exec ID -- env -i PATH=.. LANG=C``
-    (pct exec has no --clear-env)."""
+    (pct exec has no --clear-env; ``pct`` may name another program)."""
     if flavor == "pve":
-        return ["pct", "exec", str(ct), "--", "env", "-i", f"PATH={CT_PATH}", f"LANG={CT_LANG}"]
+        return [pct, "exec", str(ct), "--", "env", "-i", f"PATH={CT_PATH}", f"LANG={CT_LANG}"]
     if flavor == "lxc":
         return [
             "lxc-attach",

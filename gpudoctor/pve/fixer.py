@@ -155,15 +155,12 @@ def make_controller(host: Host, target: Target, options: FixOptions, snap: Snaps
 
 def container_host(host: Host, target: Target, layout: Layout) -> Host:
     """Return a Host for the inside of the CT (``pct exec`` / ``lxc-attach``)."""
-    from gpudoctor.hosts.container import ContainerHost, open_stream
-    from gpudoctor.hosts.remote import AgentHost, agent_command
+    from gpudoctor.hosts.container import ContainerHost, enter_command
 
     if target.flavor == "lxc":
         return ContainerHost(host, target.ct, "lxc", layout.lxcpath)
-    if layout.pct == "pct":
-        return ContainerHost(host, target.ct, "pve")
-    argv = [layout.pct, "exec", target.ct, "--", *agent_command("python3")]
-    return AgentHost(lambda: open_stream(host, argv), name=f"{host.name}/ct{target.ct}")
+    enter = enter_command("pve", target.ct, pct=layout.pct)
+    return ContainerHost(host, target.ct, "pve", enter=enter)
 
 
 def probe(ct_host: Host, paths: tuple[str, ...]) -> tuple[tuple[str, str], ...]:

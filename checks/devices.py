@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 
 from gpudoctor.context import CheckContext, DeviceRequest
+from gpudoctor.facts.idmap import OVERFLOW_UID, UID_MAP, IdMap, parse_idmap
 from gpudoctor.facts.nodes import (
     NVIDIA_FAMILIES,
     discover_nvidia_nodes,
@@ -253,6 +254,11 @@ def device_open(ctx: CheckContext) -> Iterator[Finding]:
         )
 
 
+def target_idmap(ctx: CheckContext) -> IdMap:
+    """Return the target's uid map (``cat /proc/self/uid_map``): unprivileged CT or not."""
+    return parse_idmap(ctx.facts.read_optional(UID_MAP), ctx.facts.read_optional(OVERFLOW_UID))
+
+
 def node_failed(ctx: CheckContext, path: str) -> bool:
     """Return True when device.nodes already FAILed this node (stale, placeholder, ...)."""
     result = ctx.result("device.nodes")
@@ -294,6 +300,20 @@ def judge_open(
             fix_hint=ctx.options.fix_command(),
         )
     if result.errno == errno.EACCES:
+        idmap = target_idmap(ctx)
+        if idmap.unmapped_owner(st.uid, st.gid):
+            evidence.append(idmap.describe())
+            return ctx.fail(
+                path,
+                f"{head} cannot be opened: EACCES. This is an unprivileged CT: the node's host "
+                f"owner is not mapped into it (it shows as {st.uid}:{st.gid}, the overflow id), "
+                f"so the CT's root counts as 'other' and only the last bits of mode "
+                f"{st.mode_text} apply ({st.mode_text[6:]}). chown inside the CT cannot change that.",
+                evidence=evidence,
+                remediation=f"On the host give the node mode 0666 (`chmod 0666 {path}`, NVIDIA's "
+                "default; with devN entries mode=0666), or map the node's host group into the CT "
+                "(lxc.idmap for that gid, plus /etc/subgid).",
+            )
         return ctx.fail(
             path,
             f"{head} cannot be opened: EACCES. The file mode or ownership denies this user "

@@ -8,6 +8,7 @@ dropped from the config, so the CT is what a minimal busybox service CT is.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 
 from tests.lab.lxc import BASE_DEVICE_RULES, Lab, LabContainer, LabError
@@ -16,9 +17,15 @@ from tests.lab.lxc import BASE_DEVICE_RULES, Lab, LabContainer, LabError
 DROPPED = ("lxc.net.", "lxc.mount.entry = /lib", "lxc.mount.entry = /usr", "lxc.apparmor.")
 
 
+# An unprivileged CT's id map (as Proxmox's default: root is host uid 100000).
+ID_BASE = 100000
+IDMAP = (f"lxc.idmap = u 0 {ID_BASE} 65536", f"lxc.idmap = g 0 {ID_BASE} 65536")
+
+
 class BusyboxContainer(LabContainer):
     """A real LXC container from the busybox template; device rules and bind-mounted
-    nodes as for :class:`LabContainer` (``allow``, ``devices``)."""
+    nodes as for :class:`LabContainer` (``allow``, ``devices``). ``unprivileged``: with
+    :data:`IDMAP`, its rootfs shifted to the mapped ids (as ``lxc-usernsexec``/Proxmox do)."""
 
     def __init__(
         self,
@@ -27,9 +34,13 @@ class BusyboxContainer(LabContainer):
         allow: Iterable[str] = (),
         devices: Mapping[str, str] | None = None,
         extra_config: Iterable[str] = (),
+        unprivileged: bool = False,
     ) -> None:
-        super().__init__(lab, name, allow, devices, extra_config)
+        super().__init__(
+            lab, name, allow, devices, [*(IDMAP if unprivileged else ()), *extra_config]
+        )
         self.template_config = ""
+        self.unprivileged = unprivileged
 
     def create(self) -> BusyboxContainer:
         """Run ``lxc-create -t busybox`` in the lab namespace, keep its config (minus the
@@ -44,7 +55,20 @@ class BusyboxContainer(LabContainer):
             line for line in lines if not line.strip().startswith(DROPPED)
         )
         self.write_config()
+        if self.unprivileged:
+            self.shift_ids()
         return self
+
+    def shift_ids(self) -> None:
+        """Chown the rootfs to the mapped ids (host id = ID_BASE + id inside) and let the
+        mapped root traverse the CT's directory (``chmod 0755``)."""
+        for root, dirs, files in os.walk(self.rootfs):
+            for name in dirs + files:
+                path = os.path.join(root, name)
+                st = os.lstat(path)
+                os.lchown(path, ID_BASE + st.st_uid, ID_BASE + st.st_gid)
+        os.lchown(self.rootfs, ID_BASE, ID_BASE)
+        self.dir.chmod(0o755)
 
     def render_config(self) -> str:
         """Return the template's config plus the lab's lines (no network, unconfined, no
@@ -75,9 +99,11 @@ def busybox_container(
     devices: Mapping[str, str] | None = None,
     start: bool = True,
     extra_config: Iterable[str] = (),
+    unprivileged: bool = False,
 ) -> BusyboxContainer:
-    """Create (and by default start) a busybox-template container in the lab."""
-    ct = BusyboxContainer(lab, lab.unique_name("bb"), allow, devices, extra_config)
+    """Create (and by default start) a busybox-template container in the lab
+    (``unprivileged``: with an lxc.idmap, root = host uid 100000)."""
+    ct = BusyboxContainer(lab, lab.unique_name("bb"), allow, devices, extra_config, unprivileged)
     ct.create()
     lab.containers.append(ct)
     if start:

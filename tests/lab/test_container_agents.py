@@ -223,3 +223,30 @@ def test_fix_rechecks_a_busybox_ct_through_the_sh_agent(
     opens = [c for c in out["checks"] if c["check"] == "device.open"]
     assert opens and opens[0]["status"] == "PASS", out["checks"]
     assert ct.shell(f"exec 3<>{FAKE_GPU_INSIDE}").ok
+
+
+def test_unprivileged_ct_mode_findings_name_the_mapped_owner(
+    lab: Lab, busybox: Callable[..., BusyboxContainer]
+) -> None:
+    """A REAL unprivileged CT (lxc.idmap u/g 0 100000 65536, rootfs shifted): host nodes
+    show as 65534:65534 inside. A 0666 node opens; a 0660 node is EACCES, and the finding
+    says it is the unprivileged CT's unmapped owner, not a plain "mode denies"."""
+    node = lab.make_node("gpu0660", lab.fake_gpu_major, lab.fake_gpu_minor, mode=0o660)
+    ct = busybox(devices={FAKE_GPU_INSIDE: str(lab.fake_gpu), "/dev/gpu0660": str(node)},
+                 allow=[f"c {lab.fake_gpu_major}:* rwm"], unprivileged=True)  # fmt: skip
+    assert "0     100000      65536" in ct.shell("cat /proc/self/uid_map").stdout
+    with inside(lab.host, ct) as host:
+        st = host.stat("/dev/gpu0660")
+        assert (st.uid, st.gid, st.mode) == (65534, 65534, 0o660)
+        report = run_checks(
+            host,
+            CheckOptions(devices=(DeviceRequest(FAKE_GPU_INSIDE), DeviceRequest("/dev/gpu0660"))),
+        )
+    opens = {f.subject: f for f in report.findings if f.check_id == "device.open"}
+    assert opens[FAKE_GPU_INSIDE].status == Status.PASS
+    denied = opens["/dev/gpu0660"]
+    assert denied.status == Status.FAIL
+    assert "EACCES. This is an unprivileged CT" in denied.message
+    assert "65534:65534, the overflow id" in denied.message
+    assert "mode or ownership denies" not in denied.message
+    assert "uid_map 0 100000 65536" in denied.evidence

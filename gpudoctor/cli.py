@@ -32,6 +32,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "Restore or download model weights into tmpfs.",
     ),
     "bench": ("gpudoctor.commands.bench:bench", "Run, resume and report a benchmark matrix."),
+    "service": ("gpudoctor.commands.service:service", "Self-healing CT boot unit; alerts."),
     "list": (
         "gpudoctor.commands.list:list_checks",
         "List the check catalogue (ids, titles, severity).",

@@ -3,12 +3,15 @@
 #   bash tests/run.sh                 # the whole suite (what .ci/run runs)
 #   bash tests/run.sh -k incident     # extra arguments go to pytest
 # System packages: LXC + busybox (real containers for the lab), OpenSSH server (a real sshd
-# on 127.0.0.1), util-linux (unshare/nsenter/flock), git (olah serves git repos). Python
+# on 127.0.0.1), util-linux (unshare/nsenter/flock), git (olah serves git repos), systemd
+# (systemd-analyze verify), prometheus (promtool, a real Prometheus) and
+# prometheus-node-exporter (the textfile collector) for tests/ops. Python
 # packages: the project with its [test] extra in .venv; olah in .venv-olah.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(lxc busybox-static openssh-server openssh-client util-linux iproute2 procps git)
+apt_packages=(lxc busybox-static openssh-server openssh-client util-linux iproute2 procps git
+  systemd prometheus prometheus-node-exporter)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

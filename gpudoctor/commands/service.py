@@ -1,0 +1,200 @@
+"""``gpudoctor service``: systemd units that make a CT heal itself after a reboot, the
+textfile timer that feeds Prometheus, and the alerting rules."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+GPUDOCTOR_HELP = (
+    "Command that runs gpudoctor in the units (default: this interpreter with -m gpudoctor)."
+)
+
+
+def _gpudoctor_argv(value: str | None) -> tuple[str, ...]:
+    import shlex
+
+    if value:
+        return tuple(shlex.split(value))
+    return (os.path.abspath(sys.executable), "-m", "gpudoctor")
+
+
+def _report(paths: list, root: str, enabled: str) -> None:
+    for path in paths:
+        click.echo(f"wrote {path}")
+    if root == "/":
+        click.echo(f"enabled at boot; start now with: systemctl daemon-reload && {enabled}")
+    else:
+        click.echo(f"installed under {root} and enabled there (runs at that system's next boot)")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def service() -> None:
+    """Self-healing CTs and alerts: boot unit, Prometheus textfile timer, alert rules.
+
+    \b
+    Examples:
+      gpudoctor service install plan.toml --out /var/lib/runs/q --device /dev/nvidia0
+      gpudoctor service install-timer --ct 200 --ct 201      # on the node
+      gpudoctor service rules -o /etc/prometheus/rules.d/gpudoctor.yml
+    """
+
+
+@service.command()
+@click.argument("plan", type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", required=True, type=click.Path(), help="The campaign's run directory.")
+@click.option("--name", default="campaign", show_default=True, help="Unit gpudoctor-NAME.service.")
+@click.option("--repo", help="Hub repo to restore first (default: the plan's [model] repo).")
+@click.option("--to", "to", help="Weights directory, e.g. /dev/shm/qwen (default: plan's dir).")
+@click.option("--mirror", help="Persistent mirror root (default: the plan's [model] mirror).")
+@click.option("--revision", help="Pinned revision (default: the plan's, else any complete one).")
+@click.option("--device", "devices", multiple=True, metavar="PATH[:DRIVER]",
+              help="Passed to `gpudoctor check` while waiting for the GPU. Repeatable.")  # fmt: skip
+@click.option("--only", multiple=True, metavar="ID",
+              help="Checks that must pass before the campaign (default: all). Repeatable.")  # fmt: skip
+@click.option("--check-arg", "check_extra", multiple=True, metavar="ARG",
+              help="Any other `gpudoctor check` argument. Repeatable.")  # fmt: skip
+@click.option("--backoff", default="5:300", show_default=True, metavar="MIN:MAX",
+              help="Seconds between GPU checks: MIN, doubling up to MAX.")  # fmt: skip
+@click.option("--gpudoctor", "gpudoctor_cmd", metavar="CMD", help=GPUDOCTOR_HELP)
+@click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
+              help="Install under this root (a CT's rootfs, an image) instead of /.")  # fmt: skip
+def install(
+    plan: str, out: str, name: str, repo: str | None, to: str | None, mirror: str | None,
+    revision: str | None, devices: tuple[str, ...], only: tuple[str, ...],
+    check_extra: tuple[str, ...], backoff: str, gpudoctor_cmd: str | None, root: str,
+) -> None:  # fmt: skip
+    """Write the CT's boot unit: wait for the GPU, restore the weights, resume PLAN.
+
+    At every boot until the campaign is done, gpudoctor-NAME.service runs
+    /usr/local/sbin/gpudoctor-NAME: `gpudoctor check` until it passes (one journal line
+    per failed try), `gpudoctor weights ensure`, then `gpudoctor bench PLAN --out OUT`
+    (which resumes: no cell runs twice). Once bench exits 0 it leaves
+    OUT/.gpudoctor-service-done and later boots do nothing.
+    """
+    from gpudoctor.bench.plan import PlanError
+    from gpudoctor.service.campaign import (
+        CampaignService,
+        Weights,
+        check_args_of,
+        render_unit,
+        render_wrapper,
+        weights_from_plan,
+    )
+    from gpudoctor.service.install import UnitFile
+    from gpudoctor.service.install import install as do_install
+    from gpudoctor.service.unitfile import ServiceError
+
+    try:
+        low, _, high = backoff.partition(":")
+        backoff_min, backoff_max = int(low), int(high or low)
+    except ValueError as exc:
+        raise click.BadParameter("expected MIN:MAX seconds", param_hint="--backoff") from exc
+    try:
+        from_plan = weights_from_plan(os.path.abspath(plan))
+    except PlanError as exc:
+        raise click.ClickException(str(exc)) from exc
+    weights = from_plan
+    if repo or to:
+        if not (repo and to):
+            raise click.UsageError("--repo and --to go together")
+        weights = Weights(repo, os.path.abspath(to), mirror, revision)
+    elif from_plan and (mirror or revision):
+        weights = Weights(from_plan.repo, from_plan.to, mirror or from_plan.mirror,
+                          revision or from_plan.revision)  # fmt: skip
+    try:
+        svc = CampaignService(
+            name=name,
+            plan=os.path.abspath(plan),
+            out=os.path.abspath(out),
+            gpudoctor=_gpudoctor_argv(gpudoctor_cmd),
+            check_args=check_args_of(devices, only, check_extra),
+            weights=weights,
+            backoff_min_s=backoff_min,
+            backoff_max_s=backoff_max,
+        )
+    except ServiceError as exc:
+        raise click.UsageError(str(exc)) from exc
+    files = [
+        UnitFile(svc.wrapper_path, render_wrapper(svc), 0o755),
+        UnitFile(svc.unit_path, render_unit(svc), 0o644, "multi-user.target"),
+    ]
+    try:
+        paths = do_install(files, root)
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot write the unit: {exc}; run as root or use --root"
+        ) from exc
+    _report(paths, root, f"systemctl start {svc.unit_name}")
+
+
+@service.command("install-timer")
+@click.option("--dir", "directory", default="/var/lib/prometheus/node-exporter",
+              show_default=True, help="node_exporter's --collector.textfile.directory.")  # fmt: skip
+@click.option("--every", default=5, show_default=True, type=int, help="Minutes between runs.")
+@click.option("--ct", "cts", multiple=True, metavar="ID",
+              help="Also check this CT of the node (one textfile each). Repeatable.")  # fmt: skip
+@click.option("--check-arg", "check_extra", multiple=True, metavar="ARG",
+              help="Any other `gpudoctor check` argument (--device, --flavor ...). Repeatable.")  # fmt: skip
+@click.option("--gpudoctor", "gpudoctor_cmd", metavar="CMD", help=GPUDOCTOR_HELP)
+@click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
+              help="Install under this root instead of /.")  # fmt: skip
+def install_timer(
+    directory: str, every: int, cts: tuple[str, ...], check_extra: tuple[str, ...],
+    gpudoctor_cmd: str | None, root: str,
+) -> None:  # fmt: skip
+    """Write gpudoctor-textfile.{service,timer}: the Prometheus textfile every N minutes.
+
+    The node's own check goes to DIR/gpudoctor.prom, each --ct to DIR/gpudoctor-ct-ID.prom.
+    Alert on them with `gpudoctor service rules`.
+    """
+    from gpudoctor.service.install import UnitFile
+    from gpudoctor.service.install import install as do_install
+    from gpudoctor.service.textfile import TextfileTimer, render_service, render_timer
+    from gpudoctor.service.unitfile import ServiceError
+
+    try:
+        timer = TextfileTimer(os.path.abspath(directory), _gpudoctor_argv(gpudoctor_cmd),
+                              every, cts, check_extra)  # fmt: skip
+    except ServiceError as exc:
+        raise click.UsageError(str(exc)) from exc
+    files = [
+        UnitFile(timer.service_path, render_service(timer)),
+        UnitFile(timer.timer_path, render_timer(timer), 0o644, "timers.target"),
+    ]
+    try:
+        paths = do_install(files, root)
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot write the units: {exc}; run as root or use --root"
+        ) from exc
+    _report(paths, root, f"systemctl start gpudoctor-{timer.name}.timer")
+
+
+@service.command()
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write the rules to this file (e.g. /etc/prometheus/rules.d/gpudoctor.yml).")  # fmt: skip
+def rules(output: str | None) -> None:
+    """Print (or write) the Prometheus alerting rules over gpudoctor's metrics.
+
+    Alerts: GpudoctorCtGpuUnusable, GpudoctorHostDriverMissing, GpudoctorResultStale,
+    GpudoctorTargetUnreachable, GpudoctorFragileConfig. Add the file to `rule_files:`
+    in prometheus.yml and reload Prometheus.
+    """
+    from gpudoctor.service import alert_rules_text
+
+    text = alert_rules_text()
+    if not output:
+        click.echo(text, nl=False)
+        return
+    from pathlib import Path
+
+    from gpudoctor.service.install import write_file
+
+    try:
+        write_file(Path(os.path.abspath(output)), text, 0o644)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {output}: {exc}") from exc
+    click.echo(f"wrote {output}; add it to rule_files: in prometheus.yml, then reload Prometheus")

@@ -1,0 +1,150 @@
+"""`gpudoctor service install` / `install-timer` write units that systemd accepts.
+
+Verified with the real `systemd-analyze verify` (Debian's ``systemd`` package). This
+machine's PID 1 is not systemd, and the wrapper lives in the TARGET system's
+/usr/local/sbin, so the campaign unit is verified with ``--root=ROOT``: ROOT holds the
+installed files plus a copy of this machine's /usr/lib/systemd/system (the targets the
+unit names). ``--man=no``: the Documentation= check would need man pages.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gpudoctor.cli import cli
+
+ANALYZE = shutil.which("systemd-analyze")
+needs_analyze = pytest.mark.skipif(
+    not ANALYZE, reason="systemd-analyze missing (apt-get install systemd; tests/run.sh does)"
+)
+
+PLAN = """\
+name = "q"
+[model]
+repo = "org/tiny"
+dir = "/dev/shm/tiny"
+mirror = "/var/lib/models"
+[engine]
+name = "command"
+command = ["/usr/bin/true", "{model}", "{host}", "{port}"]
+version = "1"
+[axes]
+concurrency = [1]
+[workload]
+input_len = 16
+output_len = 4
+num_prompts = 2
+[[configs]]
+name = "a"
+"""
+
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(cli, ["service", *args], catch_exceptions=False)
+
+
+def plan_file(tmp_path: Path) -> Path:
+    path = tmp_path / "plan.toml"
+    path.write_text(PLAN)
+    return path
+
+
+def verify(root: Path | None, *units: str) -> subprocess.CompletedProcess:
+    """Run ``systemd-analyze verify --man=no [--root=ROOT] UNITS``."""
+    argv = [str(ANALYZE), "verify", "--man=no"]
+    if root is not None:
+        argv.append(f"--root={root}")
+    return subprocess.run([*argv, *units], capture_output=True, text=True, timeout=60)
+
+
+def systemd_root(tmp_path: Path) -> Path:
+    """Return a root directory holding a copy of this machine's systemd unit directory."""
+    root = tmp_path / "root"
+    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
+    return root
+
+
+@needs_analyze
+def test_campaign_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    root = systemd_root(tmp_path)
+    result = invoke("install", str(plan_file(tmp_path)), "--out", "/var/lib/runs/q",
+                    "--device", "/dev/nvidia-uvm", "--root", str(root))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    unit = "/etc/systemd/system/gpudoctor-campaign.service"
+    done = verify(root, unit)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    wants = root / "etc/systemd/system/multi-user.target.wants/gpudoctor-campaign.service"
+    assert os.readlink(wants) == unit
+    wrapper = root / "usr/local/sbin/gpudoctor-campaign"
+    assert wrapper.stat().st_mode & 0o777 == 0o755
+    text = wrapper.read_text()
+    # the steps, in order, with the plan's weights (repo, dir, mirror) and the check's args
+    steps = [
+        f"{sys.executable} -m gpudoctor check --device /dev/nvidia-uvm 2>&1",
+        "weights ensure org/tiny --to /dev/shm/tiny --mirror /var/lib/models ||",
+        f"bench {tmp_path}/plan.toml --out /var/lib/runs/q\n",
+    ]
+    positions = [text.index(step) for step in steps]
+    assert positions == sorted(positions)
+    # the check runs through a real shell parse: `sh -n` accepts the script
+    assert subprocess.run(["sh", "-n", str(wrapper)]).returncode == 0
+
+    # the verifier does catch a broken unit: the wrapper gone -> not executable
+    wrapper.unlink()
+    broken = verify(root, unit)
+    assert broken.returncode != 0 and "is not executable" in broken.stderr
+
+
+@needs_analyze
+def test_textfile_timer_and_service_pass_systemd_analyze_verify(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    result = invoke("install-timer", "--dir", str(tmp_path / "prom"), "--every", "2",
+                    "--ct", "200", "--check-arg=--flavor", "--check-arg", "lxc",
+                    "--root", str(root))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    units = root / "etc/systemd/system"
+    # ExecStart runs this interpreter, which exists on this machine: verify against /
+    done = verify(None, str(units / "gpudoctor-textfile.timer"),
+                  str(units / "gpudoctor-textfile.service"))  # fmt: skip
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    service = (units / "gpudoctor-textfile.service").read_text()
+    node = f"{tmp_path}/prom/gpudoctor.prom"
+    ct = f"{tmp_path}/prom/gpudoctor-ct-200.prom"
+    assert f"check --format prometheus --flavor lxc -o {node}\n" in service
+    assert f"check --format prometheus --flavor lxc --ct 200 -o {ct}\n" in service
+    assert "OnUnitActiveSec=2min" in (units / "gpudoctor-textfile.timer").read_text()
+    assert os.readlink(units / "timers.target.wants/gpudoctor-textfile.timer") == (
+        "/etc/systemd/system/gpudoctor-textfile.timer"
+    )
+
+
+def test_unit_values_that_would_break_a_unit_are_refused(tmp_path: Path) -> None:
+    plan = str(plan_file(tmp_path))
+    root = str(tmp_path / "root")
+    bad = [
+        ("install", plan, "--out", "/runs/a b", "--root", root),  # whitespace splits ExecStart
+        ("install", plan, "--out", "/runs/q", "--name", "a/b", "--root", root),
+        ("install", plan, "--out", "/runs/q", "--backoff", "9:3", "--root", root),
+        ("install-timer", "--every", "0", "--root", root),
+        ("install-timer", "--ct", "200;reboot", "--root", root),
+    ]
+    for args in bad:
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+    assert not (tmp_path / "root").exists()
+
+
+def test_rules_command_writes_the_shipped_rules(tmp_path: Path) -> None:
+    out = tmp_path / "rules.yml"
+    result = invoke("rules", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    shipped = Path(__file__).parents[2] / "gpudoctor" / "service" / "alerts.yml"
+    assert out.read_text() == shipped.read_text()
+    assert invoke("rules").output == shipped.read_text()

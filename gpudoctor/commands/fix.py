@@ -19,7 +19,7 @@ from gpudoctor.commands.options import (
     inventory_option,
 )
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_FAILED, EXIT_PENDING = 0, 1, 2, 3, 4
 
 
 def _say(text: str) -> None:
@@ -67,16 +67,19 @@ def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: s
     "devices",
     multiple=True,
     metavar="PATH",
-    help="Pass this device node (or node directory) instead of every /dev/nvidia* "
-    "node. A path the CT config already bind-mounts names its host source. Repeatable.",
+    help="Pass this character device (or a directory under /dev holding them) instead of "
+    "every /dev/nvidia* node. A path the CT config already bind-mounts names its host "
+    "source. Anything else (/root, a file) is refused. Repeatable.",
 )
 @click.option(
     "--mode",
-    type=click.Choice(["raw", "devn"]),
-    default="raw",
+    type=click.Choice(["auto", "devn", "rules", "raw"]),
+    default="auto",
     show_default=True,
-    help="raw: lxc.cgroup2.devices.allow + lxc.mount.entry lines. devn: Proxmox "
-    "devN entries (PVE >= 8.1, re-read at every start: survives moving majors).",
+    help="devn: Proxmox devN entries (PVE >= 8.1; re-read at every start, so they survive "
+    "a moving major), replacing the NVIDIA bind mounts and rules they make redundant. "
+    "rules: lxc.cgroup2.devices.allow + lxc.mount.entry lines (raw: same). auto: devn on "
+    "Proxmox VE >= 8.1 (pveversion), rules on older PVE and plain LXC.",
 )
 @click.option("--dev-gid", type=int, help="gid= for devN entries (default: the host node's).")
 @click.option(
@@ -148,18 +151,30 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
       gpudoctor fix --cluster pve1 --yes                  # every GPU CT, 2 restarts at a time
       gpudoctor fix --inventory hosts.toml --ct 'llm-*' --dry-run
 
-    It reads /proc/devices and /dev/nvidia* on the host, adds one
-    `lxc.cgroup2.devices.allow: c MAJOR:* rwm` per major that no rule covers and a bind
-    mount per node not passed yet, in the live section of the config (never after a
-    [snapshot] header, no marker comments). It writes under Proxmox's own lock
+    It reads /proc/devices, /dev/nvidia* and pveversion on the host. On Proxmox VE >=
+    8.1 it proposes devN entries (the durable cure: Proxmox re-reads the node's major at
+    every start), replacing the NVIDIA bind mounts and major rules they make redundant,
+    and the boot unit that creates /dev/nvidia-uvm before guests start when it is
+    missing. Elsewhere it adds one `lxc.cgroup2.devices.allow: c MAJOR:* rwm` per major
+    that no rule covers and a bind mount per node not passed yet. Edits stay in the live
+    section (never after a [snapshot] header, no marker comments). It saves a backup
+    copy here first, then writes under Proxmox's own lock
     (/run/lock/lxc/pve-config-ID.lock) only if the file is unchanged since the plan
-    (SHA-1), after a backup in /var/lib/gpudoctor/backups on the host and a copy here.
-    A running CT is restarted and its devices are opened inside it; if one that opened
-    before no longer does, or the CT does not start, the old config is put back.
-    A second run says "nothing to change" and touches nothing.
+    (SHA-1), after a backup in /var/lib/gpudoctor/backups on the host. A running CT is
+    restarted and its devices are opened inside it; if one that opened before no longer
+    does, or the CT does not start, the old config is put back. A second run says
+    "nothing to change" and touches nothing.
 
-    Exit: 0 done or nothing to change, 1 gpudoctor error, 2 usage, 3 not applied,
-    failed or rolled back.
+    \b
+    Exit codes:
+      0  applied, or nothing to change
+      1  gpudoctor error (host unreachable, backup not saved, not a Proxmox host)
+      2  usage error (bad option, --device that is no character device)
+      3  not applied, failed or rolled back (locked CT, changed since the plan, CT did
+         not come back, device still fails), or nothing to pass through (no NVIDIA
+         driver on the host and no --device)
+      4  changes pending, nothing written: --dry-run found changes, or no --yes and
+         no terminal to ask (or the answer was no)
     """
     from gpudoctor.hosts.base import HostError
     from gpudoctor.pve.apply import ApplyError, Layout
@@ -230,11 +245,7 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
         if host_prep:
             code = _run_host_prep(host, dry_run, yes, as_json)
         else:
-            for path in devices:
-                if not path.startswith("/"):
-                    raise click.BadParameter(
-                        f"{path!r} must be an absolute path", param_hint="--device"
-                    )
+            _check_device_paths(devices)
             plan_options = PlanOptions(
                 mode=mode,
                 devices=tuple(p.rstrip("/") for p in devices),
@@ -254,6 +265,19 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
     ctx.exit(code)
 
 
+def _check_device_paths(devices: tuple[str, ...]) -> None:
+    """Refuse relative paths and paths with ``.``/``..`` components (usage errors)."""
+    import posixpath
+
+    for path in devices:
+        if not path.startswith("/"):
+            raise click.BadParameter(f"{path!r} must be an absolute path", param_hint="--device")
+        if posixpath.normpath(path) != path.rstrip("/") or "//" in path:
+            raise click.BadParameter(
+                f"{path!r}: write the path without '.', '..' or '//'", param_hint="--device"
+            )
+
+
 def _fail(message: str, code: str, as_json: bool) -> int:
     """Report a refusal or failure; return its exit code (2 usage, 1 gpudoctor/host
     error, 3 the fix was not applied / failed)."""
@@ -263,12 +287,16 @@ def _fail(message: str, code: str, as_json: bool) -> int:
         click.echo(f"gpudoctor: {message}", err=True)
     if code == "usage":
         return EXIT_USAGE
-    return EXIT_ERROR if code in ("io", "not_pve", "unknown_ct", "api", "missing") else EXIT_FAILED
+    errors = ("io", "not_pve", "unknown_ct", "api", "missing", "backup")
+    return EXIT_ERROR if code in errors else EXIT_FAILED
 
 
 def _confirm(plan: Any) -> bool:
     if not sys.stdin.isatty():
-        _say("not applied: stdin is not a terminal; pass --yes to apply without asking")
+        _say(
+            "not applied: stdin is not a terminal; pass --yes to apply without asking "
+            f"(exit {EXIT_PENDING}: changes pending)"
+        )
         return False
     return click.confirm("Apply this change (backup first, then restart the CT)?", default=False)
 
@@ -286,6 +314,9 @@ def _run_fix(host: Any, options: Any, host_label: str, as_json: bool) -> int:
     if outcome.plan is not None and not outcome.plan.changed:
         for warning in outcome.plan.warnings:
             click.echo(f"  warning: {warning}")
+    if outcome.plan is not None and outcome.plan.changed:
+        version = outcome.plan.pve_version or "unknown"
+        click.echo(f"mode: {outcome.plan.mode} (Proxmox VE {version})")
     if outcome.write is not None:
         click.echo(f"backup: {outcome.write.host_backup} (on the host), {outcome.client_backup}")
     for path, errname in outcome.after:

@@ -200,7 +200,8 @@ def _fix_options(ct: CtSpec, node: NodeSpec, settings: ClusterFixSettings, **kw:
 
 def _from_outcome(ct: CtSpec, outcome: FixOutcome, began: float, ended: float) -> CtFix:
     diff = outcome.plan.diff if outcome.plan is not None and outcome.plan.changed else ""
-    return CtFix(ct.node, ct.ct, outcome.status, outcome.exit_code, outcome.message, diff,
+    code = 0 if outcome.status == NEEDS_CHANGE else outcome.exit_code  # planned, not a failure
+    return CtFix(ct.node, ct.ct, outcome.status, code, outcome.message, diff,
                  outcome, began, ended)  # fmt: skip
 
 

@@ -32,6 +32,7 @@ LOCK_BUSY_RC = 75
 RC_CHANGED = 10
 RC_VERIFY = 11
 RC_MISSING = 12
+RC_VERIFY_UNRESTORED = 13
 
 # Runs ON the CT's host (python3 -I -c). argv: op, then op arguments; data on stdin.
 HOST_PROGRAM = r"""
@@ -77,8 +78,20 @@ tmp = conf + '.tmp.' + str(os.getpid())
 fsync_write(tmp, new, mode)
 os.rename(tmp, conf)
 check = open(conf, 'rb').read()
-print(json.dumps({'old_sha1': expected, 'new_sha1': sha(check), 'tmp': tmp}))
-sys.exit(0 if check == new else 11)
+reply = {'old_sha1': expected, 'new_sha1': sha(check), 'tmp': tmp}
+if check != new:  # the read-back differs: put the old bytes back the same way
+    restored = False
+    if old is not None:
+        try:
+            fsync_write(tmp, old, mode)
+            os.rename(tmp, conf)
+            restored = open(conf, 'rb').read() == old
+        except OSError:
+            restored = False
+    reply['restored'] = restored
+    print(json.dumps(reply)); sys.exit(11 if restored else 13)
+print(json.dumps(reply))
+sys.exit(0)
 """
 
 
@@ -108,6 +121,8 @@ class Layout:
         python: the interpreter on the host that runs :data:`HOST_PROGRAM`.
         own_lock_dir: gpudoctor's own locks (plain LXC configs, the host-prep unit;
             ``/run/lock/gpudoctor``; env ``GPUDOCTOR_LOCK_DIR``).
+        pveversion: the ``pveversion`` command (env ``GPUDOCTOR_PVEVERSION``; tests point
+            it at a stand-in).
     """
 
     pve_root: str = "/etc/pve"
@@ -118,6 +133,7 @@ class Layout:
     lxcpath: str | None = None
     python: str = "python3"
     own_lock_dir: str = "/run/lock/gpudoctor"
+    pveversion: str = "pveversion"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Layout:
@@ -134,6 +150,7 @@ class Layout:
             pct=env.get("GPUDOCTOR_PCT", cls.pct),
             lxcpath=env.get("GPUDOCTOR_LXCPATH") or None,
             own_lock_dir=env.get("GPUDOCTOR_LOCK_DIR", cls.own_lock_dir),
+            pveversion=env.get("GPUDOCTOR_PVEVERSION", cls.pveversion),
         )
 
 
@@ -324,7 +341,8 @@ def compare_and_swap(
 ) -> WriteResult:
     """Replace the config with ``new_data`` iff it still has ``expected_sha1``, under the
     config lock, backing the old bytes up to ``backup_path`` first; return the result.
-    Raise ApplyError: ``changed`` (nothing written), ``lock_busy``, ``verify``, ``io``."""
+    Raise ApplyError: ``changed`` (nothing written), ``lock_busy``, ``verify`` (the
+    read-back differed: the old bytes were put back), ``io``."""
     lock_dir = target.lock_path.rsplit("/", 1)[0]
     host.run(["mkdir", "-p", lock_dir], timeout=15)
     argv = write_command(target, layout, expected_sha1, backup_path)
@@ -342,7 +360,16 @@ def compare_and_swap(
         raise ApplyError("unknown_ct", f"{target.config_path} disappeared")
     if result.returncode == RC_VERIFY:
         raise ApplyError(
-            "verify", f"{target.config_path} reads back different from what was written"
+            "verify",
+            f"{target.config_path} read back different from what was written; the old bytes "
+            "were put back, nothing changed. Check the filesystem (pmxcfs: `pvecm status`)",
+        )
+    if result.returncode == RC_VERIFY_UNRESTORED:
+        where = f": the old config is saved in {backup_path}" if backup_path else ""
+        raise ApplyError(
+            "verify",
+            f"{target.config_path} read back different from what was written, and putting "
+            f"the old bytes back failed too{where}",
         )
     if not result.ok:
         raise ApplyError("io", f"writing {target.config_path} failed: {_why(result)}")
@@ -351,15 +378,50 @@ def compare_and_swap(
 
 
 def save_client_copy(layout: Layout, host_name: str, relative: str, data: bytes) -> str:
-    """Write the backup's copy on this machine; return its path (``<dir>/<host>/<name>``)."""
+    """Write the backup's copy on this machine (``.part`` + fsync + rename); return its
+    path (``<dir>/<host>/<name>``). Raise ApplyError("backup") when it cannot be saved:
+    the caller writes nothing then."""
     safe_host = "".join(c if c.isalnum() or c in "-_.@" else "_" for c in host_name)
     path = Path(layout.client_backup_dir) / safe_host / relative
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     part = path.with_name(path.name + ".part")
-    part.write_bytes(data)
-    os.chmod(part, 0o600)
-    part.rename(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        part.rename(path)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise ApplyError(
+            "backup",
+            f"cannot save the backup copy in {layout.client_backup_dir} ({why}); nothing "
+            "written. Point GPUDOCTOR_CLIENT_BACKUP_DIR at a writable directory",
+        ) from None
     return str(path)
+
+
+def discard_client_copy(layout: Layout, path: str) -> None:
+    """Remove a client backup copy whose write did not happen, and the directories left
+    empty under ``layout.client_backup_dir`` (``rm PATH; rmdir -p ...``)."""
+    base = Path(layout.client_backup_dir)
+    try:
+        Path(path).unlink()
+    except OSError:
+        return
+    folder = Path(path).parent
+    while True:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        if folder == base or base not in folder.parents:
+            return
+        folder = folder.parent
 
 
 def _why(result: object) -> str:

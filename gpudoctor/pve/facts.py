@@ -126,9 +126,12 @@ def parse_pveversion(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def gather(host: Host, paths: Iterable[str], with_pve_version: bool = False) -> HostFacts:
+def gather(
+    host: Host, paths: Iterable[str], with_pve_version: bool = False, pveversion: str = "pveversion"
+) -> HostFacts:
     """Return the host's facts: ``cat /proc/devices``, ``ls /dev/nvidia*`` + ``stat`` of each,
-    ``stat`` of every path in ``paths``, and ``pveversion`` when asked."""
+    ``stat`` of every path in ``paths``, and ``pveversion`` when asked (``pveversion``: the
+    command; a missing command or unreadable answer gives version None)."""
     devices = parse_proc_devices(host.read_text("/proc/devices"))
     try:
         nvidia = nvidia_paths(host.list_dir("/dev"))
@@ -138,6 +141,9 @@ def gather(host: Host, paths: Iterable[str], with_pve_version: bool = False) -> 
     nodes = tuple(look_at(host, path) for path in wanted)
     version = None
     if with_pve_version:
-        result = host.run(["pveversion"], timeout=15)
-        version = parse_pveversion(result.stdout) if result.ok else None
+        try:
+            result = host.run([pveversion], timeout=15)
+            version = parse_pveversion(result.stdout) if result.ok else None
+        except OSError:
+            version = None
     return HostFacts(devices, nodes, tuple(nvidia), version)

@@ -8,11 +8,12 @@ and :mod:`restart` (the container), every decision in :mod:`planner`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpudoctor.hosts.base import Host, HostError, OpenResult
+from gpudoctor.hosts.base import Host
 from gpudoctor.pve import facts as facts_mod
+from gpudoctor.pve import hostprep
 from gpudoctor.pve.api import ApiController, ApiSettings, connect
 from gpudoctor.pve.apply import (
     ApplyError,
@@ -22,17 +23,21 @@ from gpudoctor.pve.apply import (
     WriteResult,
     backup_name,
     compare_and_swap,
+    discard_client_copy,
     read_config,
     refusal,
     resolve_target,
     save_client_copy,
 )
-from gpudoctor.pve.planner import Plan, PlanOptions, paths_of_interest, plan
+from gpudoctor.pve.inside import container_host, device_checks, safe_probe, worse
+from gpudoctor.pve.planner import DEVN, Plan, PlanOptions, paths_of_interest, plan
 from gpudoctor.pve.restart import Controller, controller_for
 
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_FAILED = 3
+EXIT_PENDING = 4  # changes pending, nothing written (dry run, declined, no terminal)
+PENDING = ("dry_run", "declined")
 
 
 @dataclass(frozen=True)
@@ -66,11 +71,13 @@ class FixOutcome:
     """What happened.
 
     Attributes:
-        status: ``nothing_to_change``, ``dry_run``, ``declined``, ``applied``,
+        status: ``nothing_to_change``, ``nothing_to_pass`` (no NVIDIA node on the host and
+            no ``--device``), ``dry_run``, ``declined``, ``applied``,
             ``applied_not_running`` (CT stopped: rules apply at its next start),
             ``not_fixed`` (applied, CT restarted, a device still fails, nothing worse),
             ``rolled_back``, ``refused``.
-        exit_code: 0 ok, 3 not applied / failed / rolled back.
+        exit_code: 0 ok, 3 not applied / failed / rolled back / nothing to pass,
+            4 changes pending and nothing written (dry run, declined).
         message: one sentence for humans.
         target: the config's location.
         plan: the plan (None when refused before planning).
@@ -79,6 +86,8 @@ class FixOutcome:
         before, after: ``{ct path: errno name}`` probes inside the CT.
         init_pids: the CT's init PID before and after the restart.
         checks: the device checks' findings inside the CT after the restart (dicts).
+        host_prep: the plan of the boot unit that creates /dev/nvidia-uvm before guests
+            start, when devN entries need it and it is missing (applied with the fix).
     """
 
     status: str
@@ -92,6 +101,7 @@ class FixOutcome:
     after: tuple[tuple[str, str], ...] = ()
     init_pids: tuple[int | None, int | None] = (None, None)
     checks: tuple[dict[str, Any], ...] = ()
+    host_prep: Plan | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the outcome as JSON-ready data (the ``--json`` output)."""
@@ -118,7 +128,16 @@ class FixOutcome:
             "probes": {"before": dict(self.before), "after": dict(self.after)},
             "init_pid": {"before": self.init_pids[0], "after": self.init_pids[1]},
             "checks": list(self.checks),
+            "mode": plan.mode if plan else None,
+            "pve_version": plan.pve_version if plan else None,
+            "host_prep": _prep_dict(self.host_prep),
         }
+
+
+def _prep_dict(prep: Plan | None) -> dict[str, Any] | None:
+    if prep is None:
+        return None
+    return {"unit": hostprep.UNIT_NAME, "diff": prep.diff, "explanation": list(prep.explanation)}
 
 
 Progress = Callable[[str], None]
@@ -130,9 +149,17 @@ def make_plan(host: Host, options: FixOptions) -> tuple[Target, Snapshot, Plan]:
     target = resolve_target(host, options.flavor, options.ct, options.layout)
     snap = read_config(host, target, options.layout)
     plan_options = PlanOptions(**{**options.plan.__dict__, "label": target.config_path})
-    want_version = options.flavor == "pve" and plan_options.mode == "devn"
-    facts = facts_mod.gather(host, paths_of_interest(snap.config, plan_options), want_version)
-    return target, snap, plan(snap.config, facts, plan_options)
+    want_version = options.flavor == "pve" and plan_options.mode != "rules"
+    paths = paths_of_interest(snap.config, plan_options)
+    facts = facts_mod.gather(host, paths, want_version, options.layout.pveversion)
+    the_plan = plan(snap.config, facts, plan_options)
+    if the_plan.mode == DEVN and options.api is not None and options.api.token:
+        note = (
+            "devN entries are refused through the API for API tokens (only root@pam may set "
+            "them): gpudoctor writes them over SSH; edit them later as root@pam"
+        )
+        the_plan = replace(the_plan, warnings=(*the_plan.warnings, note))
+    return target, snap, the_plan
 
 
 def make_controller(host: Host, target: Target, options: FixOptions, snap: Snapshot) -> Controller:
@@ -153,53 +180,6 @@ def make_controller(host: Host, target: Target, options: FixOptions, snap: Snaps
     return ctl
 
 
-def container_host(host: Host, target: Target, layout: Layout) -> Host:
-    """Return a Host for the inside of the CT (``pct exec`` / ``lxc-attach``)."""
-    from gpudoctor.hosts.container import ContainerHost, enter_command
-
-    if target.flavor == "lxc":
-        return ContainerHost(host, target.ct, "lxc", layout.lxcpath)
-    enter = enter_command("pve", target.ct, pct=layout.pct)
-    return ContainerHost(host, target.ct, "pve", enter=enter)
-
-
-def probe(ct_host: Host, paths: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    """Return ``(path, errno name)`` for ``open(path, O_RDWR)`` inside the CT (``OK`` on
-    success; read-only nodes such as nvidia-cap1 are retried O_RDONLY)."""
-    out = []
-    for path in paths:
-        result: OpenResult = ct_host.try_open(path, write=True)
-        if result.errname == "EACCES":
-            result = ct_host.try_open(path, write=False)
-        out.append((path, result.errname))
-    return tuple(out)
-
-
-def worse(before: tuple[tuple[str, str], ...], after: tuple[tuple[str, str], ...]) -> list[str]:
-    """Return the paths that opened before and do not open now."""
-    now = dict(after)
-    return [p for p, e in before if e == "OK" and now.get(p, "MISSING") != "OK"]
-
-
-def device_checks(ct_host: Host, target: Target, paths: tuple[str, ...]) -> tuple[dict, ...]:
-    """Return the catalogue's ``device`` checks run inside the CT, as finding dicts
-    (empty when the catalogue cannot run there)."""
-    try:
-        from gpudoctor.context import CheckOptions, DeviceRequest
-        from gpudoctor.runner import run_checks
-
-        options = CheckOptions(
-            devices=tuple(DeviceRequest(p) for p in paths),
-            only=("device",),
-            ct=target.ct,
-            flavor=target.flavor,
-        )
-        report = run_checks(ct_host, options)
-    except Exception as exc:  # the re-check is evidence, the probe above decides
-        return ({"check": "device", "status": "ERROR", "message": str(exc)},)
-    return tuple(f.to_dict() for f in report.findings)
-
-
 def run_fix(
     host: Host,
     options: FixOptions,
@@ -211,21 +191,65 @@ def run_fix(
     """Run the whole fix on the CT's host; return the outcome (raises ApplyError for
     refusals and failed writes, HostError when the host cannot be reached).
 
-    ``on_plan`` sees a changing plan first (to show it); ``confirm`` then decides unless
-    ``options.yes``; ``progress`` gets one line per step."""
+    ``on_plan`` sees each changing plan first (the CT's, then the host prep's) to show
+    it; ``confirm`` then decides unless ``options.yes``; ``progress`` gets one line per
+    step. Order of effects: client backup, host prep, config write (host backup inside
+    it), restart, re-check inside, rollback."""
     progress("reading the CT config and the host's devices")
     target, snap, the_plan = make_plan(host, options)
     why_not = refusal(snap.config, target)
     if why_not:
         return FixOutcome("refused", EXIT_FAILED, why_not, target, the_plan)
-    if not the_plan.changed:
+    prep = _host_prep_offer(host, target, options, the_plan)
+    if not the_plan.changed and prep is None:
+        if the_plan.nothing_to_pass:
+            message = (
+                "nothing to pass through: the host has no /dev/nvidia* node (is the NVIDIA "
+                "driver loaded? `nvidia-smi` on the host) and no --device was given"
+            )
+            return FixOutcome("nothing_to_pass", EXIT_FAILED, message, target, the_plan)
         return FixOutcome("nothing_to_change", EXIT_OK, "nothing to change", target, the_plan)
-    on_plan(the_plan)
+    for shown in (the_plan, prep):
+        if shown is not None and (shown.changed or shown.explanation):
+            on_plan(shown)
+    pending = {"target": target, "plan": the_plan, "host_prep": prep}
     if options.dry_run:
-        return FixOutcome("dry_run", EXIT_OK, "dry run: nothing written", target, the_plan)
+        return FixOutcome("dry_run", EXIT_PENDING, "dry run: nothing written", **pending)
     if not options.yes and not confirm(the_plan):
-        return FixOutcome("declined", EXIT_OK, "not applied: nothing written", target, the_plan)
+        return FixOutcome("declined", EXIT_PENDING, "not applied: nothing written", **pending)
+    if prep is not None:
+        progress(f"installing {hostprep.UNIT_NAME} (creates /dev/nvidia-uvm before guests)")
+        hostprep.run_host_prep(host, yes=True, progress=progress, layout=options.layout)
+    if not the_plan.changed:
+        message = f"{hostprep.UNIT_NAME} installed; the CT config needed no change"
+        return FixOutcome("applied", EXIT_OK, message, **pending)
+    return _write_and_restart(host, options, target, snap, the_plan, prep, progress, host_label)
 
+
+def _host_prep_offer(
+    host: Host, target: Target, options: FixOptions, the_plan: Plan
+) -> Plan | None:
+    """Return the host prep's plan when the CT's devN entries need /dev/nvidia-uvm at start
+    and the boot unit that creates it is missing, else None."""
+    if target.flavor != "pve" or the_plan.mode != DEVN:
+        return None
+    if not hostprep.needs_boot_nodes(the_plan.dev_paths):
+        return None
+    prep, _, _ = hostprep.plan_host_prep(host, hostprep.systemd_root(), options.layout)
+    return prep if prep.explanation else None
+
+
+def _write_and_restart(
+    host: Host,
+    options: FixOptions,
+    target: Target,
+    snap: Snapshot,
+    the_plan: Plan,
+    prep: Plan | None,
+    progress: Progress,
+    host_label: str,
+) -> FixOutcome:
+    """Probe inside, save the client backup, write (CAS), restart and re-check."""
     ctl = make_controller(host, target, options, snap)
     running = ctl.state() == "RUNNING"
     before: tuple[tuple[str, str], ...] = ()
@@ -234,22 +258,29 @@ def run_fix(
         progress("probing the devices inside the CT before the change")
         ct_host = container_host(host, target, options.layout)
         try:
-            before = _safe_probe(ct_host, the_plan.probe_paths)
+            before = safe_probe(ct_host, the_plan.probe_paths)
         finally:
             ct_host.close()
 
-    progress(f"backing up and writing {target.config_path}")
     relative = backup_name(target, snap.sha1)
-    result = compare_and_swap(
-        host,
-        target,
-        options.layout,
-        snap.sha1,
-        the_plan.new_text.encode(),
-        f"{options.layout.backup_dir}/{relative}",
-    )
+    progress("saving the backup copy here, before anything is written")
     client_copy = save_client_copy(options.layout, host_label or host.name, relative, snap.data)
-    base = {"target": target, "plan": the_plan, "write": result, "client_backup": client_copy}
+    progress(f"backing up and writing {target.config_path}")
+    try:
+        result = compare_and_swap(
+            host,
+            target,
+            options.layout,
+            snap.sha1,
+            the_plan.new_text.encode(),
+            f"{options.layout.backup_dir}/{relative}",
+        )
+    except ApplyError as exc:
+        if exc.code in ("changed", "lock_busy", "unknown_ct", "verify"):
+            discard_client_copy(options.layout, client_copy)  # the old config is in place
+        raise
+    base = {"target": target, "plan": the_plan, "write": result, "client_backup": client_copy,
+            "host_prep": prep}  # fmt: skip
     if not running or not options.restart:
         message = "applied; the CT is stopped: the new rules apply at its next start"
         if running:
@@ -289,7 +320,7 @@ def _restart_and_verify(
     inside = container_host(host, target, options.layout)
     try:
         progress("re-checking the devices inside the CT")
-        after = _safe_probe(inside, the_plan.probe_paths)
+        after = safe_probe(inside, the_plan.probe_paths)
         checks = device_checks(inside, target, the_plan.probe_paths)
     finally:
         inside.close()
@@ -309,13 +340,6 @@ def _restart_and_verify(
     message = f"fixed: CT {target.ct} restarted and every device opens inside it"
     return FixOutcome("applied", EXIT_OK, message, before=before, after=after,
                       init_pids=pids, checks=checks, **base)  # fmt: skip
-
-
-def _safe_probe(ct_host: Host, paths: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    try:
-        return probe(ct_host, paths)
-    except HostError as exc:
-        return tuple((p, f"UNREACHABLE ({exc})") for p in paths)
 
 
 def _check_unlocked(host: Host, target: Target, layout: Layout) -> None:

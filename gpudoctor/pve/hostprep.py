@@ -51,7 +51,8 @@ def unit_text(nvidia_modprobe: str) -> str:
 
 @dataclass(frozen=True)
 class HostPrepOutcome:
-    """What ``--host-prep`` did: ``nothing_to_change``, ``dry_run``, ``declined``, ``applied``."""
+    """What ``--host-prep`` did: ``nothing_to_change``, ``dry_run``, ``declined``, ``applied``
+    (exit code 4 for ``dry_run``/``declined`` with changes pending, else 0)."""
 
     status: str
     exit_code: int
@@ -73,6 +74,16 @@ class HostPrepOutcome:
             "warnings": list(self.plan.warnings),
             "backup": self.backup,
         }
+
+
+BOOT_NODES = ("/dev/nvidia-uvm", "/dev/nvidia-caps")
+
+
+def needs_boot_nodes(dev_paths: tuple[str, ...]) -> bool:
+    """Return True when a devN entry names a node that exists only once the driver's
+    first user created it (nvidia-uvm, nvidia-caps): such a CT fails to start before."""
+    return any(p == n or p.startswith(n + "/") or p.startswith(n + "-") for p in dev_paths
+               for n in BOOT_NODES)  # fmt: skip
 
 
 def systemd_root(env: dict[str, str] | None = None) -> str:
@@ -143,9 +154,9 @@ def run_host_prep(
     if not todo:
         return HostPrepOutcome("nothing_to_change", 0, "nothing to change", plan, unit_path)
     if dry_run:
-        return HostPrepOutcome("dry_run", 0, "dry run: nothing written", plan, unit_path)
+        return HostPrepOutcome("dry_run", 4, "dry run: nothing written", plan, unit_path)
     if not yes and not confirm(plan):
-        return HostPrepOutcome("declined", 0, "not applied: nothing written", plan, unit_path)
+        return HostPrepOutcome("declined", 4, "not applied: nothing written", plan, unit_path)
     backup = ""
     if plan.changed:
         progress(f"writing {unit_path}")

@@ -7,8 +7,10 @@ Rules (DESIGN.md section 5, issue 9):
 * a bind mount ``lxc.mount.entry: /dev/X dev/X none bind,optional,create=file`` per
   wanted node the config does not pass yet (``create=dir`` for node directories such as
   ``/dev/nvidia-caps``);
-* ``--mode devn`` (PVE >= 8.1): ``devN: /dev/X,gid=G,mode=M`` entries instead, which
-  Proxmox re-stats at every start (the durable cure for moving majors);
+* mode ``devn`` (the default, ``auto``, on Proxmox VE >= 8.1): ``devN: /dev/X,gid=G,mode=M``
+  entries instead, which Proxmox re-stats at every start (the durable cure for moving
+  majors), replacing the NVIDIA bind mounts and rules they make redundant (:mod:`devn`);
+* ``--device`` accepts character devices, and directories under /dev that hold them;
 * allow rules for dynamic majors that no NVIDIA driver (and no passed node) holds any
   more are flagged as stale, and removed only with ``prune``;
 * legacy ``lxc.cgroup.devices.*`` lines (ignored on cgroup v2, gone in PVE 9) are flagged.
@@ -20,11 +22,23 @@ nothing is appended after a ``[section]`` header and no marker comment is writte
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 
 from gpudoctor.facts.nodes import driver_name_for_major
 from gpudoctor.pve.audit import config_warnings, is_dynamic_major, stale_rules
-from gpudoctor.pve.config import LXC, Config, Kind, Line, unified_diff
+from gpudoctor.pve.config import Config, Kind, Line, unified_diff
+from gpudoctor.pve.devn import (
+    ALIASES,
+    AUTO,
+    DEVN,
+    RULES,
+    ModeError,
+    dev_anchor,
+    parse_version,
+    plan_devn,
+    resolve_mode,
+)
 from gpudoctor.pve.entries import (
     ALLOW_KEY,
     DENY_KEY,
@@ -34,21 +48,22 @@ from gpudoctor.pve.entries import (
     allow_rule,
     bind_mount_value,
     ct_path,
-    dev_value,
     host_path,
     paths_of_interest,
     read_entries,
 )
 from gpudoctor.pve.facts import HostFacts, HostNode
 
-RAW = "raw"
-DEVN = "devn"
-MODES = (RAW, DEVN)
-DEVN_MIN_PVE = (8, 1)
+RAW = RULES  # the old name of the rules mode
 
 
 class PlanError(ValueError):
-    """The options cannot be planned for this config/host (the message says why)."""
+    """The options cannot be planned for this config/host (the message says why);
+    ``code`` is ``usage`` for a request that can never work (``--device /root``)."""
+
+    def __init__(self, message: str, code: str = "plan") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -56,7 +71,8 @@ class PlanOptions:
     """What the user asked for.
 
     Attributes:
-        mode: ``raw`` (cgroup rules + bind mounts) or ``devn`` (Proxmox devN entries).
+        mode: ``auto`` (devN entries on Proxmox VE >= 8.1, else rules), ``devn``
+            (Proxmox devN entries) or ``rules`` (cgroup rules + bind mounts; ``raw`` too).
         devices: host device paths to pass (nodes or directories of nodes).
         include_host_nvidia: also pass every NVIDIA node found in the host's /dev.
         prune: remove stale NVIDIA allow rules instead of only flagging them.
@@ -64,7 +80,7 @@ class PlanOptions:
         label: the config path shown in the diff header.
     """
 
-    mode: str = RAW
+    mode: str = AUTO
     devices: tuple[str, ...] = ()
     include_host_nvidia: bool = True
     prune: bool = False
@@ -105,6 +121,10 @@ class Plan:
         missing: nodes passed through (or requested) whose current major is not allowed.
         stale: the stale allow lines found (``c 509:* rwm``), removed or not.
         probe_paths: the char nodes as the CT sees them, to try-open before and after.
+        mode: the mode used (``devn`` or ``rules``; ``auto`` resolved).
+        pve_version: the Proxmox VE version it was planned for (None: unknown/plain LXC).
+        nothing_to_pass: no NVIDIA node on the host and no ``--device``: nothing to pass.
+        dev_paths: the host paths that have a devN entry after the plan.
     """
 
     old_text: str
@@ -116,21 +136,15 @@ class Plan:
     missing: tuple[MissingRule, ...] = ()
     stale: tuple[str, ...] = field(default=())
     probe_paths: tuple[str, ...] = ()
+    mode: str = RULES
+    pve_version: str | None = None
+    nothing_to_pass: bool = False
+    dev_paths: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
         """Return True when applying the plan changes the file."""
         return self.new_text != self.old_text
-
-
-def parse_version(text: str | None) -> tuple[int, ...] | None:
-    """Return ``(8, 2, 4)`` for ``8.2.4``, None when unknown."""
-    if not text:
-        return None
-    try:
-        return tuple(int(p) for p in text.split("."))
-    except ValueError:
-        return None
 
 
 class _Builder:
@@ -162,29 +176,31 @@ class _Builder:
 
 def plan(config: Config, facts: HostFacts, options: PlanOptions) -> Plan:
     """Return the plan that gives the CT access to the wanted nodes (pure; no I/O)."""
-    if options.mode not in MODES:
-        raise PlanError(f"unknown mode {options.mode!r} (expected raw or devn)")
-    if options.mode == DEVN:
-        _check_devn(config, facts)
+    try:
+        mode = resolve_mode(options.mode, config, facts.pve_version)
+    except ModeError as exc:
+        raise PlanError(str(exc)) from None
     entries = read_entries(config)
     build = _Builder(config)
-    if options.mode == DEVN and parse_version(facts.pve_version) is None:
+    if ALIASES.get(options.mode, options.mode) == DEVN and parse_version(facts.pve_version) is None:
         build.warnings.append("Proxmox VE version unknown (pveversion): devN entries need >= 8.1")
     build.warnings.extend(config_warnings(config, entries))
     wanted = _wanted_nodes(entries, facts, options, build)
     passed = _passed_nodes(entries, facts)
     missing = _missing_rules(entries, facts, [*wanted, *passed])
     gpu_ct = any("nvidia" in n.path for n in [*wanted, *passed])
-    if options.mode == RAW:
+    dev_paths: tuple[str, ...] = tuple(d.path for _, d in entries.devs)
+    if mode == RULES:
         _plan_raw(config, facts, entries, wanted, missing, build)
     else:
-        _plan_devn(config, entries, wanted, options, build)
+        dev_paths = _plan_devn(config, facts, entries, wanted, passed, options, build)
     stale = stale_rules(entries, facts, [*wanted, *passed], gpu_ct)
     for index, rule_text, why in stale:
         if options.prune:
             build.drop(index, why)
         else:
             build.warnings.append(f"stale rule `{rule_text}`: {why} (remove it with --prune)")
+    nothing_to_pass = options.include_host_nvidia and not options.devices and not facts.nvidia
     new_config = config.edit(build.inserts, build.removes)
     return Plan(
         old_text=config.text,
@@ -200,32 +216,54 @@ def plan(config: Config, facts: HostFacts, options: PlanOptions) -> Plan:
                 ct_path(entries, c.path) for n in [*wanted, *passed] for c in n.char_nodes
             )
         ),
+        mode=mode,
+        pve_version=facts.pve_version,
+        nothing_to_pass=nothing_to_pass,
+        dev_paths=dev_paths,
     )
-
-
-def _check_devn(config: Config, facts: HostFacts) -> None:
-    if config.flavor == LXC:
-        raise PlanError("--mode devn is a Proxmox feature; plain LXC needs --mode raw")
-    version = parse_version(facts.pve_version)
-    if version is not None and version[:2] < DEVN_MIN_PVE:
-        raise PlanError(f"--mode devn needs Proxmox VE >= 8.1 (this host runs {facts.pve_version})")
 
 
 def _wanted_nodes(
     entries: Entries, facts: HostFacts, options: PlanOptions, build: _Builder
 ) -> list[HostNode]:
-    requested = [host_path(entries, p) for p in options.devices]
-    paths = [*(facts.nvidia if options.include_host_nvidia else ()), *requested]
+    requested = [(p, host_path(entries, p)) for p in options.devices]
+    for asked, path in requested:
+        _check_device(asked, path, facts.node(path))
+    found = [(p, p) for p in (facts.nvidia if options.include_host_nvidia else ())]
     wanted = []
-    for path in dict.fromkeys(paths):
+    for _, path in dict.fromkeys([*found, *requested]):
         node = facts.node(path)
         if node is None or not node.exists:
             build.warnings.append(f"{path} does not exist on the host: not passed")
         elif node.kind not in ("char", "dir"):
             build.warnings.append(f"{path} is a {node.kind}, not a device node: not passed")
-        else:
+        elif node not in wanted:
             wanted.append(node)
     return wanted
+
+
+def _check_device(asked: str, path: str, node: HostNode | None) -> None:
+    """Refuse a ``--device`` that is not a char node or a directory under /dev holding
+    char nodes (``--device /root`` would bind-mount the host's /root read-write)."""
+    if node is None or not node.exists:
+        return  # reported as a warning: nothing is passed
+    if node.kind == "char":
+        return
+    what = f"--device {asked}" + (f" (host {path})" if path != asked else "")
+    normal = posixpath.normpath(path) == path and path.startswith("/dev/")
+    if node.kind == "dir" and normal and node.char_nodes:
+        return
+    if node.kind == "dir" and normal:
+        why = "a directory that holds no character device"
+    elif node.kind == "dir":
+        why = "a directory outside /dev"
+    else:
+        why = f"a {node.kind}, not a character device"
+    raise PlanError(
+        f"{what} is {why}: only character devices, or directories under /dev that hold "
+        "them, can be passed into a CT",
+        "usage",
+    )
 
 
 def _passed_nodes(entries: Entries, facts: HostFacts) -> list[HostNode]:
@@ -324,52 +362,41 @@ def _plan_raw(
 
 def _plan_devn(
     config: Config,
+    facts: HostFacts,
     entries: Entries,
     wanted: list[HostNode],
+    passed: list[HostNode],
     options: PlanOptions,
     build: _Builder,
-) -> None:
-    used = {dev.index for _, dev in entries.devs}
-    next_index = 0
-    devs_at = [i for i, _ in entries.devs]
-    options_at = [i for i, ln in config.main() if ln.kind is Kind.OPTION and ln.key < "dev"]
-    anchor = max(devs_at) if devs_at else (max(options_at) if options_at else -1)
-    if anchor == -1:
-        anchor = _first_option(config) - 1
-    for node in wanted:
-        moved = [c.path for c in node.char_nodes if ct_path(entries, c.path) != c.path]
-        if moved:
-            build.warnings.append(
-                f"{node.path} is bind-mounted elsewhere in the CT ({ct_path(entries, moved[0])}); "
-                "a devN entry would put it at its host path: kept as is, use --mode raw"
-            )
-            continue
-        for char in node.char_nodes:
-            if entries.dev_for(char.path):
-                continue
-            while next_index in used:
-                next_index += 1
-            used.add(next_index)
-            gid = options.dev_gid if options.dev_gid is not None else char.gid
-            build.add(
-                anchor,
-                f"dev{next_index}",
-                dev_value(char.path, gid, char.mode),
-                f"{char.path} (major {char.major}, re-read by Proxmox at every start)",
-            )
-        for index, mount in entries.mounts:
-            if mount.is_bind and mount.source.rstrip("/") == node.path:
-                build.drop(index, f"replaced by devN entries for {node.path}")
-
-
-def _first_option(config: Config) -> int:
-    options = [i for i, ln in config.main() if ln.kind is Kind.OPTION]
-    return min(options) if options else config.main_end
+) -> tuple[str, ...]:
+    """Plan devN entries (and the redundant lines they replace); return the host paths
+    with a devN entry afterwards. Nodes that cannot be devN entries keep cgroup rules."""
+    devn = plan_devn(entries, facts, wanted, passed, options.dev_gid)
+    build.warnings.extend(devn.warnings)
+    anchor = dev_anchor(config, entries)
+    for key, value, reason in devn.adds:
+        build.add(anchor, key, value, reason)
+    for index, reason in [*devn.drop_mounts, *devn.drop_rules]:
+        build.drop(index, reason)
+    numbers = {(c.major, c.minor) for n in facts.nodes for c in n.char_nodes
+               if c.path in devn.dev_paths}  # fmt: skip
+    others = [n for n in [*passed, *devn.fallback]]
+    still = [m for m in _missing_rules(entries, facts, others)
+             if (m.major, m.minor) not in numbers]  # fmt: skip
+    device_lines = [
+        i for i, ln in config.main() if ln.kind is Kind.RAW and ln.key in (ALLOW_KEY, DENY_KEY)
+    ]
+    allow_at = _anchor(config, device_lines, ("lxc.cgroup2.", "lxc.cgroup.", "lxc."))
+    for rule, paths in _rules_for(still, facts):
+        build.add(allow_at, ALLOW_KEY, rule.text, paths)
+    return devn.dev_paths
 
 
 __all__ = [
+    "AUTO",
     "DEVN",
     "RAW",
+    "RULES",
     "Plan",
     "PlanError",
     "PlanOptions",

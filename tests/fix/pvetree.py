@@ -8,6 +8,7 @@ owner node. Real files on a real filesystem; only pmxcfs's cluster sync is absen
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 from gpudoctor.pve.apply import Layout
@@ -65,6 +66,16 @@ class PveTree:
         }
         env.update(extra)
         return env
+
+    def pveversion(self, version: str) -> str:
+        """Return the path of a ``pveversion`` that reports ``version`` (a wrapper around
+        tests/fakes/pveversion.py), for ``GPUDOCTOR_PVEVERSION``."""
+        script = Path(__file__).resolve().parents[1] / "fakes" / "pveversion.py"
+        path = self.root.parent / "bin" / f"pveversion-{version}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"#!/bin/sh\nexec /usr/bin/python3 {script} {version}\n")
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+        return str(path)
 
     def backups(self) -> list[Path]:
         """Return every backup file on the "host" side."""

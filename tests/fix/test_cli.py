@@ -22,7 +22,7 @@ def invoke(args: list[str], env: dict[str, str] | None = None):
 def test_help_teaches() -> None:
     result = invoke(["--help"])
     assert result.exit_code == 0
-    for words in ("--dry-run", "--mode", "devn", "nothing to change", "Exit:", "--host-prep"):
+    for words in ("--dry-run", "--mode", "devn", "nothing to change", "Exit codes:", "--host-prep"):
         assert words in result.output
 
 
@@ -45,12 +45,12 @@ def test_local_run_on_a_stopped_ct_writes_and_says_so(tmp_path) -> None:
     conf = tree.add_ct("200", CONF)
     env = tree.env(GPUDOCTOR_PCT="/bin/false", GPUDOCTOR_LXCPATH=str(tmp_path / "lxc"))
     dry = invoke(["--ct", "200", "--device", "/dev/fakegpu", "--dry-run"], env)
-    assert dry.exit_code == 0, dry.output
+    assert dry.exit_code == 4, dry.output  # changes pending
     assert "+lxc.cgroup2.devices.allow: c 1:3 rwm" in dry.output
     assert conf.read_text() == CONF
     # no --yes and no terminal: nothing is applied
     asked = invoke(["--ct", "200", "--device", "/dev/fakegpu"], env)
-    assert asked.exit_code == 0 and conf.read_text() == CONF
+    assert asked.exit_code == 4 and conf.read_text() == CONF
     assert "pass --yes" in asked.output
     # /bin/false as pct: `pct status` fails -> a clear error, config untouched
     broken = invoke(["--ct", "200", "--device", "/dev/fakegpu", "--yes"], env)

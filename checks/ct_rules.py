@@ -27,11 +27,14 @@ from gpudoctor.registry import check
     fix="gpudoctor fix --host HOST --ct ID",
 )
 def device_rules(ctx: CheckContext) -> Iterator[Finding]:
-    """Yield FAIL per node whose current major no rule allows, WARN per stale/legacy rule,
-    or one PASS (``cat /etc/pve/lxc/ID.conf; cat /proc/devices; stat NODE``)."""
+    """Yield FAIL per node whose current major no rule allows, WARN per stale/legacy rule
+    and per rule that pins a dynamic NVIDIA major (fragile), and one PASS when nothing is
+    missing (``cat /etc/pve/lxc/ID.conf; cat /proc/devices; stat NODE; pveversion``)."""
     from gpudoctor.pve import facts as facts_mod
     from gpudoctor.pve.apply import ApplyError, Layout, read_config, resolve_target
-    from gpudoctor.pve.planner import PlanOptions, paths_of_interest, plan
+    from gpudoctor.pve.audit import pinned_dynamic
+    from gpudoctor.pve.entries import read_entries
+    from gpudoctor.pve.planner import RULES, PlanOptions, paths_of_interest, plan
 
     ct = ctx.options.ct
     if not ct:
@@ -45,11 +48,14 @@ def device_rules(ctx: CheckContext) -> Iterator[Finding]:
         yield ctx.skip(f"ct {ct}", f"cannot read the CT config: {exc}")
         return
     options = PlanOptions(
+        mode=RULES,
         devices=tuple(d.path for d in ctx.options.devices),
         include_host_nvidia=False,
         label=target.config_path,
     )
-    facts = facts_mod.gather(ctx.host, paths_of_interest(snap.config, options))
+    is_pve = target.flavor == "pve"
+    paths = paths_of_interest(snap.config, options)
+    facts = facts_mod.gather(ctx.host, paths, is_pve, layout.pveversion)
     the_plan = plan(snap.config, facts, options)
     adds = [e.line for e in the_plan.edits if e.action == "add" and "devices.allow" in e.line]
     for missing in the_plan.missing:
@@ -67,12 +73,44 @@ def device_rules(ctx: CheckContext) -> Iterator[Finding]:
         )
     for warning in the_plan.warnings:
         yield ctx.warn(target.config_path, warning, fix_hint=ctx.options.fix_command())
+    for rule, major, driver in pinned_dynamic(read_entries(snap.config), facts):
+        yield _fragile(ctx, target.config_path, rule, major, driver, is_pve, facts.pve_version)
     if not the_plan.missing:
         yield ctx.passed(
             target.config_path,
             f"every passed-through node's current major is allowed ({len(the_plan.probe_paths)} "
             "node(s))",
         )
+
+
+def _fragile(
+    ctx: CheckContext, path: str, rule: str, major: int, driver: str, is_pve: bool,
+    version: str | None,
+) -> Finding:  # fmt: skip
+    """The WARN for a rule that pins a dynamic NVIDIA major, with the migration command."""
+    from gpudoctor.pve.devn import DEVN_MIN_PVE, parse_version
+
+    parsed = parse_version(version)
+    devn_ok = is_pve and (parsed is None or parsed[:2] >= DEVN_MIN_PVE)
+    migrate = f"{ctx.options.fix_command()} --mode devn"
+    if devn_ok:
+        todo = f"migrate to devN entries, which follow the major by themselves: {migrate}"
+    elif is_pve:
+        todo = (
+            f"Proxmox VE {version} has no devN entries (>= 8.1): upgrade, then run {migrate}; "
+            f"until then run {ctx.options.fix_command()} after every driver update"
+        )
+    else:
+        todo = f"plain LXC has no devN entries: run {ctx.options.fix_command()} after every driver update"
+    return ctx.warn(
+        path,
+        f"fragile config: `lxc.cgroup2.devices.allow: {rule}` pins the dynamic major of "
+        f"{driver} ({major} now); it breaks when the major moves (driver update, module "
+        f"load order). Fix: {todo}",
+        evidence=(f"host: {driver} is char major {major} (dynamic: handed out at module load)",),
+        remediation=todo,
+        fix_hint=migrate if devn_ok else ctx.options.fix_command(),
+    )
 
 
 def _rules(config: object) -> list:

@@ -315,8 +315,8 @@ def _run_fix(host: Any, options: Any, host_label: str, as_json: bool) -> int:
         for warning in outcome.plan.warnings:
             click.echo(f"  warning: {warning}")
     if outcome.plan is not None and outcome.plan.changed:
-        version = outcome.plan.pve_version or "unknown"
-        click.echo(f"mode: {outcome.plan.mode} (Proxmox VE {version})")
+        version = outcome.plan.pve_version
+        click.echo(f"mode: {outcome.plan.mode}" + (f" (Proxmox VE {version})" if version else ""))
     if outcome.write is not None:
         click.echo(f"backup: {outcome.write.host_backup} (on the host), {outcome.client_backup}")
     for path, errname in outcome.after:

@@ -66,3 +66,18 @@ def stale_rules(
             why = f"major {major} is not registered in /proc/devices (an old NVIDIA major?)"
         stale.append((index, rule.text, why))
     return stale
+
+
+def pinned_dynamic(entries: Entries, facts: HostFacts) -> list[tuple[str, int, str]]:
+    """Return ``(rule, major, driver)`` for allow rules that pin a DYNAMIC major an NVIDIA
+    driver holds now (``c 238:* rwm`` for nvidia-uvm): fragile, they break when the
+    kernel hands that driver another major (driver update, module load order)."""
+    out = []
+    for _, rule in entries.allows:
+        major = rule.major
+        if rule.type != "c" or major is None or not is_dynamic_major(major):
+            continue
+        names = [n for n in facts.devices.char_names(major) if n.startswith("nvidia")]
+        if names:
+            out.append((rule.text, major, "/".join(names)))
+    return out

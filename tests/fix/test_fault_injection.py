@@ -82,3 +82,27 @@ def test_kill_9_at_many_points_leaves_old_or_new_bytes(tmp_path) -> None:
     for backup in finished:  # a backup is complete or absent (``.part`` + rename)
         assert backup.read_bytes() == old
     print(f"kill -9 outcomes over {RUNS} runs: {outcomes}; full write {full * 1000:.0f} ms")
+
+
+def test_a_read_back_that_differs_puts_the_old_bytes_back(tmp_path) -> None:
+    """Fault injected at the read-back (tests/fix/faulty_python.py: the file is mangled
+    between the rename and the verification read): the writer restores the old bytes,
+    the caller gets a ``verify`` error saying nothing changed, the host backup is whole."""
+    from pathlib import Path
+
+    from gpudoctor.pve.apply import ApplyError
+
+    tree = PveTree(tmp_path)
+    old = b"arch: amd64\nlxc.cgroup2.devices.allow: c 195:* rwm\n"
+    path = tree.add_ct("200", old.decode())
+    faulty = str(Path(__file__).with_name("faulty_python.py"))
+    host, layout = LocalHost(), tree.layout(python=faulty)
+    target = resolve_target(host, "pve", "200", layout)
+    backup = f"{tree.backup_dir}/ct-200/x.conf"
+    new = old + b"lxc.cgroup2.devices.allow: c 238:* rwm\n"
+    with pytest.raises(ApplyError, match="old bytes were put back") as info:
+        compare_and_swap(host, target, layout, sha1_hex(old), new, backup)
+    assert info.value.code == "verify"
+    assert path.read_bytes() == old
+    assert Path(backup).read_bytes() == old
+    assert not list(path.parent.glob("200.conf.tmp.*"))

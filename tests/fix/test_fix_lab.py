@@ -104,7 +104,7 @@ def test_dry_run_shows_the_diff_and_changes_nothing(lab, lab_sshd, denied_contai
     args = [*ssh_args(lab_sshd), "--ct", ct.name, "--flavor", "lxc", "--lxcpath", ct.lxcpath,
             "--device", "/dev/fakegpu", "--dry-run"]  # fmt: skip
     result = gpudoctor(args, {})
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 4, result.output  # changes pending, nothing written
     assert (
         f"+lxc.cgroup2.devices.allow = c {lab.fake_gpu_major}:{lab.fake_gpu_minor} rwm"
         in result.stdout
@@ -281,6 +281,30 @@ def test_pve_devn_mode_through_the_stand_in(lab, lab_sshd, pve_ct, dev_node) -> 
     assert ct.open_inside(dev_node).ok
     again = gpudoctor(args, ct.env())
     assert json.loads(again.stdout)["status"] == "nothing_to_change"
+
+
+@pytest.mark.parametrize(("version", "mode"), [("8.2.4", "devn"), ("8.0.4", "rules")])
+def test_pve_default_mode_follows_pveversion(
+    lab, lab_sshd, pve_ct, dev_node, version, mode
+) -> None:
+    """No --mode: devN entries on Proxmox VE >= 8.1 (read with the pveversion stand-in on
+    the SSH host), rules before; either way the CT restarts and opens the node."""
+    ct = pve_ct
+    env = {**ct.env(), "GPUDOCTOR_PVEVERSION": ct.tree.pveversion(version)}
+    args = [*ssh_args(lab_sshd), "--ct", ct.vmid, "--device", dev_node, "--yes", "--json"]
+    result = gpudoctor(args, env)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["status"] == "applied" and out["mode"] == mode, out
+    assert out["pve_version"] == version
+    live = ct.conf.read_text().split("\n[")[0]
+    if mode == "devn":
+        assert f"dev0: {dev_node},gid=0,mode=0666" in live
+        assert not any("version unknown" in w for w in out["warnings"])
+    else:
+        assert "dev0:" not in live and "lxc.cgroup2.devices.allow: c 10:232 rwm" in live
+    assert ct.open_inside(dev_node).ok
+    assert json.loads(gpudoctor(args, env).stdout)["status"] == "nothing_to_change"
 
 
 @pytest.fixture

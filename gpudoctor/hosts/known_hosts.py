@@ -154,9 +154,18 @@ def lookup(name: str, files: Iterable[str]) -> HostKeys:
     )
 
 
-def append_key(path: str, name: str, key_type: str, key_b64: str) -> None:
-    """Append ``name key_type key_b64`` to the known_hosts file ``path`` (created 0600 in a
-    0700 directory when missing), as ``ssh`` does for an accepted new key."""
+def hashed_name(name: str, salt: bytes | None = None) -> str:
+    """Return ``name`` hashed as ``HashKnownHosts yes`` stores it (``|1|salt|hmac``)."""
+    salt = salt if salt is not None else os.urandom(20)
+    digest = hmac.new(salt, name.lower().encode(), hashlib.sha1).digest()
+    return f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
+
+
+def append_key(path: str, name: str, key_type: str, key_b64: str, hashed: bool = False) -> None:
+    """Append ``name key_type key_b64`` (the name hashed when ``hashed``) to the known_hosts
+    file ``path`` (created 0600 in a 0700 directory when missing), as ``ssh`` does for an
+    accepted new key."""
+    name = hashed_name(name) if hashed else name
     target = Path(path)
     if str(target) != os.devnull:
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -283,16 +283,14 @@ def _why(
     banner = getattr(transport, "remote_version", "") or ""
     text = str(error) if error is not None else ""
     cause = error.__context__ if error is not None else None
-    via = ""
     if proxy is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proxy.wait(0.5)
-        said = _proxy_stderr(proxy)
-        via = (
-            f" (the ProxyCommand exited with status {proxy.returncode}{': ' + said if said else ''})"
-            if proxy.poll() is not None
-            else ""
-        )
+        if proxy.poll() is not None:
+            said = _proxy_stderr(proxy)
+            return f"the ProxyCommand exited with status {proxy.returncode} after {took}" + (
+                f": {said}" if said else ""
+            )
     if isinstance(error, paramiko.ssh_exception.IncompatiblePeer) or "Incompatible" in text:
         return f"the server and gpudoctor share no SSH algorithm ({text})"
     if text.startswith("Indecipherable protocol version"):
@@ -304,17 +302,17 @@ def _why(
             or isinstance(cause, socket.timeout)
             or (cause is None and "timed out" in text)
         ):
-            return f"no SSH banner within {took} (is an sshd listening on port {target.port}?){via}"
+            return f"no SSH banner within {took} (is an sshd listening on port {target.port}?)"
         return (
             f"the peer closed the connection after {took} without an SSH banner "
             f"(port {target.port} does not speak SSH, or sshd dropped this client: "
-            f"MaxStartups, TCP wrappers, fail2ban){via}"
+            f"MaxStartups, TCP wrappers, fail2ban)"
         )
     if error is None:
-        return f"the SSH key exchange did not finish within {took}{via}"
+        return f"the SSH key exchange did not finish within {took}"
     if isinstance(error, EOFError) or isinstance(cause, EOFError):
-        return f"the server closed the connection during the SSH handshake after {took}{via}"
-    return f"SSH handshake failed after {took}: {text or type(error).__name__}{via}"
+        return f"the server closed the connection during the SSH handshake after {took}"
+    return f"SSH handshake failed after {took}: {text or type(error).__name__}"
 
 
 def _proxy_stderr(proxy: subprocess.Popen[bytes]) -> str:

@@ -17,6 +17,8 @@ from pathlib import Path
 from gpudoctor.hosts.base import HostError
 
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
+# Names another client config file, as ``ssh -F FILE`` does (for every gpudoctor command).
+CONFIG_ENV = "GPUDOCTOR_SSH_CONFIG"
 # OpenSSH's defaults, used only when no ``ssh`` binary can print them (``ssh -G``).
 DEFAULT_IDENTITIES = ("id_rsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk")
 DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
@@ -47,6 +49,7 @@ class SSHTarget:
         proxy_jump: ``ProxyJump`` hops, first to last (``[user@]host[:port]`` each).
         proxy_command: ``ProxyCommand``, tokens expanded, or None.
         connect_timeout: ``ConnectTimeout`` in seconds, or None when unset.
+        hash_known_hosts: ``HashKnownHosts``: save accepted keys under a hashed name.
     """
 
     alias: str
@@ -64,6 +67,7 @@ class SSHTarget:
     proxy_jump: tuple[str, ...] = field(default_factory=tuple)
     proxy_command: str | None = None
     connect_timeout: float | None = None
+    hash_known_hosts: bool = False
 
     @property
     def known_hosts_name(self) -> str:
@@ -168,7 +172,9 @@ def _config_args(ssh_config: str | None) -> tuple[list[str], object]:
     and /etc/ssh/ssh_config). When ``$HOME`` points elsewhere (tests, ``sudo -E``), the
     user config of ``$HOME`` is read with ``-F`` and ``~/.ssh`` paths point into
     ``$HOME``: gpudoctor honours ``$HOME`` as every Python tool does."""
-    if ssh_config is None:
+    if ssh_config == DEFAULT_SSH_CONFIG and os.environ.get(CONFIG_ENV):
+        ssh_config = os.environ[CONFIG_ENV]
+    if ssh_config is None or ssh_config == "none":
         return ["-F", "none"], None
     home = os.path.expanduser("~")
     pw_home = _passwd_home()
@@ -268,6 +274,7 @@ def target_from_options(alias: str, options: dict[str, list[str]]) -> SSHTarget:
             expand(command, tokens, home=False) if command and command.lower() != "none" else None
         ),
         connect_timeout=float(timeout) if timeout and timeout != "none" else None,
+        hash_known_hosts=(one("hashknownhosts", "no") or "no").lower() in ("yes", "true"),
     )
 
 

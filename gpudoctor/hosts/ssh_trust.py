@@ -130,7 +130,7 @@ def verify_host_key(
             + ", then add the new one"
         )
     if policy.mode == "accept-new" and policy.save_to:
-        append_key(policy.save_to, name, key.get_name(), key.get_base64())
+        append_key(policy.save_to, name, key.get_name(), key.get_base64(), target.hash_known_hosts)
         return f"new host key saved to {policy.save_to} ({policy.mode_source})"
     raise HostError(
         f"{where}: unknown SSH host key {key.get_name()} {fingerprint(key)} for '{name}' "

@@ -146,3 +146,39 @@ def test_no_paramiko_traceback_on_stderr(peer: int, tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.startswith("ERR "), done.stderr
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize("peer", [silent], indirect=True)
+def test_connect_timeout_comes_from_the_ssh_config(
+    peer: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ConnectTimeout from the config named by $GPUDOCTOR_SSH_CONFIG (ssh -F) applies."""
+    config = tmp_path / "config"
+    config.write_text(f"Host silentbox\n  HostName 127.0.0.1\n  Port {peer}\n  ConnectTimeout 1\n")
+    monkeypatch.setenv("GPUDOCTOR_SSH_CONFIG", str(config))
+    host = SSHHost("silentbox", known_hosts=str(tmp_path / "kh"), system_known_hosts=False)
+    assert host.connect_timeout == 1.0
+    with pytest.raises(HostError) as exc:
+        host.run(["true"])
+    message = str(exc.value)
+    assert message.startswith(f"silentbox (root@127.0.0.1:{peer}): cannot connect: no SSH banner")
+    assert 1.0 <= elapsed_in(message) < 10
+
+
+def test_failing_proxy_command_says_what_it_said(tmp_path: Path) -> None:
+    """A ProxyCommand that dies (no route, a typo) is reported with its exit status and
+    the last line of its stderr, in one line."""
+    config = tmp_path / "config"
+    config.write_text(
+        "Host viaproxy\n  HostName 192.0.2.1\n"
+        "  ProxyCommand sh -c 'echo \"channel 0: open failed: no route to %h\" >&2; exit 3'\n"
+    )
+    host = SSHHost("viaproxy", ssh_config=str(config), known_hosts=str(tmp_path / "kh"))
+    with pytest.raises(HostError) as exc:
+        host.run(["true"])
+    message = str(exc.value)
+    assert message.startswith("viaproxy (root@192.0.2.1:22): cannot connect: the ProxyCommand")
+    took = elapsed_in(message)
+    assert message.endswith(
+        f"exited with status 3 after {took} s: channel 0: open failed: no route to 192.0.2.1"
+    )

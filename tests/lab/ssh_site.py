@@ -37,7 +37,10 @@ class Site:
         self.client_key = keygen(self.root / "client_key", "site-client")
         self.agent_key = keygen(self.root / "agent_key", "site-agent-only")
         self.ca = keygen(self.root / "host_ca", "site-host-ca")
-        plain = {"b1": None, "b2": None, "t": None, "ta": None}
+        self.user_ca = keygen(self.root / "user_ca", "site-user-ca")
+        self.cert_key = keygen(self.root / "cert_key", "site-cert-user")
+        self.user_cert = self._sign_user_key()
+        plain = {"b1": None, "b2": None, "t": None, "ta": None, "tu": None}
         certified = {"tc": "-5m:+1h", "tx": "-2d:-1d"}
         for name in [*plain, *certified]:
             server = LabSSHD(
@@ -47,18 +50,35 @@ class Site:
                 principals="127.0.0.1,t.internal",
                 validity=certified.get(name, "-5m:+1h"),
                 log_level="DEBUG1" if name in ("b1", "b2") else "VERBOSE",
+                extra_config=(f"TrustedUserCAKeys {self.user_ca}.pub",) if name == "tu" else (),
             )
             self.servers[name] = server
             server.start()
             if name == "ta":  # only the agent's key may log in there
                 (server.dir / "authorized_keys").write_text("")
                 server.authorize(self.agent_key.with_suffix(".pub"))
+            elif name == "tu":  # only a user certificate of the user CA may log in there
+                (server.dir / "authorized_keys").write_text("")
             else:
                 server.authorize(self.client_key.with_suffix(".pub"))
         self._start_agent()
         self._write_known_hosts()
         self._write_config()
         return self
+
+    def _sign_user_key(self) -> Path:
+        """Sign the cert user's key for principal root (``ssh-keygen -s USER_CA -n root``)
+        and move the certificate away from the key: only CertificateFile finds it."""
+        subprocess.run(
+            ["ssh-keygen", "-q", "-s", str(self.user_ca), "-I", "site-user", "-n", "root",
+             "-V", "-5m:+1h", str(self.cert_key.with_suffix(".pub"))],
+            check=True,
+            capture_output=True,
+        )  # fmt: skip
+        moved = self.root / "certs" / "user-cert.pub"
+        moved.parent.mkdir(exist_ok=True)
+        (self.root / "cert_key-cert.pub").rename(moved)
+        return moved
 
     def _start_agent(self) -> None:
         self.agent_sock = self.root / "agent.sock"
@@ -89,7 +109,7 @@ class Site:
         ca_type, ca_b64 = pub(self.ca)
         t_port, b1_port = self.servers["t"].port, self.servers["b1"].port
         files = {
-            "kh_site": "".join(self.line(n) for n in ("b1", "b2", "t", "ta")),
+            "kh_site": "".join(self.line(n) for n in ("b1", "b2", "t", "ta", "tu")),
             "kh_alias": self.line("t", "t.internal") + self.line("b1"),
             "kh_wrong_t": self.line("b1") + f"[127.0.0.1]:{t_port} {bad_type} {bad_b64}\n",
             "kh_wrong_b1": f"[127.0.0.1]:{b1_port} {bad_type} {bad_b64}\n",
@@ -126,6 +146,8 @@ class Site:
             "cert-expired": [f"Port {port['tx']}", f"UserKnownHostsFile {kh['kh_ca']}"],
             "cert-wrong-principal": [f"Port {port['tc']}", "HostKeyAlias elsewhere.internal", f"UserKnownHostsFile {kh['kh_ca_any']}"],
             "unknown": [f"Port {port['t']}", f"UserKnownHostsFile {kh['kh_empty']}"],
+            "usercert": [f"Port {port['tu']}", f"IdentityFile {self.cert_key}", f"CertificateFile {self.user_cert}"],
+            "usercert-missing": [f"Port {port['tu']}", f"IdentityFile {self.cert_key}"],
             "changed-no": [f"Port {port['t']}", f"UserKnownHostsFile {kh['kh_wrong_t']}", "StrictHostKeyChecking no"],
         }  # fmt: skip
         text = ""

@@ -71,6 +71,7 @@ class LabSSHD:
         principals: str = "127.0.0.1",
         validity: str = "-5m:+1h",
         log_level: str = "VERBOSE",
+        extra_config: tuple[str, ...] = (),
     ) -> None:
         self.dir = workdir
         self.namespace = namespace
@@ -79,6 +80,7 @@ class LabSSHD:
         self.validity = validity
         self.host_cert: Path | None = None
         self.log_level = log_level
+        self.extra_config = extra_config
         self.port = free_port()
         self.spec = f"root@127.0.0.1:{self.port}"
         self.host_key = self.dir / "ssh_host_ed25519_key"
@@ -124,6 +126,7 @@ class LabSSHD:
                     "MaxStartups 64",
                     f"LogLevel {self.log_level}",
                     *cert_line,
+                    *self.extra_config,
                     "",
                 ]
             )

@@ -5,9 +5,11 @@ keys), a real ssh-agent, an ssh_config and known_hosts files written by the test
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +39,8 @@ REACHES = {
     "cert-expired": False,
     "cert-wrong-principal": False,
     "unknown": False,
+    "usercert": True,
+    "usercert-missing": False,
 }
 
 
@@ -130,6 +134,14 @@ def test_agent_only_key(site: Site) -> None:
     assert "SSH authentication failed" in message
 
 
+def test_user_certificate_from_certificate_file(site: Site) -> None:
+    """The server trusts only a user CA (no authorized key): the CertificateFile (kept
+    apart from the key) is what logs in; without it the login is refused."""
+    assert not (site.root / "cert_key-cert.pub").exists()
+    assert gpudoctor_reaches(site, "usercert")[0]
+    assert "SSH authentication failed" in error_for(site, "usercert-missing")
+
+
 def test_certificate_problems_are_named(site: Site) -> None:
     assert "expired" in error_for(site, "cert-expired")
     message = error_for(site, "cert-wrong-principal")
@@ -144,21 +156,28 @@ def test_changed_key_with_strict_checking_off_is_still_refused(site: Site) -> No
     assert "host key has CHANGED" in message
 
 
-def test_accept_new_saves_a_key_ssh_then_trusts(site: Site, tmp_path: Path) -> None:
-    """accept-new: gpudoctor saves the never-seen key in the first UserKnownHostsFile; ssh
-    in strict mode then accepts that very file (same format, same lookup name)."""
+@pytest.mark.parametrize("hashed", [False, True])
+def test_accept_new_saves_a_key_ssh_then_trusts(site: Site, tmp_path: Path, hashed: bool) -> None:
+    """accept-new: gpudoctor saves the never-seen key in the first UserKnownHostsFile
+    (hashed under HashKnownHosts yes); ssh in strict mode then accepts that very file
+    (same format, same lookup name)."""
     known = tmp_path / "kh_new"
     config = tmp_path / "config"
     config.write_text(
         f"Host newbox\n  HostName 127.0.0.1\n  Port {site.servers['t'].port}\n"
         f"  UserKnownHostsFile {known} {site.known_hosts['kh_empty']}\n"
-        "  StrictHostKeyChecking accept-new\n"
+        f"  StrictHostKeyChecking accept-new\n  HashKnownHosts {'yes' if hashed else 'no'}\n"
         f"Include {site.config}\n"
     )
     host = SSHHost("newbox", ssh_config=str(config))
     with host:
         assert host.run(["true"]).ok
-    assert known.read_text() == site.line("t")
+    saved = known.read_text()
+    if hashed:
+        assert saved.startswith("|1|") and f"{site.servers['t'].port}" not in saved
+        assert saved.split(" ", 1)[1] == site.line("t").split(" ", 1)[1]
+    else:
+        assert saved == site.line("t")
     done = subprocess.run(
         [
             "ssh",
@@ -176,3 +195,37 @@ def test_accept_new_saves_a_key_ssh_then_trusts(site: Site, tmp_path: Path) -> N
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_cli_reaches_a_host_behind_two_bastions(site: Site, tmp_path: Path) -> None:
+    """The whole path as a user runs it: ``gpudoctor check --host jump2`` with the site's
+    config named by $GPUDOCTOR_SSH_CONFIG (``ssh -F``): the check runs on the target."""
+    argv = [
+        sys.executable,
+        "-m",
+        "gpudoctor",
+        "check",
+        "--host",
+        "jump2",
+        "--only",
+        "shm.capacity",
+        "--json",
+    ]
+    env = {**os.environ, "GPUDOCTOR_SSH_CONFIG": str(site.config)}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode in (0, 3), done.stderr[-800:]
+    report = json.loads(done.stdout)
+    assert report["target"] == "jump2"
+    (ran,) = report["checks"]
+    assert ran["check"] == "shm.capacity"
+    assert ran["status"] not in ("ERROR", "SKIP"), report
+    refused = subprocess.run(
+        [*argv[:5], "changed-behind-jump", *argv[6:]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert refused.returncode == 1
+    assert "Traceback" not in refused.stderr
+    assert "host key has CHANGED" in refused.stderr.strip().splitlines()[-1]

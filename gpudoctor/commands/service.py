@@ -21,13 +21,39 @@ def _gpudoctor_argv(value: str | None) -> tuple[str, ...]:
     return (os.path.abspath(sys.executable), "-m", "gpudoctor")
 
 
-def _report(paths: list, root: str, enabled: str) -> None:
+NOW = click.option(
+    "--now", is_flag=True, help="Also `systemctl daemon-reload` and start it (root / only)."
+)
+
+
+def _report(paths: list, root: str, unit: str, now: bool) -> None:
+    """Print what was written; with ``now``, reload systemd and start ``unit``
+    (``systemctl daemon-reload && systemctl start UNIT``)."""
+    import subprocess
+
     for path in paths:
         click.echo(f"wrote {path}")
-    if root == "/":
-        click.echo(f"enabled at boot; start now with: systemctl daemon-reload && {enabled}")
-    else:
+    if root != "/":
         click.echo(f"installed under {root} and enabled there (runs at that system's next boot)")
+        return
+    if not now:
+        click.echo(
+            f"enabled at boot; start now with: systemctl daemon-reload && systemctl start {unit}"
+        )
+        return
+    for argv in (["systemctl", "daemon-reload"], ["systemctl", "start", "--no-block", unit]):
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise click.ClickException(
+                f"{' '.join(argv)}: {exc}; start it at the next boot"
+            ) from exc
+        if done.returncode != 0:
+            raise click.ClickException(
+                f"{' '.join(argv)} failed: {done.stderr.strip()[-300:]}; the unit is installed "
+                "and enabled, it starts at the next boot"
+            )
+    click.echo(f"enabled at boot and started: {unit} (journalctl -u {unit} -f)")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -61,10 +87,12 @@ def service() -> None:
 @click.option("--gpudoctor", "gpudoctor_cmd", metavar="CMD", help=GPUDOCTOR_HELP)
 @click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
               help="Install under this root (a CT's rootfs, an image) instead of /.")  # fmt: skip
+@NOW
 def install(
     plan: str, out: str, name: str, repo: str | None, to: str | None, mirror: str | None,
     revision: str | None, devices: tuple[str, ...], only: tuple[str, ...],
     check_extra: tuple[str, ...], backoff: str, gpudoctor_cmd: str | None, root: str,
+    now: bool,
 ) -> None:  # fmt: skip
     """Write the CT's boot unit: wait for the GPU, restore the weights, resume PLAN.
 
@@ -127,7 +155,7 @@ def install(
         raise click.ClickException(
             f"cannot write the unit: {exc}; run as root or use --root"
         ) from exc
-    _report(paths, root, f"systemctl start {svc.unit_name}")
+    _report(paths, root, svc.unit_name, now)
 
 
 @service.command("install-timer")
@@ -141,9 +169,10 @@ def install(
 @click.option("--gpudoctor", "gpudoctor_cmd", metavar="CMD", help=GPUDOCTOR_HELP)
 @click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
               help="Install under this root instead of /.")  # fmt: skip
+@NOW
 def install_timer(
     directory: str, every: int, cts: tuple[str, ...], check_extra: tuple[str, ...],
-    gpudoctor_cmd: str | None, root: str,
+    gpudoctor_cmd: str | None, root: str, now: bool,
 ) -> None:  # fmt: skip
     """Write gpudoctor-textfile.{service,timer}: the Prometheus textfile every N minutes.
 
@@ -170,7 +199,7 @@ def install_timer(
         raise click.ClickException(
             f"cannot write the units: {exc}; run as root or use --root"
         ) from exc
-    _report(paths, root, f"systemctl start gpudoctor-{timer.name}.timer")
+    _report(paths, root, f"gpudoctor-{timer.name}.timer", now)
 
 
 @service.command()

@@ -21,8 +21,11 @@ from gpudoctor.registry import check
     severity=Severity.CRITICAL,
     proves="for each node the CT config bind-mounts (or --device names), some "
     "lxc.cgroup2.devices.allow rule or devN entry covers the major:minor the host has NOW",
-    remediation="Add lxc.cgroup2.devices.allow: c MAJOR:* rwm for each uncovered major to the "
-    "CT config (gpudoctor fix does it safely), then restart the CT.",
+    remediation="On Proxmox VE >= 8.1 pass the nodes as devN entries, which follow a moving "
+    "major (gpudoctor fix does that by default there); elsewhere add "
+    "lxc.cgroup2.devices.allow: c MAJOR:* rwm for each uncovered major. Then restart the CT. "
+    "A rule that pins a dynamic NVIDIA major (nvidia-uvm, nvidia-caps) is a fragile config "
+    "(WARN): it breaks when the major moves; migrate with gpudoctor fix --mode devn.",
     scope="ct_host",
     fix="gpudoctor fix --host HOST --ct ID",
 )

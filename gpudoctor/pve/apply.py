@@ -9,7 +9,8 @@ machine and over SSH. The write, in the order Proxmox itself uses:
    (abort "changed since plan", nothing written);
 3. copy the old bytes to the backup directory (outside /etc/pve);
 4. write ``<vmid>.conf.tmp.<pid>``, fsync, rename it over the config (atomic on pmxcfs
-   and on local filesystems), re-read and verify.
+   and on local filesystems), re-read and verify (a read-back that differs puts the old
+   bytes back the same way: :mod:`hostprog`).
 
 So the file is always either the old or the new bytes, whatever moment the writer dies.
 """
@@ -26,73 +27,15 @@ from pathlib import Path
 
 from gpudoctor.hosts.base import CommandResult, Host
 from gpudoctor.pve.config import LXC, PVE, Config
-
-LOCK_WAIT_S = 10
-LOCK_BUSY_RC = 75
-RC_CHANGED = 10
-RC_VERIFY = 11
-RC_MISSING = 12
-RC_VERIFY_UNRESTORED = 13
-
-# Runs ON the CT's host (python3 -I -c). argv: op, then op arguments; data on stdin.
-HOST_PROGRAM = r"""
-import base64, glob, hashlib, json, os, sys
-op, conf = sys.argv[1], sys.argv[2]
-def sha(b): return hashlib.sha1(b).hexdigest()
-def fsync_write(path, data, mode):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        try:
-            os.fsync(fd)
-        except OSError as exc:  # a filesystem without fsync (EINVAL/ENOSYS): nothing to flush
-            if exc.errno not in (22, 38, 95):
-                raise
-    finally:
-        os.close(fd)
-try:
-    old = open(conf, 'rb').read()
-except FileNotFoundError:
-    old = None
-if op == 'read':
-    if old is None:
-        print('missing'); sys.exit(12)
-    print(json.dumps({'sha1': sha(old), 'data': base64.b64encode(old).decode()}))
-    sys.exit(0)
-expected, backup = sys.argv[3], sys.argv[4]
-if old is None and expected != 'absent':
-    print('missing'); sys.exit(12)
-if (sha(old) if old is not None else 'absent') != expected:
-    print(json.dumps({'sha1': sha(old)})); sys.exit(10)
-new = base64.b64decode(sys.stdin.read())
-for stale in glob.glob(glob.escape(conf) + '.tmp.*'):
-    os.unlink(stale)
-if backup != '-' and old is not None:
-    os.makedirs(os.path.dirname(backup), mode=0o700, exist_ok=True)
-    fsync_write(backup + '.part', old, 0o600)
-    os.rename(backup + '.part', backup)
-mode = os.stat(conf).st_mode & 0o7777 if old is not None else 0o644
-tmp = conf + '.tmp.' + str(os.getpid())
-fsync_write(tmp, new, mode)
-os.rename(tmp, conf)
-check = open(conf, 'rb').read()
-reply = {'old_sha1': expected, 'new_sha1': sha(check), 'tmp': tmp}
-if check != new:  # the read-back differs: put the old bytes back the same way
-    restored = False
-    if old is not None:
-        try:
-            fsync_write(tmp, old, mode)
-            os.rename(tmp, conf)
-            restored = open(conf, 'rb').read() == old
-        except OSError:
-            restored = False
-    reply['restored'] = restored
-    print(json.dumps(reply)); sys.exit(11 if restored else 13)
-print(json.dumps(reply))
-sys.exit(0)
-"""
+from gpudoctor.pve.hostprog import (
+    HOST_PROGRAM,
+    LOCK_BUSY_RC,
+    LOCK_WAIT_S,
+    RC_CHANGED,
+    RC_MISSING,
+    RC_VERIFY,
+    RC_VERIFY_UNRESTORED,
+)
 
 
 class ApplyError(RuntimeError):

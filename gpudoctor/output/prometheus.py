@@ -129,9 +129,15 @@ def write_prometheus(
     )
     for report in reports:
         base = [("target", report.target), *report.labels]
+        # One series per label set: several findings of a check about one subject (e.g.
+        # ct.device_rules' WARNs about one config) keep the worst status; a repeated series
+        # would make node_exporter log an error and serve only the first sample.
+        worst: dict[str, int] = {}
         for f in report.findings:
-            pairs = [("check", f.check_id), ("subject", f.subject), *base]
-            stream.write(f"gpudoctor_check_status{labels(pairs)} {f.status.rank}\n")
+            key = labels([("check", f.check_id), ("subject", f.subject), *base])
+            worst[key] = max(worst.get(key, -1), f.status.rank)
+        for key, rank in worst.items():
+            stream.write(f"gpudoctor_check_status{key} {rank}\n")
     _gauge(stream, "gpudoctor_check_duration_seconds", "Wall time of each check.")
     for report in reports:
         base = [("target", report.target), *report.labels]

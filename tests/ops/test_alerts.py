@@ -101,6 +101,29 @@ def textfiles(
         healthy.destroy()
 
 
+def recorded_fragile_textfile(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Return the textfile of ct.device_rules run on the recorded H200 node (its real
+    /proc/devices: nvidia-uvm 238, nvswitch 239, nvlink 240) with a community config that
+    pins those dynamic majors (tests/fix/test_ct_rules.py's stand-in): three "fragile
+    config" WARNs about one config file, written by the real writer."""
+    from checks.ct_rules import device_rules
+    from gpudoctor.context import CheckOptions
+    from gpudoctor.output.prometheus import textfile
+    from gpudoctor.registry import validate
+    from gpudoctor.runner import run_checks
+    from tests.fix.test_ct_rules import recorded_pve_host
+    from tests.pve.captures import DATA
+
+    for key in ("GPUDOCTOR_PVE_ROOT", "GPUDOCTOR_PVE_LOCK_DIR", "GPUDOCTOR_PVEVERSION"):
+        monkeypatch.delenv(key, raising=False)
+    host = recorded_pve_host((DATA / "community/jammsen-231.conf").read_text())
+    options = CheckOptions(ct="200", flavor="pve", fix_host="root@pve1")
+    report = run_checks(host, options, ct_host=host, specs=validate([device_rules]),
+                        target_name="pve1/200")  # fmt: skip
+    assert sum("fragile config" in f.message for f in report.findings) == 3
+    return textfile([report], None)
+
+
 def input_series(samples, stale: bool = False) -> list[dict[str, str]]:  # type: ignore[no-untyped-def]
     """Return promtool ``input_series`` for 60 minutes at 1m steps: each status gauge keeps
     its value (the timer rewrites the same verdict every minute); timestamps follow the
@@ -148,10 +171,21 @@ def promtool_test(tmp_path: Path, tests: list[dict]) -> subprocess.CompletedProc
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
-def test_written_series_carry_the_metric_contract(textfiles: dict[str, str]) -> None:
+def test_written_series_carry_the_metric_contract(
+    textfiles: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What the alert rules read is really in gpudoctor's textfile, with the values the
     runs found: the denied CT FAILs device.open and WARNs in ct.device_rules; the node
-    FAILs driver.loaded; every target has up/status/last_run."""
+    FAILs driver.loaded; every target has up/status/last_run; a fragile config is one
+    WARN series however many rules pin dynamic majors (never a repeated series, which
+    node_exporter would refuse)."""
+    fragile = parse_textfile(recorded_fragile_textfile(monkeypatch))
+    assert ("gpudoctor_check_status", {"check": "ct.device_rules", "subject":
+            "/etc/pve/nodes/pve1/lxc/200.conf", "target": "pve1/200"}, 2.0) in fragile  # fmt: skip
+    for name in ("node", "denied", "healthy"):
+        samples = parse_textfile(textfiles[name]) + fragile
+        keys = [(m, tuple(sorted(lb.items()))) for m, lb, _ in samples]
+        assert len(keys) == len(set(keys)), name
     node = parse_textfile(textfiles["node"])
     denied = parse_textfile(textfiles["denied"])
     target = f"labpve/{textfiles['denied_ct']}"
@@ -168,10 +202,12 @@ def test_written_series_carry_the_metric_contract(textfiles: dict[str, str]) -> 
 
 
 def test_promtool_fires_each_alert_on_real_series(
-    textfiles: dict[str, str], tmp_path: Path
+    textfiles: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node = parse_textfile(textfiles["node"])
-    denied = parse_textfile(textfiles["denied"])
+    denied = parse_textfile(textfiles["denied"]) + parse_textfile(
+        recorded_fragile_textfile(monkeypatch)
+    )
     healthy = parse_textfile(textfiles["healthy"])
     target = f"labpve/{textfiles['denied_ct']}"
     fragile = [lb for m, lb, v in denied if lb.get("check") == "ct.device_rules" and v == 2]
@@ -182,7 +218,8 @@ def test_promtool_fires_each_alert_on_real_series(
             "alert_rule_test": [
                 {"eval_time": "9m", "alertname": "GpudoctorCtGpuUnusable", "exp_alerts": []},
                 {"eval_time": "11m", "alertname": "GpudoctorCtGpuUnusable",
-                 "exp_alerts": [expected("GpudoctorCtGpuUnusable", {"target": target})]},
+                 "exp_alerts": [expected("GpudoctorCtGpuUnusable", {"target": t})
+                                for t in sorted({target, "pve1/200"})]},
                 {"eval_time": "11m", "alertname": "GpudoctorHostDriverMissing",
                  "exp_alerts": [expected("GpudoctorHostDriverMissing", {
                      "check": "driver.loaded",

@@ -144,8 +144,8 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
     Examples:
       gpudoctor fix --host root@pve1 --ct 200             # plan + diff, asks to apply
       gpudoctor fix --host root@pve1 --ct 200 --yes       # apply, restart, re-check
-      gpudoctor fix --host root@pve1 --ct 200 --dry-run   # diff only
-      gpudoctor fix --host local --ct 200 --mode devn     # durable devN entries (PVE >= 8.1)
+      gpudoctor fix --host root@pve1 --ct 200 --dry-run   # diff only (exit 4: pending)
+      gpudoctor fix --host local --ct 200 --mode rules    # old style, even on PVE >= 8.1
       gpudoctor fix --host root@box --ct web1 --flavor lxc --device /dev/dri
       gpudoctor fix --host root@pve1 --host-prep          # /dev/nvidia-uvm before CTs boot
       gpudoctor fix --cluster pve1 --yes                  # every GPU CT, 2 restarts at a time

@@ -163,3 +163,21 @@ def test_home_is_honoured_for_the_default_config(
     target = resolve_target("box")
     assert (target.hostname, target.port) == ("192.0.2.7", 2201)
     assert target.user_known_hosts[0] == str(ssh_dir / "known_hosts")
+
+
+def test_without_an_ssh_binary_paramiko_parses_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``ssh`` on PATH (a minimal image): paramiko's parser stands in, with OpenSSH's
+    defaults for what the file does not say."""
+    config = tmp_path / "config"
+    config.write_text(
+        "Host pve1\n  HostName 192.0.2.10\n  Port 2200\n  ProxyJump bastion\n"
+        "  UserKnownHostsFile /site/kh\n"
+    )
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    target = resolve_target("pve1", ssh_config=str(config))
+    assert (target.hostname, target.port, target.proxy_jump) == ("192.0.2.10", 2200, ("bastion",))
+    assert target.user_known_hosts == ("/site/kh",)
+    assert target.global_known_hosts == ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
+    assert target.identity_files[0] == str(Path("~/.ssh/id_rsa").expanduser())

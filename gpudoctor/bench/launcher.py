@@ -269,6 +269,7 @@ class Campaign:
         )
         self.reporter.cell_start(cell.config.label, cell.concurrency)
         t_measure = time.monotonic()
+        workload = workload.for_concurrency(cell.concurrency)
         measurement = self._measure()(target, workload, cell.concurrency, self.plan.slo,
                                       telemetry=self.arch != "cpu", progress=self.reporter.requests,
                                       timeout_s=self.plan.limits.request_timeout_s)  # fmt: skip

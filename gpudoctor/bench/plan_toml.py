@@ -248,7 +248,7 @@ def _parse_workload(r: _Reader, t: dict, base_dir: Path | None) -> WorkloadSpec:
     values: dict[str, Any] = {}
     for key in t:
         values[key] = r.typed(t, key, f"workload.{key}", kinds.get(key, (int,)), None)
-    for key in ("input_len", "output_len", "num_prompts"):
+    for key in ("input_len", "output_len", "num_prompts", "prompts_per_concurrency"):
         if key in values and values[key] < 1:
             raise r.error(f"workload.{key}", f"must be at least 1, got {values[key]}")
     if values.get("kind", "random") not in ("random", "jsonl"):

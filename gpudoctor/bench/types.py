@@ -7,7 +7,7 @@ against this OpenAI-compatible base URL, return the cell's record".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -21,6 +21,9 @@ class WorkloadSpec:
         output_len: ``max_tokens`` of every request.
         range_ratio: lengths drawn uniformly in ``[len * range_ratio, len]`` (1.0 = fixed).
         num_prompts: measured requests per cell (warmup excluded).
+        prompts_per_concurrency: when set, a cell at concurrency N sends N x this many
+            measured requests instead of ``num_prompts`` (the same number of waves in every
+            cell: 64 requests at concurrency 64 without 64 one-at-a-time requests at 1).
         seed: seed for prompt sampling; the same seed gives the same prompts.
         dataset_path: the JSONL file for ``kind = "jsonl"``.
         ignore_eos: ask the server to ignore EOS (exact output lengths; biases
@@ -41,6 +44,14 @@ class WorkloadSpec:
     api: str = "completions"
     warmup: int = 2
     request_rate: float | None = None
+    prompts_per_concurrency: int | None = None
+
+    def for_concurrency(self, concurrency: int) -> WorkloadSpec:
+        """Return the workload of one cell at ``concurrency``: ``num_prompts`` =
+        ``prompts_per_concurrency`` x ``concurrency`` when that is set, else unchanged."""
+        if self.prompts_per_concurrency is None:
+            return self
+        return replace(self, num_prompts=self.prompts_per_concurrency * concurrency)
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,25 @@ def test_matrix_runs_each_cell_once_with_one_server_per_config(
     assert len(_records(out)) == 6
 
 
+def test_prompts_per_concurrency_sends_the_same_waves_in_every_cell(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """`prompts_per_concurrency = 2`: 2 requests at concurrency 1, 6 at 3 (num_prompts is
+    ignored), each in flight up to the concurrency: what keeps a GPU sweep up to 64 short."""
+    workload = (
+        "input_len = 32\noutput_len = 8\nnum_prompts = 50\nprompts_per_concurrency = 2\nwarmup = 0"
+    )
+    plan = load_plan(write(tmp_path, stub_plan(tiny_model_dir, configs='[[configs]]\nname = "a"\n',
+                                               concurrency="[1, 3]", workload=workload)))  # fmt: skip
+    out = tmp_path / "run"
+    run_campaign(plan, LaunchOptions(out=out))
+    sent = {r["concurrency"]: r["measurement"]["completed"] for r in _records(out)}
+    assert sent == {1: 2, 3: 6}
+    assert all(
+        (out / r["raw"]).read_text().count("\n") == 2 * r["concurrency"] for r in _records(out)
+    )
+
+
 def test_server_that_cannot_start_is_crashed_and_quirked(
     tmp_path: Path, tiny_model_dir: Path, local_quirks: Path
 ) -> None:

@@ -21,8 +21,9 @@ step() { printf '\n========== %s ==========\n' "$*"; }
 
 step "0. environment"
 date -u; uname -r; nvidia-smi -L; python3 --version
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+if ls .whl/*.whl >/dev/null 2>&1 && [ ! -e /tmp/site/.installed ]; then  # run_campaign.sh may have
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
+    && touch /tmp/site/.installed
 fi
 export PYTHONPATH="$REPO:/tmp/site"
 mkdir -p /opt/lxcroot

@@ -5,6 +5,7 @@ Runs, interleaved and repeated (these machines are noisy), side by side in one r
   2. `python -c "from cuda.bindings import driver; driver.cuInit(0)"` (the reference)
   3. `nvidia-smi -L` (where present)
   4. `gpudoctor --help` (start-up time; goal < 150 ms)
+  5. `python -c pass` (the interpreter's own start-up, which both 1 and 2 pay)
 and prints medians and the ratio of 1 to 2 (goal: <= 1.3x on a GPU machine).
 
 Usage: python benchmarks/check_latency.py [--runs N] [--json OUT]
@@ -26,6 +27,7 @@ COMMANDS = {
     "bare cuInit (cuda.bindings)": [PY, "-c", "from cuda.bindings import driver; driver.cuInit(0)"],
     "nvidia-smi -L": ["nvidia-smi", "-L"],
     "gpudoctor --help": [PY, "-m", "gpudoctor", "--help"],
+    "python -c pass": [PY, "-c", "pass"],
 }
 
 

@@ -139,6 +139,7 @@ class Site:
             "alias-wrong": [f"Port {port['t']}", "HostKeyAlias other.internal", f"UserKnownHostsFile {kh['kh_alias']}"],
             "agent": [f"Port {port['ta']}", f"IdentityFile {self.agent_key}.pub", f"IdentityAgent {self.agent_sock}"],
             "agent-off": [f"Port {port['ta']}", f"IdentityFile {self.agent_key}.pub"],
+            "agent-any": [f"Port {port['ta']}", "IdentitiesOnly no", f"IdentityAgent {self.agent_sock}"],
             "changed-behind-jump": [f"Port {port['t']}", "ProxyJump b1", f"UserKnownHostsFile {kh['kh_wrong_t']}"],
             "jump-changed": [f"Port {port['t']}", "ProxyJump b1bad"],
             "cert": [f"Port {port['tc']}", f"UserKnownHostsFile {kh['kh_ca']}"],
@@ -153,7 +154,7 @@ class Site:
         text = ""
         for alias, lines in blocks.items():
             text += f"Host {alias}\n  HostName 127.0.0.1\n" + "".join(f"  {x}\n" for x in lines)
-        text += f"Host * !agent !agent-off\n  IdentityFile {self.client_key}\n"
+        text += f"Host * !agent !agent-off !agent-any\n  IdentityFile {self.client_key}\n"
         text += (
             "Host *\n  User root\n  BatchMode yes\n  IdentitiesOnly yes\n  IdentityAgent none\n"
             f"  GlobalKnownHostsFile /dev/null\n  UserKnownHostsFile {kh['kh_site']}\n"

@@ -32,6 +32,7 @@ REACHES = {
     "alias-wrong": False,
     "agent": True,
     "agent-off": False,
+    "agent-any": True,
     "changed-behind-jump": False,
     "jump-changed": False,
     "cert": True,

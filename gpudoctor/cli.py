@@ -14,6 +14,7 @@ import sys
 import click
 
 from gpudoctor import __version__, errors
+from gpudoctor.terminal import enforce_plain_output
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_FAIL, EXIT_NOTHING_CHECKED = 0, 1, 2, 3, 4
 
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     errors.set_debug("--debug" in args[: args.index("--")] if "--" in args else "--debug" in args)
     errors.quiet_library_loggers()
+    enforce_plain_output()
     try:
         code = cli.main(args=args, prog_name="gpudoctor", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -106,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         if code == errors.EXIT_INTERRUPTED:
             return errors.report(exc.format_message(), "", code, args)
         return errors.report(exc.format_message(), errors.ERROR_HINT, code, args)
-    except click.Abort:
+    except click.Abort as exc:  # click turns Ctrl-C (and EOF at a prompt) into Abort
+        if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+            what = "interrupted"
+            return errors.report(what, "run the same command again", errors.EXIT_INTERRUPTED, args)
         return errors.report("aborted", "nothing more was done; run it again", EXIT_ERROR, args)
     except KeyboardInterrupt:
         what = "interrupted"

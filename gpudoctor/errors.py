@@ -68,7 +68,7 @@ def error_line(what: str, todo: str = "") -> str:
         what = what.removeprefix(prefix)
     if "; " in what or not todo:
         return PREFIX + what
-    return f"{PREFIX}{what}; {todo}"
+    return f"{PREFIX}{what.rstrip('.')}; {todo}"
 
 
 def describe(exc: BaseException) -> tuple[str, str]:
@@ -89,8 +89,6 @@ def describe(exc: BaseException) -> tuple[str, str]:
 def wants_json(argv: Sequence[str]) -> bool:
     """Return True when the command line asks for JSON (``--json`` or ``--format json``)."""
     args = list(argv[: argv.index("--")] if "--" in argv else argv)
-    if args and args[0] == "weights":
-        return False  # weights prints its own {"ok": false, ...}
     pairs = itertools.pairwise(args)
     return "--json" in args or "--format=json" in args or ("--format", "json") in pairs
 

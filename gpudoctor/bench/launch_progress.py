@@ -150,6 +150,8 @@ class RichReporter(PlainReporter):
 
 def make_reporter(quiet_rich: bool = False) -> PlainReporter:
     """Return a RichReporter when stderr is a terminal, else a PlainReporter."""
-    if sys.stderr.isatty() and not quiet_rich:
+    from gpudoctor.terminal import live
+
+    if live(sys.stderr) and not quiet_rich:
         return RichReporter()
     return PlainReporter()

@@ -103,6 +103,10 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, resume: bool | None, r
         plan = load_plan(plan_path)
     except PlanError as exc:
         raise click.ClickException(str(exc)) from exc
+    if not dry_run:
+        from gpudoctor.commands.options import require_writable_dir
+
+        require_writable_dir(out or Path("runs") / plan.name, "--out")
     options = launcher.LaunchOptions(
         out=out or Path("runs") / plan.name,
         resume=resume,

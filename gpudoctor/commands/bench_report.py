@@ -39,6 +39,9 @@ def report(run_dir: Path, out_dir: Path | None, as_json: bool) -> None:
       gpudoctor bench report runs/qwen3 && xdg-open runs/qwen3/report.md
     """
     from gpudoctor.bench.report import write_report
+    from gpudoctor.commands.options import require_writable_dir
+
+    require_writable_dir(out_dir or run_dir, "--out" if out_dir else "RUN_DIR")
 
     try:
         files = write_report(run_dir, out_dir)

@@ -345,7 +345,9 @@ def emit(reports: list[Report], fmt: Format, output: str | None, verbose: bool) 
 
 def progress_printer():  # type: ignore[no-untyped-def]
     """Return a progress callback that prints finished checks to stderr on a terminal."""
-    if not sys.stderr.isatty():
+    from gpudoctor.terminal import live
+
+    if not live(sys.stderr):
         return None
 
     def show(result) -> None:  # type: ignore[no-untyped-def]

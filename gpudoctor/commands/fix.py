@@ -17,6 +17,7 @@ from gpudoctor.commands.options import (
     cluster_option,
     exclusive,
     inventory_option,
+    require_writable_dir,
 )
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_FAILED, EXIT_PENDING = 0, 1, 2, 3, 4
@@ -29,7 +30,9 @@ def _say(text: str) -> None:
 
 def _show_plan(plan: Any, out: Any) -> None:
     """Print the plan for humans: the diff (coloured on a terminal), reasons, warnings."""
-    color = sys.stdout.isatty()
+    from gpudoctor.terminal import live
+
+    color = live(sys.stdout)
     for line in plan.diff.splitlines():
         style = None
         if line.startswith("+") and not line.startswith("+++"):
@@ -183,6 +186,8 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
     from gpudoctor.pve.planner import PlanError, PlanOptions
 
     exclusive(cluster=cluster, inventory=inventory_file)
+    if not dry_run and not host_prep:  # the local backup copy: refused before any work
+        require_writable_dir(Layout.from_env().client_backup_dir, "GPUDOCTOR_CLIENT_BACKUP_DIR")
     if cluster or inventory_file:
         from gpudoctor.fleet.fix_run import ClusterFixRequest, run_cluster_fix
 

@@ -37,6 +37,24 @@ def check_page(spec: CheckSpec) -> str:
     return "\n".join(lines)
 
 
+def spec_dict(spec: CheckSpec) -> dict[str, object]:
+    """Return one check of ``list --json``: id, family, title, severity, what it proves,
+    requires/after, where it runs, its fix command and remediation."""
+    return {
+        "id": spec.id,
+        "family": spec.family,
+        "title": spec.title,
+        "severity": spec.severity.value,
+        "proves": spec.proves,
+        "requires": list(spec.requires),
+        "after": list(spec.after),
+        "scope": spec.scope,
+        "uses_gpu_probe": spec.uses_gpu_probe,
+        "fix": spec.fix or None,
+        "remediation": spec.remediation,
+    }
+
+
 def index_page(specs: list[CheckSpec]) -> str:
     """Return docs/checks/README.md: the catalogue as a table."""
     rows = [f"| [`{s.id}`]({s.id}.md) | {s.title} | {s.severity.value} |" for s in specs]
@@ -44,16 +62,38 @@ def index_page(specs: list[CheckSpec]) -> str:
     return "\n".join([*head, *rows, ""])
 
 
-@click.command("list")
+@click.command("list", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--markdown",
     "markdown_dir",
     type=click.Path(file_okay=False),
     help="Write one Markdown page per check (and an index) into this directory.",
 )
-def list_checks(markdown_dir: str | None) -> None:
-    """List every check: id, severity and the healthy condition it proves."""
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print the catalogue as JSON: {"schema": "gpudoctor.list/1", "checks": [...]}.',
+)
+def list_checks(markdown_dir: str | None, as_json: bool = False) -> None:
+    """List every check: id, severity and the healthy condition it proves.
+
+    Exit: 0 listed, 1 gpudoctor error (a catalogue plug-in failed to load), 2 usage
+    (an unwritable --markdown directory)."""
+    if markdown_dir:
+        from gpudoctor.commands.options import require_writable_dir
+
+        require_writable_dir(markdown_dir, "--markdown")
     specs = load_catalogue()
+    if as_json:
+        import json
+
+        click.echo(
+            json.dumps(
+                {"schema": "gpudoctor.list/1", "checks": [spec_dict(s) for s in specs]}, indent=2
+            )
+        )
+        return
     if markdown_dir:
         out = Path(markdown_dir)
         out.mkdir(parents=True, exist_ok=True)

@@ -48,7 +48,9 @@ def _fail(message: str, as_json: bool) -> None:
     message = scrub(message)
     if as_json:
         click.echo(json.dumps({"ok": False, "error": message}))
-    click.echo(f"error: {message}", err=True)
+    from gpudoctor.errors import ERROR_HINT, error_line
+
+    click.echo(error_line(message, ERROR_HINT), err=True)
     sys.exit(EXIT_ERROR)
 
 
@@ -66,7 +68,9 @@ def _run(as_json: bool, action: Any) -> Any:
         sys.stderr.flush()
         os._exit(130)  # do not wait for downloads in flight; finished files are kept
     except Exception as exc:
-        if os.environ.get("GPUDOCTOR_DEBUG") == "1":
+        from gpudoctor.errors import debug_enabled
+
+        if debug_enabled():
             raise
         from gpudoctor.weights.hub import translate_error
 
@@ -142,6 +146,9 @@ def ensure(
     manifest -> atomic rename -> fill the mirror.
     Interrupted? Run it again: every finished file is kept (the unit of resume is a file).
     """
+    from gpudoctor.commands.options import require_writable_dir
+
+    require_writable_dir(target, "--to")
     _guard_token()
     from gpudoctor.weights.ensure import EnsureRequest
     from gpudoctor.weights.ensure import ensure as run_ensure

@@ -84,7 +84,9 @@ def progress_printer(total: int, stream: TextIO | None = None) -> Callable[[Outc
     (one overwritten line on a terminal, plain lines otherwise)."""
     done = [0]
     out = stream or sys.stderr
-    tty = out.isatty()
+    from gpudoctor.terminal import live
+
+    tty = live(out)
 
     def show(outcome: Outcome) -> None:
         done[0] += 1

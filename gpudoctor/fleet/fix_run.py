@@ -16,8 +16,21 @@ from gpudoctor.fleet.fix import ClusterFixResult, ClusterFixSettings, CtFix, fix
 from gpudoctor.fleet.inventory import InventoryError
 from gpudoctor.pve.fixer import FixOptions
 
-EXIT_ERROR = 1
+EXIT_ERROR, EXIT_USAGE = 1, 2
 Echo = Callable[..., None]
+
+
+def fail(message: str, code: int, as_json: bool, echo: Echo) -> int:
+    """Print the error in the documented one-line form (and as JSON on stdout with
+    ``--json``); return ``code``."""
+    from gpudoctor.errors import ERROR_HINT, error_line
+
+    line = error_line(message, ERROR_HINT)
+    if as_json:
+        echo(json.dumps({"ok": False, "error": line.removeprefix("gpudoctor: error: "),
+                         "exit_code": code}))  # fmt: skip
+    echo(line, err=True)
+    return code
 
 
 @dataclass(frozen=True)
@@ -67,8 +80,7 @@ def run_cluster_fix(
     fixed, rolled back, skipped or declined) or 1 (no inventory). ``template`` carries the
     per-CT options (plan, layout, dry_run, yes, restart; its ``ct`` is ignored)."""
     if request.max_restarts < 1:
-        echo("gpudoctor: --max-restarts must be at least 1", err=True)
-        return EXIT_ERROR
+        return fail("--max-restarts must be at least 1", EXIT_USAGE, request.as_json, echo)
     fleet_request = FleetRequest(
         cluster=request.cluster,
         inventory=request.inventory,
@@ -80,8 +92,7 @@ def run_cluster_fix(
     try:
         inventory, warnings = build_inventory(fleet_request)
     except InventoryError as exc:
-        echo(f"gpudoctor: {exc}", err=True)
-        return EXIT_ERROR
+        return fail(str(exc), EXIT_ERROR, request.as_json, echo)
     for warning in warnings:
         echo(f"gpudoctor: warning: {warning}", err=True)
     settings = ClusterFixSettings(

@@ -193,6 +193,8 @@ def make_progress(quiet: bool = False) -> Progress:
     """Return rich bars when stderr is a tty, plain lines otherwise, nothing when ``quiet``."""
     if quiet:
         return Progress()
-    if sys.stderr.isatty():
+    from gpudoctor.terminal import live
+
+    if live(sys.stderr):
         return RichProgress()
     return PlainProgress()

@@ -50,6 +50,12 @@ def inventory_option(verb: str) -> Decorator:
     )
 
 
+class OutputNotWritable(click.ClickException):
+    """An output file or directory that cannot be written: found before any work, exit 1."""
+
+    exit_code = 1
+
+
 def _probe_directory(directory: str) -> str | None:
     """Return why no file can be created in ``directory`` (None when one can): a real
     create + delete of a temp file, as ``touch DIR/.x && rm DIR/.x`` would do."""
@@ -67,19 +73,20 @@ def _probe_directory(directory: str) -> str | None:
 def require_writable_file(path: str | os.PathLike[str] | None, option: str) -> None:
     """Check, before any work starts, that the output file ``path`` can be written (its
     directory exists and takes a new file; ``path`` itself is not a directory). Raise
-    click.UsageError (exit 2) with one line naming ``option`` otherwise; returns nothing."""
+    :class:`OutputNotWritable` (exit 1) with one line naming ``option`` otherwise; returns
+    nothing."""
 
     if path is None:
         return
     text = os.fspath(path)
     if os.path.isdir(text):
-        raise click.UsageError(f"cannot write {option} {text}: it is a directory; name a file")
+        raise OutputNotWritable(f"cannot write {option} {text}: it is a directory; name a file")
     parent = os.path.dirname(os.path.abspath(text))
     why = "no such directory" if not os.path.isdir(parent) else _probe_directory(parent)
     if why is None and os.path.lexists(text) and not os.access(text, os.W_OK):
         why = "permission denied"
     if why is not None:
-        raise click.UsageError(
+        raise OutputNotWritable(
             f"cannot write {option} {text}: {why}; pick a writable path (nothing was done)"
         )
 
@@ -87,8 +94,8 @@ def require_writable_file(path: str | os.PathLike[str] | None, option: str) -> N
 def require_writable_dir(path: str | os.PathLike[str] | None, option: str) -> None:
     """Check, before any work starts, that the output directory ``path`` exists and takes
     new files, or can be created (its nearest existing ancestor is a writable directory).
-    Raise click.UsageError (exit 2) with one line naming ``option`` otherwise; returns
-    nothing. Creates nothing that stays (``mkdir -p`` is left to the command)."""
+    Raise :class:`OutputNotWritable` (exit 1) with one line naming ``option`` otherwise;
+    returns nothing. Creates nothing that stays (``mkdir -p`` is left to the command)."""
 
     if path is None:
         return
@@ -101,7 +108,7 @@ def require_writable_dir(path: str | os.PathLike[str] | None, option: str) -> No
     else:
         why = _probe_directory(existing)
     if why is not None:
-        raise click.UsageError(
+        raise OutputNotWritable(
             f"cannot write {option} {text}: {why}; pick a writable directory (nothing was done)"
         )
 

@@ -43,14 +43,13 @@ def _guard_token() -> None:
 
 
 def _fail(message: str, as_json: bool) -> None:
+    from gpudoctor.errors import ERROR_HINT, PREFIX, error_line
     from gpudoctor.weights.hub import scrub
 
-    message = scrub(message)
+    line = error_line(scrub(message), ERROR_HINT)
     if as_json:
-        click.echo(json.dumps({"ok": False, "error": message}))
-    from gpudoctor.errors import ERROR_HINT, error_line
-
-    click.echo(error_line(message, ERROR_HINT), err=True)
+        click.echo(json.dumps({"ok": False, "error": line.removeprefix(PREFIX)}))
+    click.echo(line, err=True)
     sys.exit(EXIT_ERROR)
 
 
@@ -216,8 +215,11 @@ def status(target: Path, verify: str, as_json: bool) -> None:
 
 
 def main() -> None:
-    """Run the ``weights`` group on its own (``python -m gpudoctor.commands.weights``)."""
-    weights(prog_name="gpudoctor weights")
+    """Run the ``weights`` group on its own (``python -m gpudoctor.commands.weights``), under
+    gpudoctor's error policy (one line, exit codes of gpudoctor/errors.py)."""
+    from gpudoctor.cli import main as cli_main
+
+    sys.exit(cli_main(["weights", *sys.argv[1:]]))
 
 
 if __name__ == "__main__":

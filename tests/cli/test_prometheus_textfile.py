@@ -61,9 +61,9 @@ def test_healthy_run_then_unreachable_run_keeps_the_truth(tmp_path):
 
 
 def test_unwritable_output_is_refused_before_any_check(tmp_path):
-    """`-o` in a directory that does not exist: one usage line, before any check runs."""
+    """`-o` in a directory that does not exist: one error line, before any check runs."""
     done = gpudoctor("check", "--format", "prometheus", "-o", str(tmp_path / "no" / "x.prom"))
-    assert done.returncode == 2
+    assert done.returncode == 1
     assert done.stdout == ""  # no report: nothing ran
     assert "cannot write -o" in done.stderr and "Traceback" not in done.stderr
 

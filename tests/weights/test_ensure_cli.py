@@ -26,7 +26,7 @@ def publish(
 def assert_one_line_error(run, needle: str) -> None:
     assert run.returncode == 1, run.output
     assert "Traceback" not in run.output
-    lines = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    lines = [line for line in run.stderr.splitlines() if line.startswith("gpudoctor: error: ")]
     assert len(lines) == 1 and needle in lines[0], run.stderr
 
 
@@ -226,7 +226,7 @@ def test_unknown_repo_and_revision_are_one_line_errors(
     bad_rev = cli.run("ensure", REPO, "--to", str(tmp_path / "x"), "--revision", "v9")
     assert_one_line_error(bad_rev, "revision 'v9' not found")
     as_json = cli.run("ensure", "acme/nope", "--to", str(tmp_path / "x"), "--json")
-    assert json.loads(as_json.stdout) == {"ok": False, "error": missing.stderr[7:].strip()}
+    assert json.loads(as_json.stdout) == {"ok": False, "error": missing.stderr.strip().removeprefix("gpudoctor: error: ")}
     assert not (tmp_path / "x").exists()
 
 
@@ -425,8 +425,9 @@ def test_no_permission_is_one_line_error(hub, cli: WeightsCli) -> None:
             timeout=60,
         )  # fmt: skip
         assert proc.returncode == 1, proc.stdout + proc.stderr
-        assert (
-            proc.stderr.strip() == f"error: permission denied: cannot write in {base / 'root-only'}"
+        assert proc.stderr.strip() == (
+            f"gpudoctor: error: cannot write --to {base / 'root-only' / 'm'}: Permission denied; "
+            "pick a writable directory (nothing was done)"
         )
         assert hub.file_gets() == []
     finally:

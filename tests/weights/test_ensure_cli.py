@@ -226,7 +226,10 @@ def test_unknown_repo_and_revision_are_one_line_errors(
     bad_rev = cli.run("ensure", REPO, "--to", str(tmp_path / "x"), "--revision", "v9")
     assert_one_line_error(bad_rev, "revision 'v9' not found")
     as_json = cli.run("ensure", "acme/nope", "--to", str(tmp_path / "x"), "--json")
-    assert json.loads(as_json.stdout) == {"ok": False, "error": missing.stderr.strip().removeprefix("gpudoctor: error: ")}
+    assert json.loads(as_json.stdout) == {
+        "ok": False,
+        "error": missing.stderr.strip().removeprefix("gpudoctor: error: "),
+    }
     assert not (tmp_path / "x").exists()
 
 

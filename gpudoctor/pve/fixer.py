@@ -219,7 +219,7 @@ def run_fix(
         return FixOutcome("declined", EXIT_PENDING, "not applied: nothing written", **pending)
     if prep is not None:
         progress(f"installing {hostprep.UNIT_NAME} (creates /dev/nvidia-uvm before guests)")
-        hostprep.run_host_prep(host, yes=True, progress=progress, layout=options.layout)
+        _install_host_prep(host, options.layout, progress)
     if not the_plan.changed:
         message = f"{hostprep.UNIT_NAME} installed; the CT config needed no change"
         return FixOutcome("applied", EXIT_OK, message, **pending)
@@ -237,6 +237,18 @@ def _host_prep_offer(
         return None
     prep, _, _ = hostprep.plan_host_prep(host, hostprep.systemd_root(), options.layout)
     return prep if prep.explanation else None
+
+
+def _install_host_prep(host: Host, layout: Layout, progress: Progress) -> None:
+    """Install the boot unit; a concurrent fix of another CT on the same node that installs
+    it first makes our compare-and-swap see a changed file: plan again once (then it is
+    usually already there, and nothing is left to do)."""
+    try:
+        hostprep.run_host_prep(host, yes=True, progress=progress, layout=layout)
+    except ApplyError as exc:
+        if exc.code != "changed":
+            raise
+        hostprep.run_host_prep(host, yes=True, progress=progress, layout=layout)
 
 
 def _write_and_restart(

@@ -130,6 +130,10 @@ def candidate_keys(
         if blob is not None and blob in by_blob:
             key: Any = by_blob[blob]
             label = f"agent key for {path}"
+        elif path.endswith(".pub") and blob is not None:
+            where = "the ssh-agent does not hold it" if agent else "no ssh-agent is reachable"
+            notes.append(f"{path} is a public key and {where}")
+            continue
         elif os.path.isfile(path):
             try:
                 key = paramiko.PKey.from_path(path, password=creds.passphrase)
@@ -210,7 +214,7 @@ def authenticate(
     finally:
         if agent is not None:
             agent.close()
-    offered = "; ".join(tried) if tried else "no key found"
+    offered = "; ".join(tried) if tried else "no usable key"
     extra = f"; {'; '.join(notes)}" if notes else ""
     raise HostError(
         f"{target.where}: SSH authentication failed (tried: {offered}{extra}); load a key "

@@ -40,7 +40,7 @@ class Site:
         self.user_ca = keygen(self.root / "user_ca", "site-user-ca")
         self.cert_key = keygen(self.root / "cert_key", "site-cert-user")
         self.user_cert = self._sign_user_key()
-        plain = {"b1": None, "b2": None, "t": None, "ta": None, "tu": None}
+        plain = {"b1": None, "b2": None, "t": None, "ta": None, "tu": None, "tr": None, "te": None}
         certified = {"tc": "-5m:+1h", "tx": "-2d:-1d"}
         for name in [*plain, *certified]:
             server = LabSSHD(
@@ -51,6 +51,7 @@ class Site:
                 validity=certified.get(name, "-5m:+1h"),
                 log_level="DEBUG1" if name in ("b1", "b2") else "VERBOSE",
                 extra_config=(f"TrustedUserCAKeys {self.user_ca}.pub",) if name == "tu" else (),
+                host_key_type={"tr": "rsa", "te": "ecdsa"}.get(name, "ed25519"),
             )
             self.servers[name] = server
             server.start()
@@ -109,7 +110,7 @@ class Site:
         ca_type, ca_b64 = pub(self.ca)
         t_port, b1_port = self.servers["t"].port, self.servers["b1"].port
         files = {
-            "kh_site": "".join(self.line(n) for n in ("b1", "b2", "t", "ta", "tu")),
+            "kh_site": "".join(self.line(n) for n in ("b1", "b2", "t", "ta", "tu", "tr", "te")),
             "kh_alias": self.line("t", "t.internal") + self.line("b1"),
             "kh_wrong_t": self.line("b1") + f"[127.0.0.1]:{t_port} {bad_type} {bad_b64}\n",
             "kh_wrong_b1": f"[127.0.0.1]:{b1_port} {bad_type} {bad_b64}\n",
@@ -146,6 +147,8 @@ class Site:
             "cert-alias": [f"Port {port['tc']}", "HostKeyAlias t.internal", f"UserKnownHostsFile {kh['kh_ca_any']}"],
             "cert-expired": [f"Port {port['tx']}", f"UserKnownHostsFile {kh['kh_ca']}"],
             "cert-wrong-principal": [f"Port {port['tc']}", "HostKeyAlias elsewhere.internal", f"UserKnownHostsFile {kh['kh_ca_any']}"],
+            "rsa-host": [f"Port {port['tr']}"],
+            "ecdsa-host": [f"Port {port['te']}"],
             "unknown": [f"Port {port['t']}", f"UserKnownHostsFile {kh['kh_empty']}"],
             "usercert": [f"Port {port['tu']}", f"IdentityFile {self.cert_key}", f"CertificateFile {self.user_cert}"],
             "usercert-missing": [f"Port {port['tu']}", f"IdentityFile {self.cert_key}"],

@@ -72,6 +72,7 @@ class LabSSHD:
         validity: str = "-5m:+1h",
         log_level: str = "VERBOSE",
         extra_config: tuple[str, ...] = (),
+        host_key_type: str = "ed25519",
     ) -> None:
         self.dir = workdir
         self.namespace = namespace
@@ -81,9 +82,10 @@ class LabSSHD:
         self.host_cert: Path | None = None
         self.log_level = log_level
         self.extra_config = extra_config
+        self.host_key_type = host_key_type
         self.port = free_port()
         self.spec = f"root@127.0.0.1:{self.port}"
-        self.host_key = self.dir / "ssh_host_ed25519_key"
+        self.host_key = self.dir / f"ssh_host_{host_key_type}_key"
         self.client_key = self.dir / "client_key"
         self.known_hosts = self.dir / "known_hosts"
         self.config = self.dir / "sshd_config"
@@ -98,7 +100,7 @@ class LabSSHD:
     def start(self, timeout: float = 15.0) -> LabSSHD:
         """Generate keys, write the config, start sshd and wait until it answers."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        keygen(self.host_key, "gpudoctor-lab-host")
+        keygen(self.host_key, "gpudoctor-lab-host", self.host_key_type)
         keygen(self.client_key, "gpudoctor-lab-client")
         (self.dir / "authorized_keys").write_text(self.client_key.with_suffix(".pub").read_text())
         key_type, key_b64 = self.host_key.with_suffix(".pub").read_text().split()[:2]

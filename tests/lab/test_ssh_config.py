@@ -40,6 +40,8 @@ REACHES = {
     "cert-expired": False,
     "cert-wrong-principal": False,
     "unknown": False,
+    "rsa-host": True,
+    "ecdsa-host": True,
     "usercert": True,
     "usercert-missing": False,
 }

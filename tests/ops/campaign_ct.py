@@ -159,18 +159,18 @@ def seed_mirror(mirror_root: Path, model_dir: Path, work: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def make_campaign_ct(lab: Lab, model_dir: Path, work: Path, allow: list[str]) -> CampaignCt:
-    """Create (not start) the CT: own stand-in GPU node, writable unit dirs, the boot
-    init, the plan and a seeded weights mirror in its rootfs; then run `gpudoctor service
-    install` INSIDE it (a first, short start) and stop it again."""
-    name = lab.unique_name("ops")
-    node = lab.make_node(f"{name}-gpu", lab.fake_gpu_major, lab.fake_gpu_minor)
+def prepare_campaign_ct(
+    lab: Lab, model_dir: Path, work: Path, node: Path, name: str | None = None,
+    devices: dict[str, str] | None = None, allow: tuple[str, ...] = (),
+) -> CampaignCt:  # fmt: skip
+    """Create (not start) the CT: writable unit dirs, the boot init, the plan and a
+    seeded weights mirror in its rootfs. ``node`` is the stand-in GPU on the host."""
     units, sbin = work / "etc-systemd-system", work / "usr-local-sbin"
     units.mkdir(parents=True)
     sbin.mkdir(parents=True)
     ct = lab.container(
-        name=name,
-        devices={"/dev/fakegpu": str(node)},
+        name=name or lab.unique_name("ops"),
+        devices=devices or {},
         allow=allow,
         start=False,
         extra_config=[
@@ -186,11 +186,27 @@ def make_campaign_ct(lab: Lab, model_dir: Path, work: Path, allow: list[str]) ->
     plan.parent.mkdir(parents=True)
     plan.write_text(plan_text())
     seed_mirror(campaign.host_path(MIRROR), model_dir, work)
-    ct.start()
-    installed = ct.gpudoctor(
-        "service", "install", PLAN, "--out", OUT, "--device", "/dev/fakegpu",
+    return campaign
+
+
+def install_unit(campaign: CampaignCt, device: str) -> None:
+    """Run ``gpudoctor service install PLAN --out OUT --device DEVICE`` INSIDE the running
+    CT, as its admin would (the wrapper then waits for ``check --only device``)."""
+    installed = campaign.ct.gpudoctor(
+        "service", "install", PLAN, "--out", OUT, "--device", device,
         "--only", "device", "--backoff", "1:4",
     )  # fmt: skip
     assert installed.returncode == 0, installed.stderr
-    ct.stop()
+
+
+def make_campaign_ct(lab: Lab, model_dir: Path, work: Path, allow: list[str]) -> CampaignCt:
+    """Return a stopped plain-LXC campaign CT with its own stand-in GPU bind-mounted as
+    /dev/fakegpu (misc 10:232) and the unit installed (by a first, short start)."""
+    name = lab.unique_name("ops")
+    node = lab.make_node(f"{name}-gpu", lab.fake_gpu_major, lab.fake_gpu_minor)
+    campaign = prepare_campaign_ct(lab, model_dir, work, node, name,
+                                   {"/dev/fakegpu": str(node)}, tuple(allow))  # fmt: skip
+    campaign.ct.start()
+    install_unit(campaign, "/dev/fakegpu")
+    campaign.ct.stop()
     return campaign

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,16 @@ from gpudoctor.bench.plan import load_plan
 from gpudoctor.bench.results import read_records
 from tests.lab.lxc import Lab
 from tests.lab.sshd import LabSSHD
-from tests.ops.campaign_ct import OUT, PLAN, SHM_DIR, UNIT, CampaignCt, make_campaign_ct
+from tests.ops.campaign_ct import (
+    OUT,
+    PLAN,
+    SHM_DIR,
+    UNIT,
+    CampaignCt,
+    install_unit,
+    make_campaign_ct,
+    prepare_campaign_ct,
+)
 
 pytestmark = pytest.mark.lab
 
@@ -137,4 +147,68 @@ def test_reboot_drill_with_the_stand_in_major_moved(
     log = campaign.unit_log()
     assert log.count("GPU ready: gpudoctor check passed") == 2
     assert len([ln for ln in log.splitlines() if "restored" in ln and "mirror" in ln]) == 2
+    assert_every_cell_exactly_once(campaign)
+
+
+@pytest.fixture
+def host_dev_node() -> Iterator[Path]:
+    """A real char node in the host's /dev (misc 10:232, like /dev/kvm) standing for
+    /dev/nvidia-uvm (a devN path is the same inside and outside); removed after."""
+    path = Path(f"/dev/gpudoctor-ops-{os.getpid()}")
+    path.unlink(missing_ok=True)
+    os.mknod(path, 0o020666, os.makedev(10, 232))
+    path.chmod(0o666)
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def test_never_again_on_proxmox_devn_the_major_moves_and_no_command_is_typed(
+    lab: Lab, lab_sshd: LabSSHD, tiny_model_dir: Path, tmp_path: Path, host_dev_node: Path
+) -> None:
+    """The whole "never again" set-up, then a host reboot during which the stand-in's
+    major moves (10:232 -> 203:0): Proxmox flavor through the pct stand-in
+    (tests/fakes/pct.py re-stats each devN entry at `pct start`, as pve-container does).
+
+    Set-up: `gpudoctor fix` (PVE 8.2 -> devN by default) and `gpudoctor service install`.
+    Reboot: the CT is killed mid-campaign (tmpfs gone), the node is re-created with
+    another major, and the CT is started by `pct start` (what PVE's onboot start does at
+    host boot). With no other command, the unit finds the GPU on its first try, restores
+    the weights from the mirror and finishes the campaign, every cell once."""
+    from tests.fix.pvelab import make_pve_ct, unique_vmid
+
+    device = str(host_dev_node)
+    campaign = prepare_campaign_ct(lab, tiny_model_dir, tmp_path, host_dev_node, unique_vmid())
+    pve = make_pve_ct(lab, campaign.ct, tmp_path / "pve")  # `pct start`: no rule, no unit yet
+    install_unit(campaign, device)
+    total = len(load_plan(campaign.host_path(PLAN)).cells())
+
+    env = {**os.environ, **pve.env(), "GPUDOCTOR_PVEVERSION": pve.tree.pveversion("8.2.4")}
+    fix = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "fix", "--host", lab_sshd.spec, "-i",
+         str(lab_sshd.client_key), "--known-hosts", str(lab_sshd.known_hosts), "--ct",
+         pve.vmid, "--device", device, "--yes", "--json"],
+        capture_output=True, text=True, env=env, timeout=180,
+    )  # fmt: skip
+    assert fix.returncode == 0, fix.stdout[-1500:] + fix.stderr[-1500:]
+    assert json.loads(fix.stdout)["mode"] == "devn"
+    assert f"dev0: {device}," in pve.conf.read_text()
+    # the fix's restart is the unit's first boot: the campaign runs
+    campaign.wait(lambda: campaign.records() >= 2, 120, "the unit's campaign records 2 cells")
+
+    campaign.ct.stop(kill=True)  # power cut mid-campaign
+    assert 2 <= campaign.records() < total
+    host_dev_node.unlink()  # the driver comes back under another major
+    os.mknod(host_dev_node, 0o020666, os.makedev(*STANDIN_MOVED))
+    host_dev_node.chmod(0o666)
+    assert pve.pct_run("start", pve.vmid).ok  # the host's boot starts its onboot CTs
+    campaign.wait(
+        lambda: campaign.host_path(f"{OUT}/.gpudoctor-service-done").exists(),
+        180,
+        "the campaign finishes after the reboot",
+    )
+    log = campaign.unit_log()
+    assert "waiting for the GPU" not in log, log[-2000:]
+    assert log.count("GPU ready: gpudoctor check passed (try 1)") == 2
+    assert len([ln for ln in log.splitlines() if "restored" in ln and "mirror" in ln]) == 2
+    assert "lxc.cgroup2.devices.allow = c 203:0 rw" in campaign.ct.config_path.read_text()
     assert_every_cell_exactly_once(campaign)

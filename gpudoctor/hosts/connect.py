@@ -10,7 +10,9 @@ from gpudoctor.hosts.base import Host
 def open_host(spec: str, **opts: Any) -> Host:
     """Return the Host that ``spec`` names: ``local`` (or empty) -> LocalHost, anything
     else (``root@pve1``, ``root@10.0.0.5:2222``, an ``~/.ssh/config`` alias) -> SSHHost
-    built with ``opts`` (``known_hosts``, ``accept_new_host_key``, ``key_filename``, ...).
+    built with ``opts`` (``known_hosts``, ``accept_new_host_key``, ``key_filename``,
+    ``ssh_config``, ...); the alias is resolved as ``ssh -G`` resolves it (ProxyJump,
+    ProxyCommand, IdentityFile, UserKnownHostsFile, HostKeyAlias, ...).
     The SSH connection is opened lazily, on first use (or call ``.connect()``)."""
     if spec in ("", "local"):
         from gpudoctor.hosts.local import LocalHost

@@ -100,16 +100,21 @@ class Connection:
 
 
 def _stop(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is None or proc.poll() is not None:
+    """Stop a ProxyCommand's process group (TERM, then KILL) and close its stderr file."""
+    if proc is None:
         return
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(2)
-    except subprocess.TimeoutExpired:
+    if proc.poll() is None:
         with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(2)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    errors = getattr(proc, "stderr_file", None)
+    if errors is not None:
+        errors.close()
 
 
 def connect(

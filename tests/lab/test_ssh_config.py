@@ -232,3 +232,29 @@ def test_cli_reaches_a_host_behind_two_bastions(site: Site, tmp_path: Path) -> N
     assert refused.returncode == 1
     assert "Traceback" not in refused.stderr
     assert "host key has CHANGED" in refused.stderr.strip().splitlines()[-1]
+
+
+def proxies_running(config: Path) -> list[int]:
+    """Return the pids of ``ssh -F CONFIG -W ...`` processes (ProxyCommand children)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"-W" in argv and str(config).encode() in argv:
+                found.append(int(entry.name))
+    return found
+
+
+def test_proxy_command_process_ends_with_the_connection(site: Site) -> None:
+    """ProxyCommand (``ssh -W %h:%p b1``) carries the session while it is open and is
+    stopped when the host is closed: no stray proxy per connection."""
+    host = SSHHost("viacommand", ssh_config=str(site.config))
+    try:
+        assert host.run(["true"]).ok
+        assert len(proxies_running(site.config)) == 1
+    finally:
+        host.close()
+    assert proxies_running(site.config) == []

@@ -120,9 +120,9 @@ def weights() -> None:
 @click.option(
     "--max-workers",
     type=click.IntRange(1, 64),
-    default=8,
+    default=16,
     show_default=True,
-    help="Parallel file downloads.",
+    help="Parallel downloads: connections (big files are fetched by ranges) and files.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")

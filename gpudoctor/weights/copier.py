@@ -1,23 +1,41 @@
 """Parallel file copy at line rate (the mirror restore).
 
-Big files are cut into chunks; a pool of threads copies chunks of all files at once
-with ``sendfile(2)``/``copy_file_range(2)`` (the kernel moves the bytes; Python only
-schedules), so a disk mirror -> tmpfs restore is limited by the disk, not by one
-``read``/``write`` loop. Equivalent shell: ``cp -r SRC/. DST/`` (single-threaded).
+The files are cut into chunks and a pool of threads, sized to the CPU count, copies
+chunks of all files at once, so a disk mirror -> tmpfs restore keeps many reads in
+flight (cold page cache) and many memory copies running (warm page cache).
+
+- Chunks are handed out round-robin across files: threads work on different files
+  whenever there are enough of them. A write into one file takes that file's inode
+  lock (Linux ``i_rwsem``; gVisor's per-file data lock), so threads writing the same
+  file with ``write``/``sendfile`` would take turns.
+- Each chunk is copied with ``sendfile(2)`` at its offset, 64 MiB per call: the
+  kernel moves the bytes and Python only schedules. Measured on a 16-CPU H200 box
+  (gVisor), page cache -> tmpfs: 18-21 GB/s over 11 shards and 8 GB/s over 4 shards,
+  where 16 parallel ``cp`` reached 9-18 and 4-7 GB/s. ``pread``/``pwrite`` through a
+  buffer was 10-15% slower, ``copy_file_range`` fails across filesystems (EXDEV), and
+  filling a mapped destination (mmap + preadv, no inode lock) was 2-4x slower.
+
+Destination files are created with ``O_NOFOLLOW`` (a symlink planted in the
+destination is never followed). Equivalent shell: ``cp -r SRC/. DST/``, run as N
+parallel ``cp`` streams.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudoctor.weights.localfs import make_dirs
 from gpudoctor.weights.progress import Progress
 
-CHUNK_BYTES = 64 << 20
-SENDFILE_STEP = 8 << 20
+MIN_CHUNK = 16 << 20
+MAX_CHUNK = 256 << 20
+STEP_BYTES = 64 << 20
+ALIGN = 2 << 20
 
 
 @dataclass(frozen=True)
@@ -35,31 +53,75 @@ class CopyJob:
     length: int
 
 
-def plan_chunks(sizes: dict[str, int], chunk_bytes: int = CHUNK_BYTES) -> list[CopyJob]:
-    """Return the chunks for ``sizes`` ({path: bytes}), biggest files first (better packing)."""
-    jobs: list[CopyJob] = []
+def default_workers() -> int:
+    """Return the copy threads for this machine: the usable CPUs, 8 to 64.
+
+    On the 16-CPU H200 box, 16 threads copying 64 MiB per ``sendfile`` read a cold
+    mirror at 1.8-2.0 GB/s (16 parallel ``dd``: 1.8) and a warm one at 20-21 GB/s;
+    32 threads were as fast cold (2.0-2.1) but 15% slower warm.
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 2
+    return max(8, min(64, cpus))
+
+
+def chunk_size(total_bytes: int, workers: int) -> int:
+    """Return the chunk size in bytes: about 4 chunks per thread, 16-256 MiB, 2 MiB aligned."""
+    want = total_bytes // max(1, workers * 4)
+    want = max(MIN_CHUNK, min(MAX_CHUNK, want))
+    return (want + ALIGN - 1) // ALIGN * ALIGN
+
+
+def plan_chunks(sizes: dict[str, int], chunk_bytes: int) -> list[CopyJob]:
+    """Return the chunks of ``sizes`` ({path: bytes}), round-robin across files.
+
+    The first chunk of every file (biggest file first), then every file's second
+    chunk, and so on: threads taking jobs in order work on different files.
+    """
+    per_file: list[list[CopyJob]] = []
     for rel, size in sorted(sizes.items(), key=lambda item: -item[1]):
         if size == 0:
-            jobs.append(CopyJob(rel, 0, 0))
-        for offset in range(0, size, chunk_bytes):
-            jobs.append(CopyJob(rel, offset, min(chunk_bytes, size - offset)))
+            per_file.append([CopyJob(rel, 0, 0)])
+            continue
+        per_file.append(
+            [
+                CopyJob(rel, offset, min(chunk_bytes, size - offset))
+                for offset in range(0, size, chunk_bytes)
+            ]
+        )
+    jobs: list[CopyJob] = []
+    depth = max((len(chunks) for chunks in per_file), default=0)
+    for i in range(depth):
+        jobs.extend(chunks[i] for chunks in per_file if i < len(chunks))
     return jobs
 
 
-def _copy_range(src: Path, dst: Path, job: CopyJob, on_bytes: Callable[[int], None]) -> None:
-    """Copy one chunk with sendfile into a dst fd positioned at the chunk (own fd per chunk)."""
-    if job.length == 0:
-        return
-    with open(src, "rb", buffering=0) as fin, open(dst, "r+b", buffering=0) as fout:
-        in_fd, out_fd = fin.fileno(), fout.fileno()
-        os.lseek(out_fd, job.offset, os.SEEK_SET)
-        offset, end = job.offset, job.offset + job.length
-        while offset < end:
-            sent = os.sendfile(out_fd, in_fd, offset, min(SENDFILE_STEP, end - offset))
-            if sent == 0:
-                raise OSError(f"{src} ended early at byte {offset} (expected {end})")
-            offset += sent
-            on_bytes(sent)
+def _copy_chunk(in_fd: int, out_fd: int, job: CopyJob, on_bytes: Callable[[int], None]) -> None:
+    """Copy one chunk with sendfile(2) into ``out_fd`` at the chunk's offset."""
+    offset, end = job.offset, job.offset + job.length
+    os.lseek(out_fd, offset, os.SEEK_SET)  # own fd per chunk: the file position is ours
+    while offset < end:
+        sent = os.sendfile(out_fd, in_fd, offset, min(STEP_BYTES, end - offset))
+        if sent == 0:
+            raise OSError(f"source ended early at byte {offset} (expected {end})")
+        offset += sent
+        on_bytes(sent)
+
+
+_OPEN_DEST = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def prepare_destination(dest: Path, rel: str, size: int) -> None:
+    """Create ``dest/rel`` (parents 0755, never through a symlink), ``size`` bytes long."""
+    target = dest / rel
+    make_dirs(dest, Path(rel).parent)
+    fd = os.open(target, _OPEN_DEST, 0o644)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
 
 
 def copy_files(
@@ -72,33 +134,56 @@ def copy_files(
 ) -> None:
     """Copy ``sizes``' files (relative paths) from ``source`` to ``dest`` in parallel.
 
-    ``sync``: flush each file to disk (``fsync``) once written. Returns None; raises
-    OSError on the first failure (the destination is a ``.partial`` directory, so a
-    half copy is never mistaken for a complete model).
+    ``workers``: threads (default: :func:`default_workers`). ``sync``: flush each
+    file to disk (``fsync``) once written.
+    Returns None; raises OSError on the first failure (the destination is a
+    ``.partial`` directory, so a half copy is never mistaken for a complete model).
     """
-    workers = workers or min(16, max(4, (os.cpu_count() or 2) * 2))
+    workers = workers or default_workers()
+    chunk = chunk_size(sum(sizes.values()), workers)
+    dest.mkdir(parents=True, exist_ok=True)
     for rel, size in sizes.items():
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "wb") as handle:
-            handle.truncate(size)
+        prepare_destination(dest, rel, size)
+    jobs = plan_chunks(sizes, chunk)
     remaining = dict(sizes)
-    jobs = plan_chunks(sizes)
+    lock = threading.Lock()
+    src_flags = os.O_RDONLY | os.O_CLOEXEC
+    dst_flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
     def run(job: CopyJob) -> None:
-        _copy_range(source / job.rel, dest / job.rel, job, lambda n: progress.advance(job.rel, n))
+        if job.length:
+            in_fd = os.open(source / job.rel, src_flags)
+            try:
+                out_fd = os.open(dest / job.rel, dst_flags)
+                try:
+                    _copy_chunk(in_fd, out_fd, job, lambda n: progress.advance(job.rel, n))
+                finally:
+                    os.close(out_fd)
+            finally:
+                os.close(in_fd)
+        with lock:
+            remaining[job.rel] -= job.length
+            finished = remaining[job.rel] == 0
+            if finished:
+                remaining[job.rel] = -1  # report once
+        if finished:
+            if sync:
+                _fsync(dest / job.rel)
+            progress.file_done(job.rel)
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="copy") as pool:
-        for job, _ in zip(jobs, pool.map(run, jobs), strict=True):
-            remaining[job.rel] -= job.length
-            if remaining[job.rel] == 0:
-                if sync:
-                    _fsync(dest / job.rel)
-                progress.file_done(job.rel)
+        futures = [pool.submit(run, job) for job in jobs]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in done:
+            error = future.exception()
+            if error is not None:
+                for other in futures:
+                    other.cancel()
+                raise error
 
 
 def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         os.fsync(fd)
     finally:

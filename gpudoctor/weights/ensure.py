@@ -44,7 +44,7 @@ class EnsureRequest:
     revision: str | None = None
     mirror: Path | None = None
     verify: str = "quick"
-    max_workers: int = 8
+    max_workers: int = 16
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.weights import localfs
 from gpudoctor.weights.errors import WeightsError
 from gpudoctor.weights.manifest import ManifestFile, check_relative_path
 from gpudoctor.weights.progress import Progress
@@ -191,39 +192,65 @@ def download_files(
     files: Iterable[ManifestFile],
     dest: Path,
     progress: Progress,
-    workers: int = 8,
+    workers: int = 16,
 ) -> None:
     """Download ``files`` of ``snapshot`` into ``dest`` (``hf download ID FILES --local-dir DEST``).
 
-    Returns None. Files finish one by one (each is renamed into place by
-    huggingface_hub when complete), so an interruption keeps every finished file.
-    Raises :class:`WeightsError` (one line) on the first failure, after the files
-    already in flight have finished.
+    Files of at least 64 MiB are fetched by ranges over ``workers`` parallel
+    connections (:mod:`gpudoctor.weights.fetch`); smaller ones, and every file when a
+    proxy is configured or the server ignores ``Range``, with huggingface_hub's
+    ``hf_hub_download`` (``workers`` at a time). Returns None. Files finish one by one
+    (each is renamed into place when complete), so an interruption keeps every
+    finished file. Raises :class:`WeightsError` (one line) on the first failure.
     """
-    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+    from concurrent.futures import ThreadPoolExecutor
 
-    from huggingface_hub import hf_hub_download
+    from gpudoctor.weights import fetch
 
-    files = list(files)
-
-    def fetch(f: ManifestFile) -> str:
-        hf_hub_download(
-            snapshot.repo_id,
-            f.path,
-            revision=snapshot.revision,
-            local_dir=dest,
-            tqdm_class=_bar_for(progress, f.path),  # type: ignore[arg-type]
-        )
-        progress.file_done(f.path)
-        return f.path
-
+    files = sorted(files, key=lambda f: -f.size)
+    url_of = lambda path: fetch.resolve_url(endpoint(), snapshot.repo_id, snapshot.revision, path)  # noqa: E731
+    ranged = {f.path: f.size for f in files if f.size >= fetch.RANGED_MIN_BYTES}
+    if ranged and fetch.proxies_in_use(url_of("x")):
+        ranged = {}
+    small = [f for f in files if f.path not in ranged]
     pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="download")
     try:
-        futures = [pool.submit(fetch, f) for f in sorted(files, key=lambda f: -f.size)]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        failed = [fut for fut in done if fut.exception() is not None]
-        if failed:
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise translate_error(failed[0].exception(), snapshot.repo_id, snapshot.revision)
+        futures = [pool.submit(_hf_fetch, snapshot, f, dest, progress) for f in small]
+        if ranged:
+            incomplete = localfs.private_subdir(dest, fetch.INCOMPLETE_DIR)
+
+            def finished(path: str, temp: Path) -> None:
+                localfs.move_into(temp, dest, path)
+                progress.file_done(path)
+
+            downloader = fetch.RangedDownloader(url_of, current_token(), max(1, workers))
+            try:
+                fallback = downloader.download(ranged, incomplete, progress.advance, finished)
+            except Exception as exc:
+                raise translate_error(exc, snapshot.repo_id, snapshot.revision) from None
+            futures += [
+                pool.submit(_hf_fetch, snapshot, f, dest, progress)
+                for f in files
+                if f.path in fallback
+            ]
+        for future in futures:
+            error = future.exception()
+            if error is not None:
+                raise translate_error(error, snapshot.repo_id, snapshot.revision)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _hf_fetch(snapshot: RemoteSnapshot, f: ManifestFile, dest: Path, progress: Progress) -> str:
+    """Download one file with ``hf_hub_download(local_dir=dest)``; return its path."""
+    from huggingface_hub import hf_hub_download
+
+    hf_hub_download(
+        snapshot.repo_id,
+        f.path,
+        revision=snapshot.revision,
+        local_dir=dest,
+        tqdm_class=_bar_for(progress, f.path),  # type: ignore[arg-type]
+    )
+    progress.file_done(f.path)
+    return f.path

@@ -74,9 +74,51 @@ def remove_files(directory: Path, paths: Iterable[str]) -> None:
                 victim.unlink()
 
 
+def make_dirs(root: Path, rel_dir: str | Path, mode: int = 0o755) -> Path:
+    """``mkdir -p root/rel_dir``, refusing to pass through a symlink; return the directory.
+
+    Each part is created with ``mode`` or, when it exists, checked with ``lstat``
+    to be a real directory (a planted symlink raises NotADirectoryError).
+    """
+    current = root
+    for part in Path(rel_dir).parts:
+        current = current / part
+        try:
+            os.mkdir(current, mode)
+        except FileExistsError:
+            st = os.lstat(current)
+            if (st.st_mode & 0o170000) != 0o040000:
+                raise NotADirectoryError(f"{current} exists and is not a directory") from None
+    return current
+
+
+def private_subdir(root: Path, name: str) -> Path:
+    """Return ``root/name``, created 0700 if absent; it must be a real directory of ours."""
+    path = make_dirs(root, name, 0o700)
+    st = os.lstat(path)
+    if st.st_uid != os.geteuid():
+        raise WeightsError(f"{path} belongs to uid {st.st_uid}, not to us: remove it")
+    return path
+
+
+def move_into(temp: Path, dest: Path, rel: str) -> None:
+    """Rename the finished ``temp`` to ``dest/rel`` (parents made without following links)."""
+    make_dirs(dest, Path(rel).parent)
+    os.rename(temp, dest / rel)
+
+
+INCOMPLETE_DIR = ".gpudoctor-incomplete"
+
+
 def clean_incomplete(directory: Path) -> int:
-    """Delete huggingface_hub's orphaned ``*.incomplete`` temp files; return how many."""
+    """Delete orphaned ``*.incomplete`` temp files (ours and huggingface_hub's); return how many."""
     count = 0
+    ours = directory / INCOMPLETE_DIR
+    if ours.is_dir() and not ours.is_symlink():
+        for item in os.listdir(ours):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(ours / item)
+                count += 1
     root = directory / HF_LOCAL_CACHE / "download"
     if root.is_dir():
         for item in root.rglob("*.incomplete"):
@@ -87,7 +129,8 @@ def clean_incomplete(directory: Path) -> int:
 
 
 def drop_hf_cache(directory: Path) -> None:
-    """Remove huggingface_hub's ``local_dir`` bookkeeping (``.cache/huggingface``)."""
+    """Remove huggingface_hub's ``local_dir`` bookkeeping (``.cache/huggingface``) and ours."""
+    shutil.rmtree(directory / INCOMPLETE_DIR, ignore_errors=True)
     shutil.rmtree(directory / HF_LOCAL_CACHE, ignore_errors=True)
     with contextlib.suppress(OSError):
         (directory / ".cache").rmdir()  # only when empty

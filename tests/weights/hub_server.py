@@ -147,6 +147,8 @@ class HubServer:
         self.repos: dict[str, HubRepo] = {}
         self.requests: list[LoggedRequest] = []
         self.throttle_bytes_per_s: int | None = None
+        self.ignore_range = False  # answer every Range request with 200 and the whole file
+        self.redirect_lfs = False  # send LFS bodies from /cdn/... with a 302, as the Hub does
         self._port = port
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
@@ -246,9 +248,10 @@ class _Handler(BaseHTTPRequestHandler):
         query = parse_qs(url.query)
         if match := _API.match(path):
             self._api(match, query)
-        elif match := _RESOLVE.match(url.path):
+        elif match := _RESOLVE.match(url.path.removeprefix("/cdn")):
             repo_id = unquote(match.group(2))
-            self._resolve(repo_id, unquote(match.group(3)), unquote(match.group(4)))
+            rev, file = unquote(match.group(3)), unquote(match.group(4))
+            self._resolve(repo_id, rev, file, from_cdn=url.path.startswith("/cdn/"))
         else:
             self._error(404, "EntryNotFound", f"no route for {path}")
 
@@ -318,7 +321,7 @@ class _Handler(BaseHTTPRequestHandler):
         folders = [{"type": "directory", "path": d, "oid": "0" * 40, "size": 0} for d in dirs]
         return sorted(folders, key=lambda e: e["path"]) + entries
 
-    def _resolve(self, repo_id: str, rev: str, path: str) -> None:
+    def _resolve(self, repo_id: str, rev: str, path: str, from_cdn: bool = False) -> None:
         repo = self._repo(repo_id)
         if repo is None:
             return
@@ -330,10 +333,18 @@ class _Handler(BaseHTTPRequestHandler):
         if f is None:
             self._error(404, "EntryNotFound", f"{path} does not exist at {rev}", commit=sha)
             return
+        if f.is_lfs and self.hub.redirect_lfs and not from_cdn:
+            self.send_response(302)
+            self.send_header("Location", f"/cdn/{repo_id}/resolve/{sha}/{path}")
+            self.send_header("X-Repo-Commit", sha)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            self._finish(302)
+            return
         start, end = 0, f.size - 1
         status = 200
         wanted = self.headers.get("Range")
-        if wanted and self.command == "GET":
+        if wanted and self.command == "GET" and not self.hub.ignore_range:
             m = re.match(r"bytes=(\d+)-(\d*)$", wanted.strip())
             if m:
                 start = int(m.group(1))

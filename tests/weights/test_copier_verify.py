@@ -37,8 +37,22 @@ def test_plan_chunks_covers_every_byte_once() -> None:
     assert [j for j in jobs if j.rel == "b"] == [copier.CopyJob("b", 0, 0)]
 
 
+def test_plan_chunks_spreads_threads_over_files() -> None:
+    """The first jobs handed out are one chunk of each file (one inode lock each)."""
+    jobs = copier.plan_chunks({"a": 40, "c": 30, "d": 8}, chunk_bytes=8)
+    assert [j.rel for j in jobs[:3]] == ["a", "c", "d"]
+    assert [j.rel for j in jobs[3:5]] == ["a", "c"]
+
+
+def test_chunk_size_scales_with_threads() -> None:
+    assert copier.chunk_size(100 << 30, 16) == copier.MAX_CHUNK
+    assert copier.chunk_size(1 << 20, 16) == copier.MIN_CHUNK
+    assert copier.chunk_size(20 << 30, 16) % copier.ALIGN == 0
+
+
 def test_copy_files_is_byte_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(copier, "CHUNK_BYTES", 1 << 20)
+    monkeypatch.setattr(copier, "MIN_CHUNK", 1 << 20)
+    monkeypatch.setattr(copier, "ALIGN", 1 << 20)
     src, dst = tmp_path / "src", tmp_path / "dst"
     sizes = {"big.safetensors": 5 * (1 << 20) + 17, "sub/dir/x.json": 3, "empty": 0}
     for rel, size in sizes.items():

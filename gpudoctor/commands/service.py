@@ -69,7 +69,7 @@ def service() -> None:
 
 
 @service.command()
-@click.argument("plan", type=click.Path(exists=True, dir_okay=False))
+@click.argument("plan", type=click.Path(dir_okay=False))
 @click.option("--out", required=True, type=click.Path(), help="The campaign's run directory.")
 @click.option("--name", default="campaign", show_default=True, help="Unit gpudoctor-NAME.service.")
 @click.option("--repo", help="Hub repo to restore first (default: the plan's [model] repo).")
@@ -86,7 +86,8 @@ def service() -> None:
               help="Seconds between GPU checks: MIN, doubling up to MAX.")  # fmt: skip
 @click.option("--gpudoctor", "gpudoctor_cmd", metavar="CMD", help=GPUDOCTOR_HELP)
 @click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
-              help="Install under this root (a CT's rootfs, an image) instead of /.")  # fmt: skip
+              help="Install under this root (a CT's rootfs, an image) instead of /; PLAN and "
+              "--out are then paths inside it.")  # fmt: skip
 @NOW
 def install(
     plan: str, out: str, name: str, repo: str | None, to: str | None, mirror: str | None,
@@ -111,7 +112,7 @@ def install(
         render_wrapper,
         weights_from_plan,
     )
-    from gpudoctor.service.install import UnitFile
+    from gpudoctor.service.install import UnitFile, under_root
     from gpudoctor.service.install import install as do_install
     from gpudoctor.service.unitfile import ServiceError
 
@@ -120,8 +121,14 @@ def install(
         backoff_min, backoff_max = int(low), int(high or low)
     except ValueError as exc:
         raise click.BadParameter("expected MIN:MAX seconds", param_hint="--backoff") from exc
+    # PLAN and OUT are paths as the target system sees them; with --root the plan is read
+    # from inside that root (a CT's rootfs mounted on the host).
+    plan = os.path.abspath(plan) if root == "/" else plan
+    readable = str(under_root(root, plan)) if root != "/" else plan
+    if not os.path.isfile(readable):
+        raise click.BadParameter(f"no plan file at {readable}", param_hint="PLAN")
     try:
-        from_plan = weights_from_plan(os.path.abspath(plan))
+        from_plan = weights_from_plan(readable)
     except PlanError as exc:
         raise click.ClickException(str(exc)) from exc
     weights = from_plan
@@ -135,7 +142,7 @@ def install(
     try:
         svc = CampaignService(
             name=name,
-            plan=os.path.abspath(plan),
+            plan=plan,
             out=os.path.abspath(out),
             gpudoctor=_gpudoctor_argv(gpudoctor_cmd),
             check_args=check_args_of(devices, only, check_extra),

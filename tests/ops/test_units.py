@@ -74,7 +74,9 @@ def systemd_root(tmp_path: Path) -> Path:
 @needs_analyze
 def test_campaign_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     root = systemd_root(tmp_path)
-    result = invoke("install", str(plan_file(tmp_path)), "--out", "/var/lib/runs/q",
+    (root / "root").mkdir()
+    (root / "root/plan.toml").write_text(PLAN)  # PLAN is read inside ROOT, as the CT sees it
+    result = invoke("install", "/root/plan.toml", "--out", "/var/lib/runs/q",
                     "--device", "/dev/nvidia-uvm", "--root", str(root))  # fmt: skip
     assert result.exit_code == 0, result.output
     unit = "/etc/systemd/system/gpudoctor-campaign.service"
@@ -89,7 +91,7 @@ def test_campaign_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     steps = [
         f"{sys.executable} -m gpudoctor check --device /dev/nvidia-uvm 2>&1",
         "weights ensure org/tiny --to /dev/shm/tiny --mirror /var/lib/models ||",
-        f"bench {tmp_path}/plan.toml --out /var/lib/runs/q\n",
+        "bench /root/plan.toml --out /var/lib/runs/q\n",
     ]
     positions = [text.index(step) for step in steps]
     assert positions == sorted(positions)
@@ -133,6 +135,7 @@ def test_unit_values_that_would_break_a_unit_are_refused(tmp_path: Path) -> None
         ("install", plan, "--out", "/runs/q", "--name", "a/b", "--root", root),
         ("install", plan, "--out", "/runs/q", "--backoff", "9:3", "--root", root),
         ("install-timer", "--every", "0", "--root", root),
+        ("install", plan, "--out", "/runs/q", "--root", root),  # no plan inside ROOT
         ("install-timer", "--ct", "200;reboot", "--root", root),
     ]
     for args in bad:

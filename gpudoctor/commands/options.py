@@ -150,8 +150,6 @@ _API_OPTIONS: list[Decorator] = [
     ),
     click.option(
         "--api-ca-file",
-        "--api-ca",
-        "api_ca_file",
         type=click.Path(exists=True, dir_okay=False),
         metavar="FILE",
         help="CA bundle that signed the API's certificate (Proxmox: "
@@ -165,6 +163,7 @@ _API_OPTIONS: list[Decorator] = [
     # Secrets on the command line are visible in ps and shell history: still accepted
     # (hidden), with a warning. Their environment variables are the documented way.
     click.option("--api-token-secret", envvar="PVE_TOKEN_SECRET", hidden=True),
+    click.option("--api-ca", type=click.Path(exists=True, dir_okay=False), hidden=True),
     click.option(
         "--api-token",
         envvar="GPUDOCTOR_API_TOKEN",
@@ -232,6 +231,6 @@ def api_credentials(values: dict[str, Any]) -> Any:
         token_secret=secret or None,
         user=values.get("api_user") or None,
         password=password or None,
-        ca_file=values.get("api_ca_file") or None,
+        ca_file=values.get("api_ca_file") or values.get("api_ca") or None,
         insecure=bool(values.get("api_insecure")),
     )

@@ -1,0 +1,81 @@
+"""The wheel as users install it: the catalogue inside gpudoctor's namespace, never as a
+top-level ``checks`` package, and the ``gpudoctor.checks`` entry-point group still loading
+third-party checks. The wheel is really built (hatchling, no network) and imported."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.cli.support import REPO
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--no-index", "-q", "-w", str(out), str(REPO)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (found,) = out.glob("gpudoctor-*.whl")
+    return found
+
+
+def test_wheel_holds_the_catalogue_under_gpudoctor_only(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    shipped = sorted(p.name for p in (REPO / "checks").glob("*.py"))
+    inside = sorted(
+        Path(n).name for n in names if n.startswith("gpudoctor/checks/") and n.endswith(".py")
+    )
+    assert inside == shipped
+    assert not [n for n in names if n.startswith("checks/")]  # no top-level package
+    tops = {n.split("/")[0] for n in names}
+    assert tops <= {"gpudoctor", *(t for t in tops if t.endswith(".dist-info"))}, tops
+
+
+def test_installed_wheel_loads_its_catalogue_and_plugins(wheel, tmp_path):
+    """Unpack the wheel as pip would lay it out, with a third-party plug-in registering a
+    check in the ``gpudoctor.checks`` entry-point group, and load the catalogue from there
+    (in a fresh interpreter, away from the checkout)."""
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    (site / "mychecks.py").write_text(
+        textwrap.dedent("""
+        from gpudoctor.model import Severity
+        from gpudoctor.registry import check
+
+        @check(id="mine.ok", title="a plug-in check", severity=Severity.INFO,
+               proves="plug-ins load", remediation="none")
+        def mine(ctx):
+            yield ctx.ok("here", "fine")
+    """)
+    )
+    dist = site / "mychecks-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mychecks\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[gpudoctor.checks]\nmine = mychecks\n")
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(site)!r})
+        import gpudoctor, gpudoctor.checks
+        from gpudoctor.registry import load_catalogue
+        ids = [s.id for s in load_catalogue()]
+        print(gpudoctor.__file__)
+        print(gpudoctor.checks.__file__)
+        print("checks" in sys.modules, "proc.usable" in ids, "mine.ok" in ids)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    package, catalogue, flags = done.stdout.splitlines()
+    assert package.startswith(str(site)) and catalogue.startswith(
+        str(site / "gpudoctor" / "checks")
+    )
+    assert flags == "False True True"

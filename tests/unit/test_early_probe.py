@@ -149,6 +149,7 @@ def test_the_fact_cache_adopts_the_early_child_instead_of_running_another(tmp_pa
     assert not early_probe._PENDING
 
 
+@pytest.mark.lab
 def test_gpudoctor_check_runs_exactly_one_probe_on_an_nvidia_machine(tmp_path):
     """`python -m gpudoctor check` on a machine whose /proc says an NVIDIA driver is loaded
     (a private mount namespace) and whose libcuda is the fake: cuda.init PASSes from the

@@ -10,16 +10,16 @@
 #   weights   `gpudoctor weights ensure` mirror -> /dev/shm, cold (after drop_caches), then
 #             warm (tmpfs copy deleted, page cache kept) and the no-op; then the side-by-side
 #             benchmark benchmarks/weights_restore.py (figures beside their limits)
-#   incident  tests/gpu/run_incident.sh (the LXC incident, incl. step 2c: cuInit 304)
 #   matrix    run A of the plan (transformers serve on CUDA: 3 configurations + one that dies
 #             at start, concurrency 1..64, input 1024 / output 256): the launcher is SIGKILLed
 #             after $KILL_AFTER records, orphans are looked for (nvidia-smi), then it resumes
 #             to the end; every cell must be recorded exactly once
 #   rerun     run B: the cb-sdpa configuration again (same cell keys) for `bench compare`
 #   report    `gpudoctor bench report` of both runs and `bench compare A B`
+#   incident  tests/gpu/run_incident.sh (the LXC incident, incl. step 2c: cuInit 304)
 #
 # Usage (repo root): bash tests/gpu/run_campaign.sh PHASE... (or: prep = setup check model
-# weights incident; finish = rerun report). Every phase is idempotent and re-creates what it
+# weights; finish = rerun report incident). Every phase is idempotent and re-creates what it
 # needs when the machine is fresh (model, wheels). Results go to $WORK/results; `pack` tars
 # them into $OUT/<name>.tar.gz (the device tool brings back at most 8 files a call).
 # Locally, on a CPU (a quick rehearsal of the same code paths):
@@ -126,13 +126,6 @@ phase_weights() {
   rm -rf "$MODEL_DIR"
   ensure_json warm
   gd weights status "$MODEL_DIR" | tee -a "$RES/weights.txt"
-  step "weights: cp -r of the same tree, cold and warm (the obvious tool, side by side)"
-  for label in cold warm; do
-    rm -rf /dev/shm/cp-ref
-    [ $label = cold ] && drop_caches
-    /usr/bin/time -f "cp -r $label %e s" cp -r "$MIRROR/$MODEL_ID" /dev/shm/cp-ref 2>&1 | tee -a "$RES/weights.txt"
-  done
-  rm -rf /dev/shm/cp-ref
   step "weights: benchmarks/weights_restore.py (side by side, with the limits)"
   local args
   if grep -q -- "--model-dir" benchmarks/weights_restore.py; then  # reuse the generated model
@@ -146,9 +139,14 @@ phase_weights() {
   echo "weights_restore exit=$?"; tail -40 "$RES/weights_restore.txt"
 }
 
-phase_incident() {
+phase_incident() {  # skipped when less than 150 s are left before $DEADLINE (epoch s), if set
+  if [ -n "${DEADLINE:-}" ] && [ $((DEADLINE - $(date +%s))) -lt 150 ]; then
+    echo "incident: skipped, $((DEADLINE - $(date +%s))) s left in this call"; return
+  fi
   step "incident (tests/gpu/run_incident.sh)"
-  OUT="$RES/incident" timeout "${INCIDENT_S:-240}" bash tests/gpu/run_incident.sh > "$RES/incident.log" 2>&1
+  local cap=${INCIDENT_S:-240}
+  [ -n "${DEADLINE:-}" ] && [ $((DEADLINE - $(date +%s) - 15)) -lt "$cap" ] && cap=$((DEADLINE - $(date +%s) - 15))
+  OUT="$RES/incident" timeout "$cap" bash tests/gpu/run_incident.sh > "$RES/incident.log" 2>&1
   echo "incident exit=$?"; grep -A12 "2c\." "$RES/incident.log" | head -30
 }
 
@@ -309,8 +307,8 @@ pack() {  # pack NAME: $RES -> $OUT/NAME.tar.gz (raw per-request files included,
 
 for phase in "$@"; do
   case $phase in
-    prep) for p in setup check model weights incident; do "phase_$p"; done ;;
-    finish) phase_rerun; phase_report ;;
+    prep) for p in setup check model weights; do "phase_$p"; done ;;
+    finish) phase_rerun; phase_report; phase_incident ;;
     pack:*) pack "${phase#pack:}" ;;
     setup | check | model | weights | incident | matrix | rerun | report) "phase_$phase" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;

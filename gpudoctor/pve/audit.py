@@ -5,6 +5,8 @@ Pure functions over a parsed :class:`Config`, its :class:`Entries` and the host 
 
 from __future__ import annotations
 
+import posixpath
+
 from gpudoctor.pve.config import Config, Kind
 from gpudoctor.pve.entries import Entries
 from gpudoctor.pve.facts import HostFacts, HostNode
@@ -81,3 +83,26 @@ def pinned_dynamic(entries: Entries, facts: HostFacts) -> list[tuple[str, int, s
         if names:
             out.append((rule.text, major, "/".join(names)))
     return out
+
+
+def device_refusal(asked: str, path: str, node: HostNode | None) -> str | None:
+    """Return why ``--device ASKED`` (host node ``path``) cannot be passed, or None: only
+    char nodes and directories under /dev holding char nodes are (``--device /root`` would
+    bind-mount the host's /root read-write). A missing path is not refused here: the plan
+    reports it and passes nothing."""
+    if node is None or not node.exists or node.kind == "char":
+        return None
+    what = f"--device {asked}" + (f" (host {path})" if path != asked else "")
+    normal = posixpath.normpath(path) == path and path.startswith("/dev/")
+    if node.kind == "dir" and normal and node.char_nodes:
+        return None
+    if node.kind == "dir" and normal:
+        why = "a directory that holds no character device"
+    elif node.kind == "dir":
+        why = "a directory outside /dev"
+    else:
+        why = f"a {node.kind}, not a character device"
+    return (
+        f"{what} is {why}: only character devices, or directories under /dev that hold "
+        "them, can be passed into a CT"
+    )

@@ -22,11 +22,10 @@ nothing is appended after a ``[section]`` header and no marker comment is writte
 
 from __future__ import annotations
 
-import posixpath
 from dataclasses import dataclass, field
 
 from gpudoctor.facts.nodes import driver_name_for_major
-from gpudoctor.pve.audit import config_warnings, is_dynamic_major, stale_rules
+from gpudoctor.pve.audit import config_warnings, device_refusal, is_dynamic_major, stale_rules
 from gpudoctor.pve.config import Config, Kind, Line, unified_diff
 from gpudoctor.pve.devn import (
     ALIASES,
@@ -228,7 +227,9 @@ def _wanted_nodes(
 ) -> list[HostNode]:
     requested = [(p, host_path(entries, p)) for p in options.devices]
     for asked, path in requested:
-        _check_device(asked, path, facts.node(path))
+        why = device_refusal(asked, path, facts.node(path))
+        if why:
+            raise PlanError(why, "usage")
     found = [(p, p) for p in (facts.nvidia if options.include_host_nvidia else ())]
     wanted = []
     for _, path in dict.fromkeys([*found, *requested]):
@@ -240,30 +241,6 @@ def _wanted_nodes(
         elif node not in wanted:
             wanted.append(node)
     return wanted
-
-
-def _check_device(asked: str, path: str, node: HostNode | None) -> None:
-    """Refuse a ``--device`` that is not a char node or a directory under /dev holding
-    char nodes (``--device /root`` would bind-mount the host's /root read-write)."""
-    if node is None or not node.exists:
-        return  # reported as a warning: nothing is passed
-    if node.kind == "char":
-        return
-    what = f"--device {asked}" + (f" (host {path})" if path != asked else "")
-    normal = posixpath.normpath(path) == path and path.startswith("/dev/")
-    if node.kind == "dir" and normal and node.char_nodes:
-        return
-    if node.kind == "dir" and normal:
-        why = "a directory that holds no character device"
-    elif node.kind == "dir":
-        why = "a directory outside /dev"
-    else:
-        why = f"a {node.kind}, not a character device"
-    raise PlanError(
-        f"{what} is {why}: only character devices, or directories under /dev that hold "
-        "them, can be passed into a CT",
-        "usage",
-    )
 
 
 def _passed_nodes(entries: Entries, facts: HostFacts) -> list[HostNode]:

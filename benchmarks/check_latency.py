@@ -1,7 +1,8 @@
 """How long `gpudoctor check` takes next to the bare cuInit process it must rival.
 
 Runs, interleaved and repeated (these machines are noisy), side by side in one run:
-  1. `gpudoctor check` (the whole catalogue, as a user runs it)
+  1. `gpudoctor check` (the whole catalogue, as a user runs it), and the same with
+     GPUDOCTOR_EARLY_PROBE=0 (the CUDA/NVML probe started by the runner, after the imports)
   2. `python -c "from cuda.bindings import driver; driver.cuInit(0)"` (the reference)
   3. `nvidia-smi -L` (where present)
   4. `gpudoctor --help` (start-up time; goal < 150 ms)
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -22,8 +24,10 @@ import sys
 import time
 
 PY = sys.executable
+NO_EARLY = {"GPUDOCTOR_EARLY_PROBE": "0"}
 COMMANDS = {
     "gpudoctor check": [PY, "-m", "gpudoctor", "check", "--json"],
+    "check, early probe off": [PY, "-m", "gpudoctor", "check", "--json"],
     "bare cuInit (cuda.bindings)": [PY, "-c", "from cuda.bindings import driver; driver.cuInit(0)"],
     "nvidia-smi -L": ["nvidia-smi", "-L"],
     "gpudoctor --help": [PY, "-m", "gpudoctor", "--help"],
@@ -31,10 +35,14 @@ COMMANDS = {
 }
 
 
-def timed(argv: list[str]) -> float:
+ENV = {"check, early probe off": NO_EARLY}  # the probe started by the runner, as before
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     """Return the wall time of one run of ``argv`` in seconds (output discarded)."""
     started = time.perf_counter()
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                   env={**os.environ, **env} if env else None)  # fmt: skip
     return time.perf_counter() - started
 
 
@@ -44,12 +52,12 @@ def main() -> None:
     parser.add_argument("--json", dest="json_out")
     args = parser.parse_args()
     commands = {k: v for k, v in COMMANDS.items() if shutil.which(v[0]) or v[0] == PY}
-    for argv in commands.values():  # warm the page cache once
-        timed(argv)
+    for name, argv in commands.items():  # warm the page cache once
+        timed(argv, ENV.get(name))
     samples: dict[str, list[float]] = {k: [] for k in commands}
     for _ in range(args.runs):
         for name, argv in commands.items():
-            samples[name].append(timed(argv))
+            samples[name].append(timed(argv, ENV.get(name)))
     medians = {k: statistics.median(v) for k, v in samples.items()}
     ref = medians["bare cuInit (cuda.bindings)"]
     print(f"{'command':<30} {'median ms':>10} {'min ms':>8} {'vs bare cuInit':>15}")

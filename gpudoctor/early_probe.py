@@ -13,6 +13,7 @@ same argv, same timeout (counted from the child's start), same result.
 Stdlib only, and only ``os``/``sys`` at import: ``subprocess`` alone costs 10-15 ms of
 imports (locale, re, enum), so the child is started with ``os.posix_spawn``. A child that
 nobody adopts (the command took another path) is killed when the process exits.
+``GPUDOCTOR_EARLY_PROBE=0`` turns this off (the probe then starts where the runner starts it).
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ def spawn(argv: list[str]) -> Pending:
 def start(argv: list[str]) -> None:
     """Start the probe child now when ``argv`` is a plain local ``gpudoctor check`` on an
     NVIDIA machine; otherwise do nothing. Never raises (the normal path runs it later)."""
+    if os.environ.get("GPUDOCTOR_EARLY_PROBE") == "0":  # off: benchmarks/check_latency.py's A/B
+        return
     if _PENDING or not wanted(argv[1:]) or not nvidia_registered():
         return
     try:

@@ -189,3 +189,11 @@ def test_gpudoctor_check_runs_exactly_one_probe_on_an_nvidia_machine(tmp_path):
     assert status["driver.loaded"] == "PASS"
     assert status["cuda.init"] == "PASS"
     assert len(log.read_text().split()) == 1
+
+
+def test_early_probe_off_starts_nothing(monkeypatch):
+    """GPUDOCTOR_EARLY_PROBE=0 (check_latency.py's A/B): the runner starts the probe itself."""
+    monkeypatch.setattr(early_probe, "nvidia_registered", lambda: True)
+    monkeypatch.setenv("GPUDOCTOR_EARLY_PROBE", "0")
+    early_probe.start(["gpudoctor", "check"])
+    assert early_probe._PENDING == []

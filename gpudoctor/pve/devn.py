@@ -1,6 +1,6 @@
 """Proxmox ``devN`` entries: which mode a CT gets, and the migration to devN. Pure.
 
-pve-container (>= 5.0.5, Proxmox VE 8.1) turns every ``devN: /dev/X[,gid=,uid=,mode=]``
+pve-container (Proxmox VE >= 8.1) turns every ``devN: /dev/X[,gid=,uid=,mode=]``
 into ``lxc.cgroup2.devices.allow = c MAJOR:MINOR rw`` for the node's CURRENT numbers
 (``stat`` at every start, ``PVE::LXC::update_lxc_config``) and creates the node in the CT:
 unlike a ``c 238:* rwm`` rule, it follows a major that moved (docs/fix.md has the sources).

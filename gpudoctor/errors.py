@@ -80,7 +80,10 @@ def describe(exc: BaseException) -> tuple[str, str]:
         return what, "check the path and its permissions, then run it again"
     name = type(exc).__name__
     if name == "HostError":
-        return str(exc), "check that the host is up and accepts SSH, then run it again"
+        return (
+            str(exc),
+            "check the host named above (reachable over SSH, the container exists and runs), then run it again",
+        )
     if isinstance(exc, ValueError):
         return str(exc), ERROR_HINT
     return f"{name}: {exc}", INTERNAL_HINT

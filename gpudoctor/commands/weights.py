@@ -62,7 +62,7 @@ def _run(as_json: bool, action: Any) -> Any:
     except WeightsError as exc:
         _fail(str(exc), as_json)
     except KeyboardInterrupt:
-        click.echo("interrupted: run the same command again to resume", err=True)
+        click.echo("gpudoctor: error: interrupted; run the same command again to resume", err=True)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(130)  # do not wait for downloads in flight; finished files are kept

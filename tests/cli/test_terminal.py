@@ -56,17 +56,40 @@ COMMANDS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def inventory(tmp_path_factory) -> str:
+    """An inventory of two nodes at a loopback port where nothing listens (the fleet's
+    per-target progress line is what wrote ``\\r\\033[K``)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = tmp_path_factory.mktemp("fleet") / "hosts.toml"
+    nodes = "".join(
+        f'[[nodes]]\nname = "n{i}"\nssh = "root@127.0.0.1:{port}"\ncts = [200]\n' for i in (1, 2)
+    )
+    path.write_text(nodes)
+    return str(path)
+
+
 @pytest.mark.parametrize("env", [{"NO_COLOR": "1", "TERM": "xterm-256color"}, {"TERM": "dumb"}])
-@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
-def test_no_escape_sequence_when_asked(args, env):
+@pytest.mark.parametrize("args", [*COMMANDS, ["check", "--inventory"]], ids=" ".join)
+def test_no_escape_sequence_when_asked(args, env, inventory, tmp_path):
+    if args[-1] == "--inventory":
+        args = [*args, inventory]
+        env = {**env, "HOME": str(tmp_path)}
     code, output = run_in_pty(args, env)
     assert output, "nothing was written"
     assert ESC not in output, output[max(0, output.find(ESC) - 80) : output.find(ESC) + 40]
     assert code in (0, 2, 3)
 
 
-def test_a_real_terminal_does_get_them():
-    """The control: the same run on a colour terminal does write escape sequences (the
-    progress line and colours), so the test above can fail."""
+def test_a_real_terminal_does_get_them(inventory, tmp_path):
+    """The control: the same runs on a colour terminal do write escape sequences (the
+    progress lines and colours), so the test above can fail."""
     code, output = run_in_pty(["check"], {"TERM": "xterm-256color"})
     assert code == 3 and ESC in output
+    env = {"TERM": "xterm-256color", "HOME": str(tmp_path)}
+    code, output = run_in_pty(["check", "--inventory", inventory], env)
+    assert code == 3 and b"\r\x1b[K" in output

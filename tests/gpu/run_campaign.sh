@@ -18,8 +18,10 @@
 #   report    `gpudoctor bench report` of both runs and `bench compare A B`
 #   incident  tests/gpu/run_incident.sh (the LXC incident, incl. step 2c: cuInit 304)
 #
-# Usage (repo root): bash tests/gpu/run_campaign.sh PHASE... (or: prep = setup check model
-# weights; finish = rerun report incident). Every phase is idempotent and re-creates what it
+# Usage (repo root): bash tests/gpu/run_campaign.sh PHASE... (all = setup check model weights
+# incident2c matrix wbench rerun report, in one call; or prep = setup check model weights wbench,
+# then matrix, then finish = rerun report incident). DEADLINE=<epoch s> makes the later phases
+# shrink or skip themselves so that the call ends in time (the lease is short). Every phase is idempotent and re-creates what it
 # needs when the machine is fresh (model, wheels). Results go to $WORK/results; `pack` tars
 # them into $OUT/<name>.tar.gz (the device tool brings back at most 8 files a call).
 # Locally, on a CPU (a quick rehearsal of the same code paths):
@@ -35,7 +37,7 @@ DEVICE=${DEVICE:-cuda}
 CONC=${CONC:-"1, 4, 16, 64"}
 IN_LEN=${IN_LEN:-1024}
 OUT_LEN=${OUT_LEN:-256}
-KILL_AFTER=${KILL_AFTER:-3}
+KILL_AFTER=${KILL_AFTER:-1}
 MATRIX_BUDGET_S=${MATRIX_BUDGET_S:-480}
 DROP_CACHES=${DROP_CACHES:-1}             # 0 on a shared dev box
 MODEL_ID=gpudoctor/${PRESET}-random
@@ -59,6 +61,7 @@ exec > >(tee -a "$RES/campaign.log") 2>&1
 step() { printf '\n========== %s (%s) ==========\n' "$*" "$(date -u +%H:%M:%S)"; }
 gd() { "$PY" -m gpudoctor "$@"; }
 drop_caches() { sync; [ "$DROP_CACHES" = 1 ] && echo 3 > /proc/sys/vm/drop_caches; }
+left() { if [ -n "${DEADLINE:-}" ]; then echo $((DEADLINE - $(date +%s))); else echo 100000; fi; }
 
 phase_setup() {
   step "setup"
@@ -69,7 +72,7 @@ phase_setup() {
   {
     date -u; uname -r; nproc; free -g | head -2
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
-    "$PY" -c "import sys, torch, transformers; print(sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__, transformers.__file__)"
+    "$PY" -c "import sys, transformers; print(sys.version.split()[0], 'transformers', transformers.__version__, transformers.__file__)"
     df -h / /dev/shm | cat
   } | tee "$RES/machine.txt"
 }
@@ -81,7 +84,7 @@ phase_check() {
   gd check --json > "$RES/check.json"
   echo "json exit=$?"
   step "check latency (benchmarks/check_latency.py)"
-  "$PY" benchmarks/check_latency.py --runs "${LAT_RUNS:-15}" --json "$RES/latency.json"
+  "$PY" benchmarks/check_latency.py --runs "${LAT_RUNS:-10}" --json "$RES/latency.json"
 }
 
 ensure_model() {
@@ -126,15 +129,22 @@ phase_weights() {
   rm -rf "$MODEL_DIR"
   ensure_json warm
   gd weights status "$MODEL_DIR" | tee -a "$RES/weights.txt"
-  step "weights: benchmarks/weights_restore.py (side by side, with the limits)"
+}
+
+phase_wbench() {  # at most min($WEIGHTS_BENCH_S, time left - 70 s); skipped under 100 s
+  ensure_model
+  local cap=${WEIGHTS_BENCH_S:-300}
+  [ $(($(left) - 70)) -lt "$cap" ] && cap=$(($(left) - 70))
+  [ "$cap" -lt 30 ] && { echo "weights_restore.py: skipped, $(left) s left"; return; }
+  step "weights: benchmarks/weights_restore.py (side by side, with the limits; cap $cap s)"
   local args
   if grep -q -- "--model-dir" benchmarks/weights_restore.py; then  # reuse the generated model
-    args="--model-dir $MIRROR/$MODEL_ID --trials 2 --json $RES/weights_restore.json"
+    args="--model-dir $MIRROR/$MODEL_ID --trials ${WEIGHTS_TRIALS:-1} --json $RES/weights_restore.json"
   else
     args="--total-gb 10 --trials 1 --json"
   fi
   # shellcheck disable=SC2086
-  timeout "${WEIGHTS_BENCH_S:-300}" "$PY" benchmarks/weights_restore.py ${WEIGHTS_BENCH_ARGS:-$args} \
+  timeout "$cap" "$PY" benchmarks/weights_restore.py ${WEIGHTS_BENCH_ARGS:-$args} \
     > "$RES/weights_restore.txt" 2>&1
   echo "weights_restore exit=$?"; tail -40 "$RES/weights_restore.txt"
 }
@@ -148,6 +158,12 @@ phase_incident() {  # skipped when less than 150 s are left before $DEADLINE (ep
   [ -n "${DEADLINE:-}" ] && [ $((DEADLINE - $(date +%s) - 15)) -lt "$cap" ] && cap=$((DEADLINE - $(date +%s) - 15))
   OUT="$RES/incident" timeout "$cap" bash tests/gpu/run_incident.sh > "$RES/incident.log" 2>&1
   echo "incident exit=$?"; grep -A12 "2c\." "$RES/incident.log" | head -30
+}
+
+phase_incident2c() {  # step 2c alone (cuInit 304 in a CT without its own /proc): ~10 s
+  step "incident step 2c only (tests/gpu/run_incident.sh, ONLY_2C=1)"
+  ONLY_2C=1 OUT="$RES/incident" timeout 60 bash tests/gpu/run_incident.sh > "$RES/incident-2c.log" 2>&1
+  echo "exit=$?"; tail -25 "$RES/incident-2c.log"
 }
 
 write_plan() {  # write_plan FILE NAME CONFIGS_TOML
@@ -193,15 +209,11 @@ TOML
 CONFIGS_A='[[configs]]
 name = "sdpa"                         # no continuous batching: requests one after another
 args = { attn-implementation = "sdpa" }
-concurrency = [1, 4]
+concurrency = [1]
 
 [[configs]]
 name = "cb-sdpa"                      # continuous batching (paged attention), SDPA kernels
 args = { continuous-batching = true, attn-implementation = "sdpa" }
-
-[[configs]]
-name = "cb-eager"                     # continuous batching, eager attention
-args = { continuous-batching = true, attn-implementation = "eager" }
 
 [[configs]]
 name = "fa2-crash"                    # flash-attn is not installed: the server dies at start
@@ -210,15 +222,17 @@ concurrency = [1]'
 
 CONFIGS_B='[[configs]]
 name = "cb-sdpa"                      # the same configuration as run A: the same cell keys
-args = { continuous-batching = true, attn-implementation = "sdpa" }'
+args = { continuous-batching = true, attn-implementation = "sdpa" }
+concurrency = ['"${RERUN_CONC:-1, 64}"']'
 
 if [ "$DEVICE" = cpu ]; then PREFLIGHT_ONLY='"proc", "shm", "model"'; else PREFLIGHT_ONLY=''; fi
 
 gpu_pids() { nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ' | grep -v '^$'; }
 
-phase_matrix() {  # at most $MATRIX_BUDGET_S s in all; an unfinished matrix resumes next time
+phase_matrix() {  # at most $MATRIX_BUDGET_S s (and time left - $MATRIX_RESERVE_S); resumable
   local phase_started
   phase_started=$(date +%s)
+  [ $(($(left) - ${MATRIX_RESERVE_S:-145})) -lt "$MATRIX_BUDGET_S" ] && MATRIX_BUDGET_S=$(($(left) - ${MATRIX_RESERVE_S:-145}))
   ensure_model
   mkdir -p "$RUN_A"
   write_plan "$RES/plan-a.toml" h200-transformers "$CONFIGS_A"
@@ -251,9 +265,9 @@ phase_matrix() {  # at most $MATRIX_BUDGET_S s in all; an unfinished matrix resu
     tail -5 "$RES/launch-1.log"
   fi
   step "matrix run A: resume to the end"
-  local left=$((MATRIX_BUDGET_S - ($(date +%s) - phase_started)))
-  [ $left -lt 60 ] && left=60
-  timeout "$left" "$PY" -m gpudoctor bench "$RES/plan-a.toml" --out "$RUN_A" >> "$RES/launch-2.log" 2>&1
+  local remain=$((MATRIX_BUDGET_S - ($(date +%s) - phase_started)))
+  [ $remain -lt 20 ] && remain=20
+  timeout "$remain" "$PY" -m gpudoctor bench "$RES/plan-a.toml" --out "$RUN_A" >> "$RES/launch-2.log" 2>&1
   echo "resume exit=$?"; tail -30 "$RES/launch-2.log"
   echo "GPU processes after the run: $(gpu_pids | tr '\n' ' ')" | tee -a "$RES/orphans.txt"
   verify_once "$RUN_A" "$RES/plan-a.toml"
@@ -273,11 +287,14 @@ print(json.dumps({"run": run, "cells": len(want), "records": len(keys), "duplica
 PY
 }
 
-phase_rerun() {
+phase_rerun() {  # skipped under 75 s left
   ensure_model
+  [ "$(left)" -lt 75 ] && { echo "run B: skipped, $(left) s left"; return; }
+  local cap=${RERUN_BUDGET_S:-300}
+  [ $(($(left) - 30)) -lt "$cap" ] && cap=$(($(left) - 30))
   step "run B: cb-sdpa again (the same cells) for bench compare"
   write_plan "$RES/plan-b.toml" h200-transformers-rerun "$CONFIGS_B"
-  timeout "${RERUN_BUDGET_S:-300}" "$PY" -m gpudoctor bench "$RES/plan-b.toml" --out "$RUN_B" > "$RES/launch-b.log" 2>&1
+  timeout "$cap" "$PY" -m gpudoctor bench "$RES/plan-b.toml" --out "$RUN_B" > "$RES/launch-b.log" 2>&1
   echo "run B exit=$?"; tail -20 "$RES/launch-b.log"
   verify_once "$RUN_B" "$RES/plan-b.toml"
 }
@@ -307,10 +324,11 @@ pack() {  # pack NAME: $RES -> $OUT/NAME.tar.gz (raw per-request files included,
 
 for phase in "$@"; do
   case $phase in
-    prep) for p in setup check model weights; do "phase_$p"; done ;;
+    all) for p in setup check model weights incident2c matrix wbench rerun report; do "phase_$p"; done ;;
+    prep) for p in setup check model weights wbench; do "phase_$p"; done ;;
     finish) phase_rerun; phase_report; phase_incident ;;
     pack:*) pack "${phase#pack:}" ;;
-    setup | check | model | weights | incident | matrix | rerun | report) "phase_$phase" ;;
+    setup | check | model | weights | wbench | incident | incident2c | matrix | rerun | report) "phase_$phase" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac
 done

@@ -45,6 +45,41 @@ grep -E 'nvidia' /proc/devices
 ls -l /dev/nvidia* /dev/nvidia-caps 2>/dev/null
 mount | grep -E ' /sys/fs/cgroup ' || true
 
+step_2c() {
+  step "2c. a container without its own /proc (proc:rw missing): cuInit 304"
+  cat > /tmp/noproc.conf <<CONF
+lxc.uts.name = noproc
+lxc.net.0.type = empty
+lxc.apparmor.profile = unconfined
+lxc.autodev = 0
+lxc.console.path = none
+lxc.tty.max = 0
+lxc.pty.max = 0
+lxc.cgroup2.devices.deny = a
+lxc.cgroup2.devices.allow = c 1:* rwm
+lxc.cgroup2.devices.allow = c 195:* rwm
+lxc.cgroup2.devices.allow = c $UVM:* rwm
+lxc.cgroup2.devices.allow = c $CAPS:* rwm
+CONF
+  mkdir -p $LXCPATH/noproc
+  # LXC clears the environment of what it runs: a bare `python3` inside is then found on the
+  # default PATH (/usr/bin/python3, the system's, without click: "No module named 'click'").
+  # Run the very interpreter used here, by its absolute path, with this PATH/PYTHONPATH and the
+  # driver's LD_LIBRARY_PATH.
+  PY=$(command -v python3)
+  lxc-execute -n noproc -P $LXCPATH -f /tmp/noproc.conf -- /usr/bin/env PATH="$PATH" \
+    PYTHONPATH="$PYTHONPATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" HOME=/root \
+    "$PY" -m gpudoctor check --only proc,cuda.init 2>&1 | tee "$OUT/2c-noproc.txt"
+  echo "exit=${PIPESTATUS[0]}"
+}
+
+UVM=$(awk '$2=="nvidia-uvm"{print $1}' /proc/devices)
+CAPS=$(awk '$2=="nvidia-caps"{print $1}' /proc/devices)
+if [ "${ONLY_2C:-0}" = 1 ]; then  # tests/gpu/run_campaign.sh, when the lease is short
+  step_2c
+  exit 0
+fi
+
 step "1. gpudoctor check on the bare GPU machine"
 python3 -m gpudoctor check --verbose
 echo "exit=$?"
@@ -53,8 +88,6 @@ echo "json exit=$?"
 python3 -I -S gpudoctor/probes/gpu_probe.py > "$OUT/probe-raw.jsonl"; cat "$OUT/probe-raw.jsonl"
 
 step "2. a Proxmox-like GPU container whose rules omit nvidia-uvm's major"
-UVM=$(awk '$2=="nvidia-uvm"{print $1}' /proc/devices)
-CAPS=$(awk '$2=="nvidia-caps"{print $1}' /proc/devices)
 echo "nvidia-uvm is major $UVM, nvidia-caps is major $CAPS"
 lxc-stop -n $CT -P $LXCPATH -k >/dev/null 2>&1
 rm -rf "${LXCPATH:?}/$CT"
@@ -109,31 +142,7 @@ step "2b. the same CT checked from its host: gpudoctor check --host local --ct $
 python3 -m gpudoctor check --host local --ct $CT --flavor lxc --only device,cuda.init,ct
 echo "exit=$?"
 
-step "2c. a container without its own /proc (proc:rw missing): cuInit 304"
-cat > /tmp/noproc.conf <<CONF
-lxc.uts.name = noproc
-lxc.net.0.type = empty
-lxc.apparmor.profile = unconfined
-lxc.autodev = 0
-lxc.console.path = none
-lxc.tty.max = 0
-lxc.pty.max = 0
-lxc.cgroup2.devices.deny = a
-lxc.cgroup2.devices.allow = c 1:* rwm
-lxc.cgroup2.devices.allow = c 195:* rwm
-lxc.cgroup2.devices.allow = c $UVM:* rwm
-lxc.cgroup2.devices.allow = c $CAPS:* rwm
-CONF
-mkdir -p $LXCPATH/noproc
-# LXC clears the environment of what it runs: a bare `python3` inside is then found on the
-# default PATH (/usr/bin/python3, the system's, without click: "No module named 'click'").
-# Run the very interpreter used here, by its absolute path, with this PATH/PYTHONPATH and the
-# driver's LD_LIBRARY_PATH.
-PY=$(command -v python3)
-lxc-execute -n noproc -P $LXCPATH -f /tmp/noproc.conf -- /usr/bin/env PATH="$PATH" \
-  PYTHONPATH="$PYTHONPATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" HOME=/root \
-  "$PY" -m gpudoctor check --only proc,cuda.init 2>&1 | tee "$OUT/2c-noproc.txt"
-echo "exit=${PIPESTATUS[0]}"
+step_2c
 
 step "3. gpudoctor fix --host local --ct $CT --flavor lxc --yes"
 python3 -m gpudoctor fix --host local --ct $CT --flavor lxc --dry-run

@@ -68,9 +68,11 @@ def run_once(
     return elapsed, sum(1 for c in result.cts if c.state == "checked"), client_cpu, node_cpu
 
 
-def measure(sizes: list[int], runs: int, only: tuple[str, ...]) -> tuple[dict, dict]:
-    """Build the lab, run every (mode, N) ``runs`` times interleaved; return
-    ({(mode, N): [wall s]}, {(mode, N): [(client CPU s, node CPU s)]})."""
+def measure(sizes: list[int], runs: int, only: tuple[str, ...], agents: list[str],
+            modes: list[str]) -> tuple[dict, dict]:  # fmt: skip
+    """Build the lab, run every (agent, mode, N) ``runs`` times interleaved; return
+    ({(agent, mode, N): [wall s]}, {(agent, mode, N): [(client CPU s, node CPU s)]})."""
+    from gpudoctor.hosts import container
     from tests.lab.lxc import Lab
     from tests.lab.sshd import LabSSHD
 
@@ -93,14 +95,16 @@ def measure(sizes: list[int], runs: int, only: tuple[str, ...]) -> tuple[dict, d
         cpu: dict[Key, list[tuple[float, float]]] = {}
         for _ in range(runs):
             for size in sizes:
-                for mode in MODES:
-                    wall, checked, client, node_side = run_once(
-                        node, names[:size], mode, options, pid
-                    )
-                    if checked != size:
-                        sys.exit(f"{mode} N={size}: only {checked} CT(s) checked")
-                    walls.setdefault((mode, size), []).append(wall)
-                    cpu.setdefault((mode, size), []).append((client, node_side))
+                for agent in agents:
+                    container.DEFAULT_AGENT = agent
+                    for mode in modes:
+                        wall, checked, client, node_side = run_once(
+                            node, names[:size], mode, options, pid
+                        )
+                        if checked != size:
+                            sys.exit(f"{agent} {mode} N={size}: only {checked} CT(s) checked")
+                        walls.setdefault((agent, mode, size), []).append(wall)
+                        cpu.setdefault((agent, mode, size), []).append((client, node_side))
         return walls, cpu
     finally:
         sshd.stop()
@@ -108,29 +112,29 @@ def measure(sizes: list[int], runs: int, only: tuple[str, ...]) -> tuple[dict, d
 
 
 def report(sizes: list[int], walls: dict, cpu: dict, runs: int, only: str) -> float:
-    """Print the tables; return T(biggest)/T(smallest) of the parallel runner."""
-    med = {k: statistics.median(v) for k, v in walls.items()}
+    """Print one table per (in-CT agent, runner mode): wall time, T(N)/T(1), CPU (client,
+    node side, per CT, per EXTRA CT); return T(biggest)/T(smallest) of the first pair."""
     print(f"fleet check, {os.cpu_count()} CPU(s), {runs} run(s) each, median seconds; "
           f"checks: {only or 'whole catalogue'}; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
-    print(f"{'N':>3} {'sequential':>11} {'parallel':>9} {'par/8':>7} {'speed-up':>9} "
-          f"{'T(N)/T(1)':>10} {'par/8 T(N)/T(1)':>16}")  # fmt: skip
-    for size in sizes:
-        seq, par, par8 = (med[(m, size)] for m in MODES)
-        print(f"{size:>3} {seq:>11.2f} {par:>9.2f} {par8:>7.2f} {seq / par:>8.1f}x "
-              f"{par / med[('parallel', sizes[0])]:>9.2f}x "
-              f"{par8 / med[('parallel/8', sizes[0])]:>15.2f}x")  # fmt: skip
-    print("CPU seconds, parallel runner (median): N, client, node side, per CT, CPU-bound floor")
-    for size in sizes:
-        client = statistics.median(c for c, _ in cpu[("parallel", size)])
-        node_side = statistics.median(n for _, n in cpu[("parallel", size)])
-        floor = (client + node_side) / (os.cpu_count() or 1)
-        print(f"{size:>3} {client:>7.2f} {node_side:>7.2f} {(client + node_side) / size:>7.3f} "
-              f"{floor:>7.2f}")  # fmt: skip
-    biggest = sizes[-1]
-    ratio = med[("parallel", biggest)] / med[("parallel", sizes[0])]
-    print(f"goal: T({biggest}) <= 2 x T({sizes[0]}) with the parallel runner: {ratio:.2f}x "
-          f"-> {'met' if ratio <= 2 else 'NOT met'}")  # fmt: skip
-    return ratio
+    pairs = list(dict.fromkeys(k[:2] for k in walls))
+    first = sizes[0]
+    ratios = []
+    for agent, mode in pairs:
+        print(f"agent {agent}, {mode}:")
+        print(f"{'N':>4} {'wall s':>7} {'T(N)/T(1)':>10} {'client':>7} {'node':>7} "
+              f"{'CPU/CT':>7} {'CPU/extra CT':>13}")  # fmt: skip
+        med = {n: statistics.median(walls[(agent, mode, n)]) for n in sizes}
+        tot = {n: (statistics.median(c for c, _ in cpu[(agent, mode, n)]),
+                   statistics.median(x for _, x in cpu[(agent, mode, n)])) for n in sizes}  # fmt: skip
+        for n in sizes:
+            client, node_side = tot[n]
+            extra = (
+                (client + node_side - sum(tot[first])) / (n - first) if n > first else float("nan")
+            )
+            print(f"{n:>4} {med[n]:>7.2f} {med[n] / med[first]:>9.2f}x {client:>7.2f} "
+                  f"{node_side:>7.2f} {(client + node_side) / n:>7.3f} {extra:>13.3f}")  # fmt: skip
+        ratios.append(med[sizes[-1]] / med[first])
+    return ratios[0]
 
 
 def main() -> None:
@@ -139,18 +143,23 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,5,10,20")
     parser.add_argument("--only", default="", help="check ids/families (default: all)")
     parser.add_argument("--json", dest="json_out")
+    parser.add_argument("--agents", default="auto",
+                        help="in-CT agents to compare side by side, e.g. python,sh "
+                        "(auto: python where the CT has it)")  # fmt: skip
+    parser.add_argument("--modes", default=",".join(MODES), help="runner modes to time")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("the lab needs root (LXC containers, mount namespaces)")
     sizes = [int(s) for s in args.sizes.split(",")]
-    walls, cpu = measure(sizes, args.runs, tuple(p for p in args.only.split(",") if p))
+    walls, cpu = measure(sizes, args.runs, tuple(p for p in args.only.split(",") if p),
+                         args.agents.split(","), args.modes.split(","))  # fmt: skip
     ratio = report(sizes, walls, cpu, args.runs, args.only)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({
             "machine": platform.platform(), "cpus": os.cpu_count(), "runs": args.runs,
             "only": args.only, "ratio": ratio, "loadavg_1m": os.getloadavg()[0],
-            "wall_s": {f"{m}/{n}": v for (m, n), v in walls.items()},
-            "cpu_client_node_s": {f"{m}/{n}": v for (m, n), v in cpu.items()},
+            "wall_s": {"/".join(map(str, k)): v for k, v in walls.items()},
+            "cpu_client_node_s": {"/".join(map(str, k)): v for k, v in cpu.items()},
         }, indent=2))  # fmt: skip
 
 

@@ -34,6 +34,7 @@ FLAVORS = ("pve", "lxc")
 CT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CT_LANG = "C"
 AGENTS = ("auto", "python", "sh")
+DEFAULT_AGENT = "auto"
 
 # sh -c LAUNCH gpudoctor-agent PYTHON BOOTSTRAP AGENT: say which agent runs, then run it.
 LAUNCH = (
@@ -134,9 +135,10 @@ class ContainerHost(AgentHost):
         lxcpath: str | None = None,
         python: str = "python3",
         call_timeout: float = 30.0,
-        agent: str = "auto",
+        agent: str | None = None,
         enter: Sequence[str] | None = None,
     ) -> None:
+        agent = agent or DEFAULT_AGENT
         if agent not in AGENTS:
             raise HostError(f"unknown agent {agent!r} (expected one of {', '.join(AGENTS)})")
         self.parent = parent

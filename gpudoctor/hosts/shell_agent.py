@@ -9,7 +9,8 @@ op         inside the CT
 ========== ===================================================================
 stat       ``stat -L -c '%f %t %T %u %g %s %Y' PATH`` (no stat: ``ls -lnLd PATH``)
 try_open   ``(exec 3<>PATH)`` (``exec 3<PATH`` for read-only), errno from its message
-read_text  ``head -c LIMIT PATH | od -An -tx1 -v``
+read_text  ``head -c LIMIT PATH | while IFS= read -r l; do printf '|%s\n' "$l"; done``
+           (text: NUL bytes are lost; whole reads, as /proc/sys needs)
 read_bytes ``tail -c +OFF+1 PATH | head -c LEN | od -An -tx1 -v``
 list_dir   a glob loop (``PATH/* PATH/.[!.]* PATH/..?*``)
 disk_usage ``stat -f -c '%S %b %f %a' PATH`` (no stat: ``df -Pk PATH``)
@@ -33,7 +34,6 @@ from __future__ import annotations
 import base64
 import errno as errno_mod
 import os
-import queue
 import re
 import secrets
 import stat as stat_mod
@@ -71,8 +71,14 @@ while IFS=' ' read -r op arg p; do
     ex "$p" || continue
     if [ -d "$p" ]; then end err "Is a directory"; continue; fi
     o=$( (exec 3<"$p") 2>&1 ) || { bad "$o"; continue; }
-    if [ "$op" = read ]; then head -c "$arg" "$p"; else
-      tail -c "+$((${arg%:*} + 1))" "$p" | head -c "${arg#*:}"; fi 2>/dev/null | od -An -tx1 -v
+    if [ "$op" = read ]; then
+      head -c "$arg" "$p" 2>/dev/null | while :; do
+        if IFS= read -r l; then printf '|%s\n' "$l"
+        else [ -z "$l" ] || printf '!%s\n' "$l"; break; fi
+      done
+    else
+      tail -c "+$((${arg%:*} + 1))" "$p" 2>/dev/null | head -c "${arg#*:}" | od -An -tx1 -v
+    fi
     end ok ;;
   list)
     ex "$p" || continue
@@ -187,8 +193,11 @@ def usage_result(fields: list[str]) -> dict[str, int]:
 
 
 class ShellConnection:
-    """A running POSIX-sh agent (:data:`SH_AGENT`): one request at a time, bounded
-    reads, the agent killed at a call's deadline. Results have the python agent's shape."""
+    """A running POSIX-sh agent (:data:`SH_AGENT`): one request at a time, read in the
+    caller's thread while a timer watches the deadline (at which the agent is killed).
+    One reply may hold at most :data:`MAX_LINE` bytes, one agent send :data:`MAX_STREAM`;
+    whatever it writes between requests waits in the pipe (bounded by the kernel).
+    Results have the python agent's shape."""
 
     kind = "sh"
 
@@ -198,77 +207,66 @@ class ShellConnection:
         self.has_python = has_python
         self.broken: str | None = None
         self.received = 0
+        self._expired: str | None = None
         self._terminator = f"@gpd-{secrets.token_hex(8)}"
         self._call_lock = threading.Lock()
-        self._lines: queue.Queue[bytes | None] = queue.Queue()
-        self._queued = 0
-        self._queued_lock = threading.Lock()
         try:
             stream.write(f"{self._terminator}\n".encode())
         except (OSError, ValueError, EOFError) as exc:
-            raise self._stop(f"cannot talk to the shell agent: {exc}") from None
-        threading.Thread(target=self._read_lines, daemon=True).start()
+            raise self._stop(f"{label}: cannot talk to the shell agent: {exc}") from None
         _, status, rest = self._collect(START_TIMEOUT, "start")
         if status != "hello":
-            raise self._stop("the shell agent did not start")
+            raise self._stop(f"{label}: the shell agent did not start")
         self.hello = {"hello": "gpudoctor-sh-agent", "pid": rest}
 
-    def _read_lines(self) -> None:
-        """Move bounded lines from the stream to the queue; stop the agent when one line
-        or everything unread or everything received passes its bound."""
+    def _stop(self, message: str) -> HostError:
+        """Mark the connection broken (first reason wins), kill the agent; return the error."""
+        if not self.broken:
+            detail = self.stream.stderr_text().strip()
+            self.broken = message + (f" ({detail.splitlines()[-1][:300]})" if detail else "")
+        self.stream.abort()
+        return HostError(self.broken)
+
+    def _expire(self, message: str) -> None:
+        self._expired = message
+        self.broken = self.broken or message
+        self.stream.abort()
+
+    def _collect(self, timeout: float, op: str) -> tuple[list[bytes], str, str]:
+        """Read one answer: (data lines, status, rest of the terminator line)."""
+        timer = threading.Timer(
+            timeout,
+            self._expire,
+            (f"{self.label}: {op} got no answer within {timeout:g} s; the agent was stopped",),
+        )
+        timer.daemon = True
+        timer.start()
+        try:
+            return self._read_answer()
+        finally:
+            timer.cancel()
+
+    def _read_answer(self) -> tuple[list[bytes], str, str]:
+        data: list[bytes] = []
+        size = 0
+        marker = self._terminator.encode() + b" "
         while True:
             try:
                 line = read_line(self.stream, self.label)
             except BadReply as exc:
-                self._stop(str(exc))
-                break
+                raise self._stop(str(exc)) from None
             except (OSError, ValueError, EOFError):
                 line = b""
+            if self._expired:
+                raise HostError(self._expired)
             if not line:
-                break
+                raise self._stop(f"{self.label}: the connection to the agent was lost")
             self.received += len(line)
-            with self._queued_lock:
-                self._queued += len(line)
-                too_much = self._queued > MAX_LINE or self.received > MAX_STREAM
-            if too_much:
-                self._stop(f"{self.label}: the shell agent sent more than asked; it was stopped")
-                break
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def _stop(self, message: str) -> HostError:
-        detail = self.stream.stderr_text().strip() if not self.broken else ""
-        self.broken = self.broken or message + (
-            f" ({detail.splitlines()[-1][:300]})" if detail else ""
-        )
-        self.stream.abort()
-        self._lines.put(None)
-        return HostError(self.broken)
-
-    def _next(self, deadline: float) -> bytes:
-        wait = deadline - _now()
-        try:
-            line = self._lines.get(timeout=max(wait, 0.0)) if wait > 0 else self._lines.get_nowait()
-        except queue.Empty:
-            raise TimeoutError from None
-        if line is None:
-            self._lines.put(None)
-            raise HostError(self.broken or f"{self.label}: the connection to the agent was lost")
-        with self._queued_lock:
-            self._queued -= len(line)
-        return line
-
-    def _collect(self, timeout: float, op: str) -> tuple[list[bytes], str, str]:
-        deadline = _now() + timeout
-        data: list[bytes] = []
-        marker = self._terminator.encode() + b" "
-        while True:
-            try:
-                line = self._next(deadline)
-            except TimeoutError:
+            size += len(line)
+            if size > MAX_LINE or self.received > MAX_STREAM:
                 raise self._stop(
-                    f"{self.label}: {op} got no answer within {timeout:g} s; the agent was stopped"
-                ) from None
+                    f"{self.label}: the shell agent sent more than asked; it was stopped"
+                )
             if line.startswith(marker):
                 text = line[len(marker) :].decode("utf-8", "replace").rstrip("\n")
                 status, _, rest = text.partition(" ")
@@ -316,7 +314,7 @@ class ShellConnection:
             )
         if op == "read_text":
             limit = int(args.get("limit", 1 << 20))
-            return f"read {limit} {path}\n", lambda rest, data: hex_bytes(data).decode(
+            return f"read {limit} {path}\n", lambda rest, data: text_lines(data)[:limit].decode(
                 "utf-8", "replace"
             )
         if op == "read_bytes":
@@ -344,6 +342,20 @@ class ShellConnection:
 def hex_bytes(lines: list[bytes]) -> bytes:
     """Return the bytes of ``od -An -tx1 -v`` output lines."""
     return bytes.fromhex(b"".join(lines).decode("ascii").replace("\n", " "))
+
+
+def text_lines(lines: list[bytes]) -> bytes:
+    """Return the text of ``|LINE`` lines (each had a newline) and a final ``!LINE`` (the
+    file's last line, without newline)."""
+    out = []
+    for line in lines:
+        if line.startswith(b"|"):
+            out.append(line[1:])
+        elif line.startswith(b"!"):
+            out.append(line[1:].rstrip(b"\n"))
+        else:
+            raise ValueError("bad text line")
+    return b"".join(out)
 
 
 def names(lines: list[bytes]) -> list[str]:

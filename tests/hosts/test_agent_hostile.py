@@ -150,3 +150,58 @@ def test_reply_schema_is_enforced(hostile: Callable[..., Any], mode: str, messag
     host, _ = hostile(mode)
     with pytest.raises(BadReply, match=message):
         host.stat("/dev/null")
+
+
+def shell_agent(script: str, **kwargs: Any) -> tuple[AgentHost, list[ProcessStream]]:
+    """An AgentHost whose CT side is a hostile REAL shell posing as the sh agent (it
+    answers the hello with the client's terminator, then runs ``script``)."""
+    from gpudoctor.hosts.shell_agent import ShellConnection
+
+    streams: list[ProcessStream] = []
+    prelude = 'read -r T; printf "%s hello $$\\n" "$T"; read -r request; '
+
+    def start() -> ProcessStream:
+        streams.append(ProcessStream(["sh", "-c", prelude + script]))
+        return streams[-1]
+
+    host = AgentHost(start, name="ct667", connect=ShellConnection, **kwargs)
+    return host, streams
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [
+        ("yes | tr -d '\\n'", r"ct667: .*longer than 16 MiB"),
+        (
+            "yes \"$(head -c 65000 /dev/zero | tr '\\0' a)\"",
+            r"ct667: the shell agent sent more than asked",
+        ),
+    ],
+    ids=["endless-line", "flood"],
+)
+def test_hostile_shell_agent_is_bounded(script: str, message: str) -> None:
+    """Attack: the sh agent (a CT without python3) answers a stat with an endless line,
+    or with endless 64 KiB lines before any terminator. Blocked: at most 16 MiB is read,
+    then the agent is killed."""
+    host, streams = shell_agent(script)
+    try:
+        with PeakRss() as rss, pytest.raises(HostError, match=message):
+            host.stat("/dev/null")
+        assert_dead(streams[0])
+        assert rss.growth < 100 * MIB, rss.growth
+    finally:
+        host.close()
+
+
+def test_silent_shell_agent_is_killed_at_the_deadline() -> None:
+    """Attack: the sh agent never answers. Blocked: the call ends at its deadline and the
+    agent is killed."""
+    host, streams = shell_agent("sleep 3600", call_timeout=0.5)
+    try:
+        with pytest.raises(
+            HostError, match=r"ct667: stat got no answer within 0\.5 s; the agent was stopped"
+        ):
+            host.stat("/dev/null")
+        assert_dead(streams[0])
+    finally:
+        host.close()

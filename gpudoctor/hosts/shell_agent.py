@@ -19,8 +19,9 @@ ping       ``$$``
 
 Protocol: the client first sends a random terminator ``T`` on a line; then one request
 per line, ``OP ARG PATH`` (ARG ``-`` when unused; PATH absolute, no newline). The agent
-answers with data lines (hex dumps, or ``|NAME`` entries), then ``T ok [FIELDS]`` or
-``T err MESSAGE`` where MESSAGE is the strerror text of the failing tool. Requests are
+answers with data lines (``|LINE`` text, hex dumps, or ``|NAME`` entries), then ``T ok
+[FIELDS]`` or ``T err MESSAGE`` where MESSAGE is the strerror text of the failing tool; the
+whole answer goes out in ONE write (one SSH packet, not one per line). Requests are
 served one at a time. ``run`` is not served here: the container host runs commands with
 a fresh ``lxc-attach``/``pct exec`` instead.
 
@@ -42,13 +43,16 @@ import time
 from typing import Any
 
 from gpudoctor.hosts.base import HostError
-from gpudoctor.hosts.remote import MAX_LINE, MAX_STREAM, START_TIMEOUT, ByteStream, read_line
+from gpudoctor.hosts.remote import MAX_LINE, MAX_STREAM, START_TIMEOUT, ByteStream
 from gpudoctor.hosts.replies import BadReply
 
 SH_AGENT = r"""
 IFS= read -r T || exit 0
 S=; command -v stat >/dev/null 2>&1 && S=1
-end() { printf '%s %s\n' "$T" "$*"; }
+NL='
+'
+R=
+end() { printf '%s%s %s\n' "$R" "$T" "$*"; R=; }
 bad() { end err "${1##*: }"; }
 ex() {
   [ -e "$1" ] && return 0
@@ -72,20 +76,22 @@ while IFS=' ' read -r op arg p; do
     if [ -d "$p" ]; then end err "Is a directory"; continue; fi
     o=$( (exec 3<"$p") 2>&1 ) || { bad "$o"; continue; }
     if [ "$op" = read ]; then
-      head -c "$arg" "$p" 2>/dev/null | while :; do
+      R=$(head -c "$arg" "$p" 2>/dev/null | while :; do
         if IFS= read -r l; then printf '|%s\n' "$l"
         else [ -z "$l" ] || printf '!%s\n' "$l"; break; fi
-      done
+      done; echo .)
     else
-      tail -c "+$((${arg%:*} + 1))" "$p" 2>/dev/null | head -c "${arg#*:}" | od -An -tx1 -v
+      R=$(tail -c "+$((${arg%:*} + 1))" "$p" 2>/dev/null | head -c "${arg#*:}" | od -An -tx1 -v
+        echo .)
     fi
+    R=${R%.}
     end ok ;;
   list)
     ex "$p" || continue
     if [ ! -d "$p" ]; then end err "Not a directory"; continue; fi
     o=$( (cd "$p") 2>&1 ) || { bad "$o"; continue; }
     for f in "$p"/* "$p"/.[!.]* "$p"/..?*; do
-      if [ -e "$f" ] || [ -L "$f" ]; then printf '|%s\n' "${f##*/}"; fi
+      if [ -e "$f" ] || [ -L "$f" ]; then R="$R|${f##*/}$NL"; fi
     done
     end ok ;;
   df)
@@ -210,6 +216,11 @@ class ShellConnection:
         self._expired: str | None = None
         self._terminator = f"@gpd-{secrets.token_hex(8)}"
         self._call_lock = threading.Lock()
+        self._buf = bytearray()
+        self._clock = threading.Condition()
+        self._deadline: tuple[float, str] | None = None
+        self._closed = False
+        threading.Thread(target=self._watch, daemon=True).start()
         try:
             stream.write(f"{self._terminator}\n".encode())
         except (OSError, ValueError, EOFError) as exc:
@@ -225,52 +236,81 @@ class ShellConnection:
             detail = self.stream.stderr_text().strip()
             self.broken = message + (f" ({detail.splitlines()[-1][:300]})" if detail else "")
         self.stream.abort()
+        with self._clock:
+            self._closed = True
+            self._clock.notify()
         return HostError(self.broken)
 
-    def _expire(self, message: str) -> None:
-        self._expired = message
-        self.broken = self.broken or message
-        self.stream.abort()
+    def _watch(self) -> None:
+        """The connection's watchdog: kill the agent when a call's deadline passes."""
+        with self._clock:
+            while not self._closed:
+                if self._deadline is None:
+                    self._clock.wait()
+                    continue
+                left = self._deadline[0] - time.monotonic()
+                if left > 0:
+                    self._clock.wait(left)
+                    continue
+                self._expired = self._deadline[1]
+                self.broken = self.broken or self._expired
+                self._deadline = None
+                self.stream.abort()
+
+    def _set_deadline(self, deadline: tuple[float, str] | None) -> None:
+        with self._clock:
+            self._deadline = deadline
+            self._clock.notify()
 
     def _collect(self, timeout: float, op: str) -> tuple[list[bytes], str, str]:
-        """Read one answer: (data lines, status, rest of the terminator line)."""
-        timer = threading.Timer(
-            timeout,
-            self._expire,
-            (f"{self.label}: {op} got no answer within {timeout:g} s; the agent was stopped",),
-        )
-        timer.daemon = True
-        timer.start()
+        """Read one answer under a deadline: (data lines, status, rest of its last line)."""
+        message = f"{self.label}: {op} got no answer within {timeout:g} s; the agent was stopped"
+        self._set_deadline((time.monotonic() + timeout, message))
         try:
             return self._read_answer()
         finally:
-            timer.cancel()
+            self._set_deadline(None)
 
     def _read_answer(self) -> tuple[list[bytes], str, str]:
         data: list[bytes] = []
         size = 0
         marker = self._terminator.encode() + b" "
+        buf = self._buf
+        start = 0
         while True:
-            try:
-                line = read_line(self.stream, self.label)
-            except BadReply as exc:
-                raise self._stop(str(exc)) from None
-            except (OSError, ValueError, EOFError):
-                line = b""
-            if self._expired:
-                raise HostError(self._expired)
-            if not line:
-                raise self._stop(f"{self.label}: the connection to the agent was lost")
-            self.received += len(line)
-            size += len(line)
-            if size > MAX_LINE or self.received > MAX_STREAM:
-                raise self._stop(
-                    f"{self.label}: the shell agent sent more than asked; it was stopped"
-                )
+            end = buf.find(b"\n", start)
+            if end < 0:
+                del buf[:start]
+                start = 0
+                if len(buf) > MAX_LINE:
+                    raise self._stop(f"{self.label}: the agent sent a line longer than "
+                                     f"{MAX_LINE >> 20} MiB; it was stopped")  # fmt: skip
+                try:
+                    chunk = self.stream.read_some(1 << 16)
+                except (OSError, ValueError, EOFError):
+                    chunk = b""
+                if self._expired:
+                    raise HostError(self._expired)
+                if not chunk:
+                    raise self._stop(f"{self.label}: the connection to the agent was lost")
+                self.received += len(chunk)
+                if self.received > MAX_STREAM:
+                    raise self._stop(f"{self.label}: the shell agent sent more than asked; "
+                                     "it was stopped")  # fmt: skip
+                buf += chunk
+                continue
+            line = bytes(buf[start : end + 1])
+            start = end + 1
             if line.startswith(marker):
+                del buf[:start]
                 text = line[len(marker) :].decode("utf-8", "replace").rstrip("\n")
                 status, _, rest = text.partition(" ")
                 return data, status, rest
+            size += len(line)
+            if size > MAX_LINE:
+                raise self._stop(
+                    f"{self.label}: the shell agent sent more than asked; it was stopped"
+                )
             data.append(line)
 
     def call(self, op: str, args: dict[str, Any], timeout: float) -> Any:
@@ -334,8 +374,11 @@ class ShellConnection:
         return not self._call_lock.locked()
 
     def close(self) -> None:
-        """End the agent (EOF on its stdin) and close the stream."""
+        """End the agent (EOF on its stdin), close the stream, end the watchdog."""
         self.broken = self.broken or f"{self.label}: the connection was closed"
+        with self._clock:
+            self._closed = True
+            self._clock.notify()
         self.stream.close()
 
 

@@ -72,6 +72,15 @@ class ChannelStream(ByteStream):
         (``b""`` at EOF)."""
         return self._out.readline(limit)
 
+    def read_some(self, limit: int) -> bytes:
+        """Return up to ``limit`` bytes of the remote stdout as they come (``b""`` at EOF):
+        first what :meth:`readline` buffered, then straight from the channel."""
+        buffered = getattr(self._out, "_rbuffer", b"")
+        if buffered:
+            self._out._rbuffer = bytes(buffered[limit:])  # type: ignore[attr-defined]
+            return bytes(buffered[:limit])
+        return self.channel.recv(limit)
+
     def stderr_text(self) -> str:
         """Return the remote command's stderr so far."""
         if self.channel.exit_status_ready():

@@ -31,6 +31,11 @@ class ByteStream(abc.ABC):
         """Return the next line (with its newline), at most ``limit`` bytes (a longer line
         comes back cut, without newline), or ``b""`` at EOF."""
 
+    def read_some(self, limit: int) -> bytes:
+        """Return what is available now (at least one byte, at most ``limit``; blocks until
+        then), or ``b""`` at EOF. Default: one line."""
+        return self.readline(limit)
+
     @abc.abstractmethod
     def stderr_text(self) -> str:
         """Return what the process wrote on stderr so far (best effort, for errors)."""
@@ -80,6 +85,11 @@ class ProcessStream(ByteStream):
         at EOF)."""
         assert self.proc.stdout is not None
         return self.proc.stdout.readline(limit)
+
+    def read_some(self, limit: int) -> bytes:
+        """Return up to ``limit`` bytes of stdout as they come (``b""`` at EOF)."""
+        assert self.proc.stdout is not None
+        return self.proc.stdout.read1(limit)
 
     def stderr_text(self) -> str:
         """Return the process's stderr so far (after a short wait if it has exited)."""

@@ -34,7 +34,7 @@ FLAVORS = ("pve", "lxc")
 CT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CT_LANG = "C"
 AGENTS = ("auto", "python", "sh")
-DEFAULT_AGENT = "auto"
+DEFAULT_AGENT = "sh"
 
 # sh -c LAUNCH gpudoctor-agent PYTHON BOOTSTRAP AGENT: say which agent runs, then run it.
 LAUNCH = (

@@ -9,9 +9,8 @@ op         inside the CT
 ========== ===================================================================
 stat       ``stat -L -c '%f %t %T %u %g %s %Y' PATH`` (no stat: ``ls -lnLd PATH``)
 try_open   ``(exec 3<>PATH)`` (``exec 3<PATH`` for read-only), errno from its message
-read_text  ``head -c LIMIT PATH | while IFS= read -r l; do printf '|%s\n' "$l"; done``
-           (text: NUL bytes are lost; whole reads, as /proc/sys needs)
-read_bytes ``tail -c +OFF+1 PATH | head -c LEN | od -An -tx1 -v``
+read_text  ``R=$(head -c LIMIT PATH)`` (text: NUL bytes dropped; one write with the answer)
+read_bytes ``tail -c +OFF+1 PATH | head -c LEN`` (raw bytes, then a newline)
 list_dir   a glob loop (``PATH/* PATH/.[!.]* PATH/..?*``)
 disk_usage ``stat -f -c '%S %b %f %a' PATH`` (no stat: ``df -Pk PATH``)
 ping       ``$$``
@@ -19,9 +18,11 @@ ping       ``$$``
 
 Protocol: the client first sends a random terminator ``T`` on a line; then one request
 per line, ``OP ARG PATH`` (ARG ``-`` when unused; PATH absolute, no newline). The agent
-answers with data lines (``|LINE`` text, hex dumps, or ``|NAME`` entries), then ``T ok
-[FIELDS]`` or ``T err MESSAGE`` where MESSAGE is the strerror text of the failing tool; the
-whole answer goes out in ONE write (one SSH packet, not one per line). Requests are
+answers with data (a file's raw bytes and a newline, or ``|NAME`` entries), then ``T ok
+[FIELDS]`` or ``T err MESSAGE`` where MESSAGE is the strerror text of the failing tool. Few
+processes are started per request (builtins where a shell has them) and few writes made.
+Only a CT-side process that knows the session's terminator could forge an answer, and
+then only about its own CT. Requests are
 served one at a time. ``run`` is not served here: the container host runs commands with
 a fresh ``lxc-attach``/``pct exec`` instead.
 
@@ -56,8 +57,11 @@ end() { printf '%s%s %s\n' "$R" "$T" "$*"; R=; }
 bad() { end err "${1##*: }"; }
 ex() {
   [ -e "$1" ] && return 0
-  o=$(ls -dL "$1" 2>&1) && o="No such file or directory"
-  bad "${o:-No such file or directory}"; return 1
+  d=$1
+  while d=${d%/*}; [ -n "$d" ] && [ ! -e "$d" ]; do :; done
+  if [ -z "$d" ] || [ -d "$d" ]; then end err "No such file or directory"
+  else end err "Not a directory"; fi
+  return 1
 }
 end hello "$$"
 while IFS=' ' read -r op arg p; do
@@ -65,7 +69,8 @@ while IFS=' ' read -r op arg p; do
   stat)
     ex "$p" || continue
     if [ -n "$S" ]; then
-      if o=$(stat -L -c '%f %t %T %u %g %s %Y' "$p" 2>&1); then end ok "s $o"; else bad "$o"; fi
+      stat -L -c "$T ok s %f %t %T %u %g %s %Y" "$p" 2>/dev/null \
+        || bad "$(stat -L -c %f "$p" 2>&1)"
     elif o=$(ls -lnLd "$p" 2>&1); then end ok "l $o"; else bad "$o"; fi ;;
   open)
     ex "$p" || continue
@@ -74,17 +79,13 @@ while IFS=' ' read -r op arg p; do
   read|bytes)
     ex "$p" || continue
     if [ -d "$p" ]; then end err "Is a directory"; continue; fi
-    o=$( (exec 3<"$p") 2>&1 ) || { bad "$o"; continue; }
-    if [ "$op" = read ]; then
-      R=$(head -c "$arg" "$p" 2>/dev/null | while :; do
-        if IFS= read -r l; then printf '|%s\n' "$l"
-        else [ -z "$l" ] || printf '!%s\n' "$l"; break; fi
-      done; echo .)
+    if [ ! -r "$p" ]; then end err "Permission denied"; continue; fi
+    if [ "$op" = read ]; then R=$(head -c "$arg" "$p" 2>/dev/null; echo .); R="${R%.}$NL"
     else
-      R=$(tail -c "+$((${arg%:*} + 1))" "$p" 2>/dev/null | head -c "${arg#*:}" | od -An -tx1 -v
-        echo .)
+      if [ "${arg%:*}" = 0 ]; then head -c "${arg#*:}" "$p"
+      else tail -c "+$((${arg%:*} + 1))" "$p" | head -c "${arg#*:}"; fi 2>/dev/null
+      printf '\n'
     fi
-    R=${R%.}
     end ok ;;
   list)
     ex "$p" || continue
@@ -96,7 +97,7 @@ while IFS=' ' read -r op arg p; do
     end ok ;;
   df)
     ex "$p" || continue
-    if [ -n "$S" ] && o=$(stat -f -c '%S %b %f %a' "$p" 2>&1); then end ok "s $o"
+    if [ -n "$S" ] && stat -f -c "$T ok s %S %b %f %a" "$p" 2>/dev/null; then :
     elif o=$(df -Pk "$p" 2>&1); then end ok "d $(printf '%s\n' "$o" | tail -n 1)"
     else bad "$o"; fi ;;
   ping) end ok "$$" ;;
@@ -354,12 +355,12 @@ class ShellConnection:
             )
         if op == "read_text":
             limit = int(args.get("limit", 1 << 20))
-            return f"read {limit} {path}\n", lambda rest, data: text_lines(data)[:limit].decode(
+            return f"read {limit} {path}\n", lambda rest, data: raw(data)[:limit].decode(
                 "utf-8", "replace"
             )
         if op == "read_bytes":
             offset, length = int(args.get("offset", 0)), int(args["length"])
-            return f"bytes {offset}:{length} {path}\n", lambda rest, data: _b64(hex_bytes(data))
+            return f"bytes {offset}:{length} {path}\n", lambda rest, data: _b64(raw(data)[:length])
         if op == "list_dir":
             return f"list - {path}\n", lambda rest, data: sorted(names(data))
         if op == "disk_usage":
@@ -382,23 +383,13 @@ class ShellConnection:
         self.stream.close()
 
 
-def hex_bytes(lines: list[bytes]) -> bytes:
-    """Return the bytes of ``od -An -tx1 -v`` output lines."""
-    return bytes.fromhex(b"".join(lines).decode("ascii").replace("\n", " "))
-
-
-def text_lines(lines: list[bytes]) -> bytes:
-    """Return the text of ``|LINE`` lines (each had a newline) and a final ``!LINE`` (the
-    file's last line, without newline)."""
-    out = []
-    for line in lines:
-        if line.startswith(b"|"):
-            out.append(line[1:])
-        elif line.startswith(b"!"):
-            out.append(line[1:].rstrip(b"\n"))
-        else:
-            raise ValueError("bad text line")
-    return b"".join(out)
+def raw(lines: list[bytes]) -> bytes:
+    """Return a file's bytes sent raw: all data lines, less the newline the agent adds
+    before its terminator line."""
+    data = b"".join(lines)
+    if not data.endswith(b"\n"):
+        raise ValueError("unterminated data")
+    return data[:-1]
 
 
 def names(lines: list[bytes]) -> list[str]:

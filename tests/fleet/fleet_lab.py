@@ -4,10 +4,9 @@ reached through the lab's real sshd on 127.0.0.1, plus an unreachable "node".
 Built from tests/lab (reused, not changed). What this module adds, because the lab does
 not have it:
 
-* a container whose probe HANGS: a ``python3`` wrapper that only sleeps, bind-mounted over
-  the container's ``/usr/local/bin`` (first on the PATH that ``lxc-attach`` keeps from the
-  SSH session), so ``lxc-attach -- python3 -I -c AGENT`` never answers: a real blocked
-  command, nothing mocked;
+* a container whose probe HANGS: ``python3``, ``head``, ``stat``... wrappers that only
+  sleep, bind-mounted over the container's ``/usr/local/bin`` (first on the CT's PATH), so
+  the agent (python or POSIX-sh) never answers: a real blocked command, nothing mocked;
 * a container whose NEXT start fails once: a real LXC ``lxc.hook.pre-start`` script that
   exits 1 while a marker file exists (and removes it), like a failing Proxmox hookscript;
 * a dead node: a TCP port on 127.0.0.1 that nothing listens on.
@@ -28,6 +27,8 @@ from tests.lab.lxc import Lab, LabContainer
 from tests.lab.sshd import LabSSHD, free_port
 
 HANG_SCRIPT = "#!/bin/sh\n# stands for a hung probe: never answers\nexec sleep 600\n"
+# The programs the in-CT agents run (python3 for the python agent; the sh agent's tools).
+HUNG_TOOLS = ("python3", "head", "stat", "tail", "ls", "df")
 HOOK_SCRIPT = """#!/bin/sh
 # lxc.hook.pre-start: fail once while the marker exists (an injected start failure)
 if [ -e "{marker}" ]; then rm -f "{marker}"; echo "injected pre-start failure" >&2; exit 1; fi
@@ -87,9 +88,10 @@ class LabFleet:
         """A running container whose ``python3`` (first on PATH) blocks forever."""
         hang_dir = self.workdir / f"hang-{kind}"
         hang_dir.mkdir(parents=True, exist_ok=True)
-        wrapper = hang_dir / "python3"
-        wrapper.write_text(HANG_SCRIPT)
-        wrapper.chmod(0o755)
+        for tool in HUNG_TOOLS:
+            wrapper = hang_dir / tool
+            wrapper.write_text(HANG_SCRIPT)
+            wrapper.chmod(0o755)
         mount = f"lxc.mount.entry = {hang_dir} usr/local/bin none ro,bind 0 0"
         return self.denied(kind, (mount,))
 

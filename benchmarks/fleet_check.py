@@ -10,11 +10,13 @@ catalogue inside every CT and its config check on the host) with:
   parallel     --parallel 8 (default: at most 4 per node, MaxSessions-safe)
   parallel/8   --parallel 8 with 8 per node (one big node)
 
-and prints medians plus the ratios: speed-up over sequential, and T(N)/T(1) of the
-parallel runner (goal: T(20) <= 2 x T(1) on a 2-core machine).
+and prints medians, T(N)/T(1) and the CPU per CT (client, node side, per extra CT). With
+``--agents python,sh`` the in-CT agent is switched between runs of the same lab, so both
+are measured side by side in one run (``sh`` is the default agent; ``python`` the
+``python3`` agent it replaced).
 
 Usage: sudo .venv/bin/python benchmarks/fleet_check.py [--runs N] [--sizes 1,5,10,20]
-       [--only device,ct] [--json OUT]
+       [--only device,ct] [--agents python,sh] [--modes parallel] [--json OUT]
 """
 
 from __future__ import annotations

@@ -7,9 +7,12 @@ sh -c LAUNCH`` (flavor ``lxc``); its stdin/stdout carry the protocol. Every comm
 in the container gets that clean, minimal environment: nothing of gpudoctor's own
 (``HF_TOKEN``, ``PVE_TOKEN_SECRET``, ``PVE_PASSWORD``, ...) is passed in.
 
-``LAUNCH`` starts the python agent (:mod:`gpudoctor.hosts.agent`) when the CT has
-``python3``, else the POSIX-sh agent (:mod:`gpudoctor.hosts.shell_agent`): nothing needs
-to be installed in the container for the device checks, not even python3.
+``LAUNCH`` says whether the CT has ``python3``, then starts the POSIX-sh agent
+(:mod:`gpudoctor.hosts.shell_agent`: busybox ash, dash), the default: one ``sh`` per CT
+answers every check, no interpreter is started. ``agent="python"`` (or ``auto``) starts the
+python agent (:mod:`gpudoctor.hosts.agent`) where ``python3`` exists, else the sh one.
+Nothing needs to be installed in the container for the device checks, not even python3;
+the CUDA/NVML probe runs ``python3`` through :meth:`ContainerHost.run` where it exists.
 """
 
 from __future__ import annotations
@@ -118,9 +121,9 @@ class ContainerHost(AgentHost):
         flavor: ``pve`` (``pct exec``) or ``lxc`` (``lxc-attach``).
         lxcpath: LXC's container directory for flavor ``lxc`` (``-P``); None = default.
         python: the interpreter inside the container.
-        agent: ``auto`` (python agent when ``python`` is there, else the POSIX-sh agent),
-            ``python`` (same), or ``sh`` (always the sh agent; commands and the GPU probe
-            still use ``python`` through :meth:`run`).
+        agent: ``sh`` (the default, :data:`DEFAULT_AGENT`: the POSIX-sh agent; commands
+            and the GPU probe still use ``python`` through :meth:`run`), or ``python`` /
+            ``auto`` (the python agent where ``python`` is there, else the sh agent).
         enter: the argv prefix that enters the CT (default :func:`enter_command`).
 
     The name is ``<host>/ct<id>`` (``pve1/ct200``) for Proxmox, ``<host>/<name>`` for

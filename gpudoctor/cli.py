@@ -2,7 +2,8 @@
 
 Only click is imported at start-up, so ``gpudoctor --help`` stays fast; each
 subcommand's module (and its heavy dependencies) is imported when it is invoked.
-Exit codes: 0 healthy / done, 1 gpudoctor's own error, 2 usage, 3 at least one FAIL.
+Exit codes: 0 healthy / done, 1 gpudoctor's own error, 2 usage, 3 at least one FAIL,
+130 interrupted (the error policy: :mod:`gpudoctor.errors`).
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def cli(debug: bool = False) -> None:
       gpudoctor bench plan.toml --out runs/qwen3      # runs or resumes the matrix
 
     Exit codes: 0 healthy, 1 gpudoctor error, 2 usage error, 3 at least one FAIL,
-    130 interrupted. An error is one line on stderr:
+    130 interrupted; each command's --help lists its own (check 4: nothing was
+    checked; fix 4: changes pending). An error is one line on stderr:
     `gpudoctor: error: <what failed>; <what to do>` (--debug adds the traceback).
     """
     errors.set_debug(debug)
@@ -100,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return int(exc.exit_code or 0)
     except click.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `gpudoctor`, `gpudoctor bench`: help
+            click.echo(exc.format_message())
+            what = "no command given"
+            return errors.report(what, "pick one of the commands above", EXIT_USAGE, args)
         path = exc.ctx.command_path if exc.ctx is not None else "gpudoctor"
         hint = errors.USAGE_HINT.format(command=path)
         return errors.report(exc.format_message(), hint, EXIT_USAGE, args)

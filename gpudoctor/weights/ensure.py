@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from gpudoctor.weights import localfs
+from gpudoctor.weights import localfs, trust
 from gpudoctor.weights.errors import VerifyError, WeightsError
 from gpudoctor.weights.manifest import Manifest, ManifestFile, utc_now_iso
 from gpudoctor.weights.plan import WorkPlan, plan_work, revision_matches
@@ -138,7 +138,8 @@ def ensure(req: EnsureRequest, progress: Progress) -> EnsureResult:
     """
     t0 = time.monotonic()
     _check_request(req)
-    req = replace(req, target=req.target.absolute())
+    req = replace(req, target=trust.safe_location(req.target))
+    trust.check_dir(req.target, "--to")
     local = localfs.read_manifest(req.target)
     if (
         req.verify == "quick"
@@ -169,32 +170,42 @@ def _ensure_locked(req: EnsureRequest, progress: Progress, t0: float) -> EnsureR
             f"{target} holds {local.repo_id}, not {req.repo_id}: choose another --to"
         )
     mirror_path = localfs.mirror_dir(req.mirror, req.repo_id) if req.mirror else None
-    mirrored = localfs.read_manifest(mirror_path) if mirror_path else None
+    mirrored = None
+    if mirror_path is not None and trust.check_dir(mirror_path, "the mirror"):
+        mirrored = localfs.read_manifest(mirror_path)
     if mirrored is not None and (
-        mirrored.repo_id != req.repo_id or quick_verify(mirror_path, mirrored.files)
+        mirrored.repo_id != req.repo_id
+        or quick_verify(mirror_path, mirrored.files, follow_symlinks=True)
     ):
         mirrored = None
     source = _choose_source(req, local, mirrored)
+    reserved = [f.path for f in source.files if trust.reserved_name(f.path)]
+    if reserved:
+        raise WeightsError(
+            f"{req.repo_id} has a file named {reserved[0]!r}, which collides with gpudoctor's"
+            " own bookkeeping (.gpudoctor-*, .cache/huggingface/); refusing to fetch it"
+        )
     known_bad: frozenset[str] = frozenset()
+    target_exists = trust.check_dir(target, "--to")
+    partial_exists = trust.check_dir(partial, "the partial directory of an earlier run")
     if local is not None and local.revision == source.revision:
-        problems = _problems(target, local.files, req.verify, progress)
-        if not problems:
+        problems = _problems(target, source.files, req.verify, progress)
+        if not problems and local.files == source.files:
             return _complete_result(req, local, t0)
         known_bad = frozenset(p.path for p in problems)
-    if target.exists() and partial.exists():
+    if target_exists and partial_exists:
         raise WeightsError(f"both {target} and {partial} exist: remove the one you do not want")
-    if target.exists() and not target.is_dir():
-        raise WeightsError(f"{target} exists and is not a directory")
-    existing = partial if partial.exists() else target if target.exists() else None
+    existing = partial if partial_exists else target if target_exists else None
     plan = _plan_for(existing, local, source, req.repo_id, known_bad)
     _precheck_space(req, source, plan.fetch, mirror_path, mirrored)
 
     if existing == target:
         os.rename(target, partial)
-    try:
-        partial.mkdir(parents=True, exist_ok=True)
-    except PermissionError:
-        raise WeightsError(f"permission denied: cannot create {partial}") from None
+    elif existing is None:
+        try:
+            os.mkdir(partial, 0o700)
+        except PermissionError:
+            raise WeightsError(f"permission denied: cannot create {partial}") from None
     localfs.write_partial_marker(partial, req.repo_id, source.revision)
     localfs.clean_incomplete(partial)
     localfs.remove_files(partial, plan.delete)
@@ -271,9 +282,12 @@ def _choose_source(
 
     if mirrored is not None and revision_matches(req.revision, mirrored.revision):
         return _Source(mirrored.files, mirrored.revision, "mirror")
-    if local is not None and revision_matches(req.revision, local.revision):
+    local_ok = local is not None and revision_matches(req.revision, local.revision)
+    if local_ok and req.verify == "quick":
         return _Source(local.files, local.revision, "hub")
-    snapshot = hub.fetch_snapshot(req.repo_id, req.revision)
+    # --verify full hashes against the Hub's (or the mirror's) list, never the target's own.
+    revision = local.revision if local_ok and local is not None else req.revision
+    snapshot = hub.fetch_snapshot(req.repo_id, revision)
     if mirrored is not None and mirrored.revision == snapshot.revision:
         return _Source(mirrored.files, mirrored.revision, "mirror")
     return _Source(snapshot.files, snapshot.revision, "hub")

@@ -26,8 +26,10 @@ def partial_dir(target: Path) -> Path:
 
 
 def lock_path(target: Path) -> Path:
-    """Return the sibling lock file that serialises runs on ``target``."""
-    return target.with_name(f".{target.name}.gpudoctor-lock")
+    """Return the lock file that serialises runs on ``target`` (in our private lock dir)."""
+    from gpudoctor.weights.trust import lock_path as private_lock_path
+
+    return private_lock_path(target)
 
 
 def mirror_dir(mirror_root: Path, repo_id: str) -> Path:
@@ -35,27 +37,65 @@ def mirror_dir(mirror_root: Path, repo_id: str) -> Path:
     return mirror_root.joinpath(*repo_id.split("/"))
 
 
-def read_manifest(directory: Path) -> Manifest | None:
-    """Return the manifest in ``directory``, or None when absent or unreadable/invalid."""
-    try:
-        return parse_manifest((directory / MANIFEST_NAME).read_text())
-    except (OSError, ValueError):
+def read_trusted_text(path: Path, what: str) -> str | None:
+    """Return the text of ``path`` if it exists, read without following a symlink.
+
+    Raises UntrustedError when another user owns it or others can write it.
+    """
+    from gpudoctor.weights.trust import open_trusted
+
+    fd = open_trusted(path, what)
+    if fd is None:
         return None
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(64 << 20).decode("utf-8", "replace")
+
+
+def read_manifest(directory: Path) -> Manifest | None:
+    """Return the manifest in ``directory``, or None when absent or invalid.
+
+    Raises UntrustedError for a manifest that is a symlink, another user's, or
+    writable by others (see :mod:`gpudoctor.weights.trust`).
+    """
+    try:
+        text = read_trusted_text(directory / MANIFEST_NAME, "a gpudoctor manifest")
+    except NotADirectoryError:
+        return None
+    if text is None:
+        return None
+    try:
+        return parse_manifest(text)
+    except ValueError:
+        return None
+
+
+def write_private(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write ``text`` to ``path`` atomically: a new temp file (``O_EXCL|O_NOFOLLOW``) + rename."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:
     """Write ``directory/.gpudoctor-manifest.json`` atomically (temp file + rename)."""
-    tmp = directory / (MANIFEST_NAME + ".tmp")
-    tmp.write_text(manifest.to_json())
-    os.replace(tmp, directory / MANIFEST_NAME)
+    write_private(directory / MANIFEST_NAME, manifest.to_json())
 
 
-def file_sizes(directory: Path, paths: Iterable[str]) -> dict[str, int | None]:
-    """Return {path: size in bytes, or None when missing / not a regular file} (``stat``)."""
+def file_sizes(
+    directory: Path, paths: Iterable[str], follow_symlinks: bool = False
+) -> dict[str, int | None]:
+    """Return {path: size in bytes, or None when missing / not a regular file} (``stat``).
+
+    A symlink counts as missing unless ``follow_symlinks`` (used for a mirror only).
+    """
     sizes: dict[str, int | None] = {}
     for rel in paths:
         try:
-            st = os.stat(directory / rel)
+            st = os.stat(directory / rel, follow_symlinks=follow_symlinks)
         except OSError:
             sizes[rel] = None
             continue
@@ -141,8 +181,7 @@ def locked(target: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``target``'s lock file; fail at once if another run has it."""
     path = lock_path(target)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except PermissionError:
         raise WeightsError(f"permission denied: cannot write in {path.parent}") from None
     try:
@@ -190,7 +229,7 @@ def write_partial_marker(partial: Path, repo_id: str, revision: str) -> None:
     """Record in ``partial`` which repo and revision it is being built for."""
     import json
 
-    (partial / PARTIAL_MARKER).write_text(json.dumps({"repo_id": repo_id, "revision": revision}))
+    write_private(partial / PARTIAL_MARKER, json.dumps({"repo_id": repo_id, "revision": revision}))
 
 
 def read_partial_marker(partial: Path) -> tuple[str, str] | None:
@@ -198,7 +237,7 @@ def read_partial_marker(partial: Path) -> tuple[str, str] | None:
     import json
 
     try:
-        doc = json.loads((partial / PARTIAL_MARKER).read_text())
+        doc = json.loads(read_trusted_text(partial / PARTIAL_MARKER, "a partial marker") or "")
         return str(doc["repo_id"]), str(doc["revision"])
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from gpudoctor.weights import localfs
+from gpudoctor.weights import localfs, trust
 from gpudoctor.weights.progress import Progress
 from gpudoctor.weights.verify import FileProblem, full_verify, quick_verify
 
@@ -18,7 +18,8 @@ class StatusResult:
         target: the directory asked about.
         state: ``complete`` (manifest present, every file verified), ``incomplete``
             (manifest present, files missing or wrong), ``unmanaged`` (exists, no
-            valid manifest) or ``missing`` (does not exist).
+            valid manifest), ``missing`` (does not exist) or ``untrusted`` (a symlink,
+            another user's, or writable by others: see :mod:`gpudoctor.weights.trust`).
         repo_id: from the manifest ("" when none).
         revision: from the manifest ("" when none).
         created_at: when the manifest was written ("" when none).
@@ -57,9 +58,13 @@ def status(target: Path, progress: Progress, verify: str = "quick") -> StatusRes
     target = target.absolute()
     partial = localfs.partial_dir(target)
     partial_text = str(partial) if partial.exists() else ""
-    if not target.exists():
-        return StatusResult(str(target), "missing", verify=verify, partial=partial_text)
-    manifest = localfs.read_manifest(target)
+    try:
+        if not trust.check_dir(target, "the model directory"):
+            return StatusResult(str(target), "missing", verify=verify, partial=partial_text)
+        manifest = localfs.read_manifest(target)
+    except trust.UntrustedError as exc:
+        problem = FileProblem(".", "untrusted", str(exc))
+        return StatusResult(str(target), "untrusted", verify=verify, problems=(problem,))
     if manifest is None:
         return StatusResult(str(target), "unmanaged", verify=verify, partial=partial_text)
     if verify == "full":

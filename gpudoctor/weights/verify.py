@@ -35,10 +35,15 @@ class FileProblem:
     detail: str
 
 
-def quick_verify(directory: Path, files: Iterable[ManifestFile]) -> list[FileProblem]:
-    """Return the files that are missing or have the wrong size (empty list: all good)."""
+def quick_verify(
+    directory: Path, files: Iterable[ManifestFile], follow_symlinks: bool = False
+) -> list[FileProblem]:
+    """Return the files that are missing or have the wrong size (empty list: all good).
+
+    A symlink counts as missing unless ``follow_symlinks`` (a mirror's files may be links).
+    """
     files = list(files)
-    sizes = file_sizes(directory, [f.path for f in files])
+    sizes = file_sizes(directory, [f.path for f in files], follow_symlinks)
     problems: list[FileProblem] = []
     for f in files:
         actual = sizes[f.path]

@@ -116,11 +116,11 @@ class TmpfsMounts:
         self.root = root
         self.mounted: list[Path] = []
 
-    def __call__(self, size: str, name: str = "shm") -> Path:
+    def __call__(self, size: str, name: str = "shm", mode: str = "0755") -> Path:
         point = self.root / name
         point.mkdir(parents=True)
         proc = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(point)],
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode={mode}", "tmpfs", str(point)],
             capture_output=True,
             text=True,
         )

@@ -48,7 +48,7 @@ def test_fresh_download_into_real_tmpfs_writes_manifest(hub, cli: WeightsCli, tm
     assert manifest.revision == sha and manifest.total_size == sum(map(len, files.values()))
     shards = [f for f in manifest.files if f.path.endswith(".safetensors")]
     assert all(f.sha256 for f in shards) and len(shards) == 3
-    assert sorted(os.listdir(shm)) == [".tiny.gpudoctor-lock", "tiny"]  # no .partial left
+    assert sorted(os.listdir(shm)) == ["tiny"]  # no .partial and no lock file left here
     gets = sorted(r.path.rsplit("/", 1)[-1] for r in hub.file_gets())
     assert gets == sorted(p.rsplit("/", 1)[-1] for p in files)  # each file fetched once
     status = cli.run("status", str(target), "--json")

@@ -19,6 +19,7 @@ from gpudoctor.facts.multigpu import gpu_node_minors, nccl_shm_bytes
 from gpudoctor.facts.procfs import mount_of, parse_mounts
 from gpudoctor.model import Finding, Severity
 from gpudoctor.registry import check
+from gpudoctor.weights.complete import HF_DOWNLOAD_DIR, completeness_problems, unfinished_problems
 from gpudoctor.weights.manifest import MANIFEST_NAME, Manifest, parse_manifest
 
 GIB = 1 << 30
@@ -139,11 +140,20 @@ def missing_bytes(ctx: CheckContext, directory: str) -> int:
     return max(manifest.total_size - have, 0)
 
 
-def ensure_hint(directory: str, manifest: Manifest | None) -> str:
-    """Return the ``gpudoctor weights ensure`` command that restores a directory."""
-    repo = manifest.repo_id if manifest else "<org/model>"
-    rev = f" --revision {manifest.revision}" if manifest else ""
-    return f"gpudoctor weights ensure {repo} --to {directory}{rev}"
+def ensure_hint(ctx: CheckContext, directory: str, manifest: Manifest | None) -> str:
+    """Return the ``gpudoctor weights ensure`` command that restores a directory.
+
+    The repo, revision and ``--mirror`` come from the manifest and from the record
+    that ``weights ensure`` keeps (:mod:`gpudoctor.weights.record`), read through the host.
+    """
+    from gpudoctor.weights.record import parse_records, record_path
+
+    record = parse_records(ctx.facts.read_optional(str(record_path()))).get(directory)
+    repo = manifest.repo_id if manifest else record.repo_id if record else "<org/model>"
+    revision = manifest.revision if manifest else record.revision if record else None
+    rev = f" --revision {revision}" if revision else ""
+    mirror = f" --mirror {record.mirror}" if record and record.mirror else ""
+    return f"gpudoctor weights ensure {repo} --to {directory}{rev}{mirror}"
 
 
 @check(
@@ -171,7 +181,7 @@ def judge_model_dir(ctx: CheckContext, directory: str) -> Finding:
             directory,
             f"{directory} does not exist (a tmpfs is emptied by every reboot).",
             evidence=[f"ls {directory}: No such file or directory"],
-            remediation=ensure_hint(directory, None),
+            remediation=ensure_hint(ctx, directory, None),
         )
     except OSError as exc:
         return ctx.fail(
@@ -180,54 +190,60 @@ def judge_model_dir(ctx: CheckContext, directory: str) -> Finding:
             remediation=f"Check permissions of {directory}.",
         )
     manifest = read_manifest(ctx, directory)
-    partial = [e for e in entries if e.endswith((".incomplete", ".partial", ".lock"))]
-    partial += [f".cache/huggingface/download/{e}" for e in hf_partials(ctx, directory)]
-    problems, evidence = (
-        check_against_manifest(ctx, directory, manifest)
-        if manifest
-        else check_against_index(ctx, directory, entries)
-    )
-    if partial:
-        problems.append(f"unfinished download files: {', '.join(sorted(partial)[:5])}")
+    if manifest:  # the rule `weights status` applies (gpudoctor.weights.complete)
+        problems, evidence = check_against_manifest(ctx, directory, manifest, entries)
+    else:
+        problems, evidence = check_against_index(ctx, directory, entries)
+        leftovers = unfinished_problems(entries, hf_partials(ctx, directory))
+        if leftovers:
+            names = ", ".join(p.path for p in leftovers[:5])
+            problems.append(f"unfinished download files: {names}")
     if problems:
         return ctx.fail(
             directory,
             f"{directory} is incomplete: " + "; ".join(problems[:6]) + ".",
             evidence=evidence,
-            remediation=ensure_hint(directory, manifest),
+            remediation=ensure_hint(ctx, directory, manifest),
         )
     return ctx.passed(
         directory, f"{directory} is complete: " + evidence[0] + ".", evidence=evidence
     )
 
 
-def hf_partials(ctx: CheckContext, directory: str) -> list[str]:
-    """Return huggingface_hub's unfinished download files under ``DIR/.cache/huggingface``."""
+def hf_partials(ctx: CheckContext, directory: str, every: bool = False) -> list[str]:
+    """Return huggingface_hub's unfinished download files under ``DIR/.cache/huggingface``
+    (``every``: all names there, for :func:`completeness_problems` to judge)."""
     try:
-        names = ctx.host.list_dir(f"{directory}/.cache/huggingface/download")
+        names = ctx.host.list_dir(f"{directory}/{HF_DOWNLOAD_DIR}")
     except OSError:
         return []
-    return [n for n in names if n.endswith(".incomplete")]
+    return names if every else [n for n in names if n.endswith(".incomplete")]
 
 
 def check_against_manifest(
-    ctx: CheckContext, directory: str, manifest: Manifest
+    ctx: CheckContext, directory: str, manifest: Manifest, entries: list[str]
 ) -> tuple[list[str], list[str]]:
-    """Return (problems, evidence) comparing the files with the manifest's sizes."""
-    problems = []
+    """Return (problems, evidence) by :func:`completeness_problems`, the definition of
+    "complete" that ``gpudoctor weights status`` uses too (sizes, then leftovers)."""
+    sizes: dict[str, int | None] = {}
     for f in manifest.files:
         try:
-            size = ctx.host.stat(f"{directory}/{f.path}").size
+            st = ctx.host.stat(f"{directory}/{f.path}")
+            sizes[f.path] = st.size if st.kind == "file" else None
         except OSError:
-            problems.append(f"{f.path} missing")
-            continue
-        if size != f.size:
-            problems.append(f"{f.path} is {size} bytes, manifest says {f.size}")
+            sizes[f.path] = None
+    found = completeness_problems(
+        manifest.files, sizes, entries, hf_partials(ctx, directory, every=True)
+    )
+    sized = [f"{p.path} {p.detail}" for p in found if p.problem != "unfinished"]
+    leftovers = [p.path for p in found if p.problem == "unfinished"]
+    if leftovers:
+        sized.append(f"unfinished download files: {', '.join(leftovers[:5])}")
     evidence = [
         f"{len(manifest.files)} files, {gib(manifest.total_size)} per manifest "
         f"({manifest.repo_id}@{manifest.revision[:12]})",
     ]
-    return problems, evidence
+    return sized, evidence
 
 
 def check_against_index(

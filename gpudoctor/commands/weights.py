@@ -84,8 +84,10 @@ def weights() -> None:
     gpudoctor weights ensure Qwen/Qwen3-8B --to /dev/shm/qwen3 --mirror /var/lib/models
     gpudoctor weights status /dev/shm/qwen3
 
-    A directory is complete when its .gpudoctor-manifest.json lists every file and each
-    has the listed size (quick) or sha256 (full). `gpudoctor check` uses the same manifest.
+    A directory is complete when its .gpudoctor-manifest.json lists every file, each
+    has the listed size (quick) or sha256 (full), and no unfinished download is left in
+    it. `gpudoctor check --model-dir` applies the same rule; without a manifest, status
+    says "unmanaged" while check falls back to the safetensors index and headers.
     """
 
 
@@ -190,7 +192,8 @@ def ensure(
 def status(target: Path, verify: str, as_json: bool) -> None:
     """Say whether TARGET holds a complete model, from its manifest (no network).
 
-    Exit 0 when complete, 3 when missing, unmanaged or incomplete, 1 on error.
+    Exit 0 when complete, 3 when missing, unmanaged, untrusted (a symlink, another
+    user's directory, or one others can write) or incomplete, 1 on error.
     """
     from gpudoctor.weights.progress import human_bytes, make_progress
     from gpudoctor.weights.status import status as run_status
@@ -208,7 +211,8 @@ def status(target: Path, verify: str, as_json: bool) -> None:
         else:
             click.echo(f"{result.state}: {result.target} (no gpudoctor manifest)")
         for problem in result.problems:
-            click.echo(f"  {problem.problem}: {problem.path} ({problem.detail})")
+            text = problem.detail if problem.path == "." else f"{problem.path} {problem.detail}"
+            click.echo(f"  {problem.problem}: {text}")
         if result.partial:
             click.echo(f"  interrupted run left {result.partial}: `ensure` resumes from it")
     sys.exit(EXIT_OK if result.complete else EXIT_INCOMPLETE)

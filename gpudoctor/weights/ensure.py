@@ -16,12 +16,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from gpudoctor.weights import localfs, trust
+from gpudoctor.weights.complete import FileProblem, unfinished_problems
 from gpudoctor.weights.errors import VerifyError, WeightsError
 from gpudoctor.weights.manifest import Manifest, ManifestFile, utc_now_iso
 from gpudoctor.weights.plan import WorkPlan, plan_work, revision_matches
 from gpudoctor.weights.progress import Progress
 from gpudoctor.weights.space import bytes_on_disk, check_fits, measure_space, same_filesystem
-from gpudoctor.weights.verify import FileProblem, full_verify, quick_verify
+from gpudoctor.weights.verify import directory_problems, full_verify, quick_verify
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 
@@ -110,9 +111,10 @@ def _check_request(req: EnsureRequest) -> None:
 def _problems(
     directory: Path, files: tuple[ManifestFile, ...], mode: str, progress: Progress
 ) -> list[FileProblem]:
+    """Return why ``directory`` is not complete (the rule of :mod:`gpudoctor.weights.complete`)."""
     if mode == "full":
-        return full_verify(directory, files, progress)
-    return quick_verify(directory, files)
+        return full_verify(directory, files, progress, whole_directory=True)
+    return directory_problems(directory, files)
 
 
 def _complete_result(req: EnsureRequest, m: Manifest, t0: float) -> EnsureResult:
@@ -146,7 +148,7 @@ def ensure(req: EnsureRequest, progress: Progress) -> EnsureResult:
         and local is not None
         and local.repo_id == req.repo_id
         and revision_matches(req.revision, local.revision)
-        and not quick_verify(req.target, local.files)
+        and not directory_problems(req.target, local.files)
     ):
         return _complete_result(req, local, t0)
     try:
@@ -241,8 +243,15 @@ def _ensure_locked(req: EnsureRequest, progress: Progress, t0: float) -> EnsureR
     manifest = Manifest(req.repo_id, source.revision, source.files, utc_now_iso())
     localfs.drop_hf_cache(partial)
     localfs.remove_partial_marker(partial)
+    leftovers = unfinished_problems(localfs.list_names(partial), (), manifest_paths(source))
+    localfs.remove_leftovers(partial, [p.path for p in leftovers])
     localfs.write_manifest(partial, manifest)
     localfs.publish(partial, target)
+    from gpudoctor.weights.record import TargetRecord, remember
+
+    mirror_text = str(req.mirror.absolute()) if req.mirror else None
+    problem = remember(target, TargetRecord(req.repo_id, req.revision, mirror_text))
+    warnings += [problem] if problem else []
     mirror_updated = False
     if mirror_path is not None and (mirrored is None or mirrored.revision != source.revision):
         try:
@@ -272,6 +281,11 @@ def _ensure_locked(req: EnsureRequest, progress: Progress, t0: float) -> EnsureR
         seconds=time.monotonic() - t0,
         warnings=tuple(warnings),
     )
+
+
+def manifest_paths(source: _Source) -> list[str]:
+    """Return the paths of the files the model consists of."""
+    return [f.path for f in source.files]
 
 
 def _choose_source(

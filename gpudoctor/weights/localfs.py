@@ -103,6 +103,29 @@ def file_sizes(
     return sizes
 
 
+def list_names(directory: Path) -> list[str]:
+    """Return the names in ``directory`` (``ls -A``); [] when it is absent or a symlink."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        return os.listdir(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_leftovers(directory: Path, names: Iterable[str]) -> None:
+    """Delete unfinished-download leftovers (top-level names) without following links."""
+    for name in names:
+        path = directory / name
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+
+
 def remove_files(directory: Path, paths: Iterable[str]) -> None:
     """Delete ``paths`` under ``directory`` (missing ones are fine), and hf's metadata for them."""
     for rel in paths:

@@ -6,8 +6,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gpudoctor.weights import localfs, trust
+from gpudoctor.weights.complete import FileProblem
 from gpudoctor.weights.progress import Progress
-from gpudoctor.weights.verify import FileProblem, full_verify, quick_verify
+from gpudoctor.weights.verify import directory_problems, full_verify
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,8 @@ class StatusResult:
 
     Attributes:
         target: the directory asked about.
-        state: ``complete`` (manifest present, every file verified), ``incomplete``
+        state: ``complete`` (by :mod:`gpudoctor.weights.complete`, the rule that
+            ``check``'s model.present applies too), ``incomplete``
             (manifest present, files missing or wrong), ``unmanaged`` (exists, no
             valid manifest), ``missing`` (does not exist) or ``untrusted`` (a symlink,
             another user's, or writable by others: see :mod:`gpudoctor.weights.trust`).
@@ -68,9 +70,9 @@ def status(target: Path, progress: Progress, verify: str = "quick") -> StatusRes
     if manifest is None:
         return StatusResult(str(target), "unmanaged", verify=verify, partial=partial_text)
     if verify == "full":
-        problems = full_verify(target, manifest.files, progress)
+        problems = full_verify(target, manifest.files, progress, whole_directory=True)
     else:
-        problems = quick_verify(target, manifest.files)
+        problems = directory_problems(target, manifest.files)
     return StatusResult(
         target=str(target),
         state="incomplete" if problems else "complete",

@@ -10,29 +10,19 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
-from gpudoctor.weights.localfs import file_sizes
+from gpudoctor.weights.complete import (
+    HF_DOWNLOAD_DIR,
+    FileProblem,
+    completeness_problems,
+    size_problems,
+)
+from gpudoctor.weights.localfs import file_sizes, list_names
 from gpudoctor.weights.manifest import ManifestFile
 from gpudoctor.weights.progress import Progress
 
 READ_BYTES = 8 << 20
-
-
-@dataclass(frozen=True)
-class FileProblem:
-    """One file that is not right.
-
-    Attributes:
-        path: relative path.
-        problem: ``missing``, ``size`` or ``sha256``.
-        detail: a short human explanation (``size 10 != 12``).
-    """
-
-    path: str
-    problem: str
-    detail: str
 
 
 def quick_verify(
@@ -43,15 +33,19 @@ def quick_verify(
     A symlink counts as missing unless ``follow_symlinks`` (a mirror's files may be links).
     """
     files = list(files)
-    sizes = file_sizes(directory, [f.path for f in files], follow_symlinks)
-    problems: list[FileProblem] = []
-    for f in files:
-        actual = sizes[f.path]
-        if actual is None:
-            problems.append(FileProblem(f.path, "missing", "not a regular file"))
-        elif actual != f.size:
-            problems.append(FileProblem(f.path, "size", f"size {actual} != {f.size}"))
-    return problems
+    return size_problems(files, file_sizes(directory, [f.path for f in files], follow_symlinks))
+
+
+def directory_problems(directory: Path, files: Iterable[ManifestFile]) -> list[FileProblem]:
+    """Return why ``directory`` is not complete by :func:`completeness_problems` (the rule
+    ``check``'s model.present applies too): sizes, then unfinished downloads left in it."""
+    files = list(files)
+    return completeness_problems(
+        files,
+        file_sizes(directory, [f.path for f in files]),
+        list_names(directory),
+        list_names(directory / HF_DOWNLOAD_DIR),
+    )
 
 
 def sha256_of(path: Path, progress: Progress, rel: str) -> str:
@@ -71,16 +65,21 @@ def sha256_of(path: Path, progress: Progress, rel: str) -> str:
 
 
 def full_verify(
-    directory: Path, files: Iterable[ManifestFile], progress: Progress, workers: int | None = None
+    directory: Path,
+    files: Iterable[ManifestFile],
+    progress: Progress,
+    workers: int | None = None,
+    whole_directory: bool = False,
 ) -> list[FileProblem]:
     """Return quick problems plus the files whose sha256 differs from the known one.
 
-    Files with no known sha256 are checked by size only.
+    Files with no known sha256 are checked by size only. ``whole_directory``: the
+    quick part is :func:`directory_problems` (unfinished downloads count too).
     """
     from concurrent.futures import ThreadPoolExecutor
 
     files = list(files)
-    problems = quick_verify(directory, files)
+    problems = (directory_problems if whole_directory else quick_verify)(directory, files)
     bad = {p.path for p in problems}
     hashed = [f for f in files if f.sha256 and f.path not in bad]
     workers = workers or max(1, os.cpu_count() or 1)
@@ -92,6 +91,8 @@ def full_verify(
     for f, digest in zip(hashed, digests, strict=True):
         if digest != f.sha256:
             problems.append(
-                FileProblem(f.path, "sha256", f"sha256 {digest[:12]}… != {f.sha256[:12]}…")
+                FileProblem(
+                    f.path, "sha256", f"has sha256 {digest[:12]}…, expected {f.sha256[:12]}…"
+                )
             )
     return problems

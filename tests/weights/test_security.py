@@ -77,6 +77,8 @@ def test_planted_target_with_copied_manifest_is_refused(
         assert_one_line_error(run, "belongs to nobody (uid 65534)")
         assert "rm -rf --one-file-system" in run.stderr
     assert b"EVIL" in (shm / "model" / shard).read_bytes()  # untouched, and never published
+    status = cli.run("status", str(shm / "model"), "--json")
+    assert status.returncode == 3 and json.loads(status.stdout)["state"] == "untrusted"
 
 
 def test_other_writable_target_is_refused(hub, cli: WeightsCli, shm: Path, tmp_path: Path) -> None:

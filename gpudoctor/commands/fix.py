@@ -286,10 +286,13 @@ def _check_device_paths(devices: tuple[str, ...]) -> None:
 def _fail(message: str, code: str, as_json: bool) -> int:
     """Report a refusal or failure; return its exit code (2 usage, 1 gpudoctor/host
     error, 3 the fix was not applied / failed)."""
+    from gpudoctor.errors import ERROR_HINT, error_line
+
+    line = error_line(message, ERROR_HINT)
     if as_json:
-        click.echo(json.dumps({"status": "failed", "error": code, "message": message}, indent=2))
-    else:
-        click.echo(f"gpudoctor: {message}", err=True)
+        doc = {"ok": False, "status": "failed", "error": code, "message": message}
+        click.echo(json.dumps(doc, indent=2))
+    click.echo(line, err=True)  # the documented one-line form (gpudoctor/errors.py)
     if code == "usage":
         return EXIT_USAGE
     errors = ("io", "not_pve", "unknown_ct", "api", "missing", "backup")

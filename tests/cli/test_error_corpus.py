@@ -138,6 +138,8 @@ def corpus(p: dict, f: Path) -> list[tuple[list[str], set[int]]]:
         (["fix", "--json", "--inventory", str(f / "bad.toml"), "--dry-run"], {1}),
         (["fix", "--api", "https://127.0.0.1:1", "--ct", "200"], {2}),
         (["fix", "--ct", "200", "--mode", "nope"], {2}),
+        (["fix", "--ct", "200", "--dry-run"], {1}),  # this machine is no Proxmox host
+        (["fix", "--ct", "200", "--dry-run", "--json"], {1}),
         (["fix", "--json", "--cluster", "X", "--inventory", "Y"], {2}),
         # weights
         (["weights", "ensure", "a/b", "--to", "/proc/x"], {1}),
@@ -192,7 +194,7 @@ def test_bad_invocation_is_one_line(index, peers, files):
     assert "Traceback" not in done.stdout and "Traceback" not in done.stderr, where
     assert ERROR_LINE.match(last_line(done.stderr)), where
     if "--json" in args:  # a JSON object on stdout says the same
-        doc = json.loads(done.stdout.strip().splitlines()[-1])
+        doc = json.loads(done.stdout)
         assert doc["ok"] is False and doc["error"], where
 
 

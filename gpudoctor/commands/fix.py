@@ -288,7 +288,7 @@ def _fail(message: str, code: str, as_json: bool) -> int:
     error, 3 the fix was not applied / failed)."""
     from gpudoctor.errors import ERROR_HINT, error_line
 
-    line = error_line(message, ERROR_HINT)
+    line = error_line(message, "see 'gpudoctor fix --help'" if code == "usage" else ERROR_HINT)
     if as_json:
         doc = {"ok": False, "status": "failed", "error": code, "message": message}
         click.echo(json.dumps(doc, indent=2))

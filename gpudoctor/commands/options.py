@@ -192,6 +192,11 @@ def _read_secret(path: str, option: str) -> str:
         raise click.UsageError(f"cannot read {option} {path}: {exc}; check the file") from None
     if not first or not first[0].strip():
         raise click.UsageError(f"{option} {path} is empty; put the secret on its first line")
+    if os.stat(path).st_mode & 0o077:
+        click.echo(
+            f"gpudoctor: warning: {option} {path} can be read by other users; chmod 600 {path}",
+            err=True,
+        )
     return first[0].strip()
 
 

@@ -25,7 +25,7 @@ def fail(message: str, code: int, as_json: bool, echo: Echo) -> int:
     ``--json``); return ``code``."""
     from gpudoctor.errors import ERROR_HINT, error_line
 
-    line = error_line(message, ERROR_HINT)
+    line = error_line(message, "see 'gpudoctor fix --help'" if code == EXIT_USAGE else ERROR_HINT)
     if as_json:
         echo(json.dumps({"ok": False, "error": line.removeprefix("gpudoctor: error: "),
                          "exit_code": code}))  # fmt: skip

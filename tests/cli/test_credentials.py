@@ -41,6 +41,8 @@ def form(api: PveApiServer, tmp_path: Path, how: str) -> tuple[list[str], dict[s
     secret_file, password_file = tmp_path / "token", tmp_path / "password"
     secret_file.write_text(api.token_secret + "\n")
     password_file.write_text(api.password + "\n")
+    secret_file.chmod(0o600)
+    password_file.chmod(0o600)
     forms = {
         "token-env": ([], {"PVE_TOKEN_ID": api.token_id, "PVE_TOKEN_SECRET": api.token_secret}),
         "token-file": (
@@ -68,6 +70,18 @@ def test_every_credential_form_reaches_the_api_on_check_and_fix(api, tmp_path, c
     assert any(s.path.endswith("/cluster/resources") for s in api.seen), output
     assert api.token_secret not in output and api.password not in output
     assert "--api-insecure" not in done.stderr and "command line" not in done.stderr
+    assert "read by other users" not in done.stderr
+
+
+def test_secret_file_readable_by_others_warns(api, tmp_path):
+    secret = tmp_path / "token"
+    secret.write_text(api.token_secret + "\n")
+    secret.chmod(0o644)
+    done = gpudoctor("check", "--cluster", api.host, "--api-ca-file", str(api.cert),
+                     "--api-token-id", api.token_id, "--api-token-secret-file", str(secret),
+                     "--ct", "200", env={"HOME": str(ssh_home(tmp_path))})  # fmt: skip
+    assert f"{secret} can be read by other users; chmod 600" in done.stderr
+    assert api.token_secret not in done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("command", ["check", "fix"])

@@ -172,7 +172,8 @@ def _check_filesystem(existing: Path, target: Path) -> None:
 def lock_dir() -> Path:
     """Return our private lock directory: ``/run/gpudoctor`` (root) or ``$XDG_RUNTIME_DIR/gpudoctor``.
 
-    Created 0700; it must be a real directory of ours that nobody else can write.
+    Created 0700; it must be a real directory of ours that nobody else can write
+    (an existing 0755 one is accepted: others may read the names, not plant a lock).
     """
     if os.geteuid() == 0:
         base = Path("/run/gpudoctor")
@@ -184,7 +185,7 @@ def lock_dir() -> Path:
     except OSError as exc:
         raise WeightsError(f"cannot create the lock directory {base}: {exc.strerror}") from None
     st = os.lstat(base)
-    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise UntrustedError(
             f"lock directory {base} is not a private directory of {user_name(os.geteuid())}"
             f" (owner {user_name(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o});"

@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     errors.set_debug("--debug" in args[: args.index("--")] if "--" in args else "--debug" in args)
     errors.quiet_library_loggers()
+    errors.quiet_thread_tracebacks()
     enforce_plain_output()
     try:
         code = cli.main(args=args, prog_name="gpudoctor", standalone_mode=False)

@@ -53,6 +53,24 @@ def quiet_library_loggers() -> None:
         logger.propagate = False
 
 
+def quiet_thread_tracebacks() -> None:
+    """Make an exception that escapes a worker thread one line on stderr (the thread's name
+    and the error), not a traceback, unless ``--debug``. Returns nothing."""
+    import threading
+
+    default = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if debug_enabled() or args.exc_type is SystemExit:
+            default(args)
+            return
+        name = args.thread.name if args.thread is not None else "a thread"
+        what = f"{name} failed: {args.exc_type.__name__}: {args.exc_value}"
+        sys.stderr.write(f"gpudoctor: warning: {one_line(what)}\n")
+
+    threading.excepthook = hook
+
+
 def one_line(text: str) -> str:
     """Return ``text`` folded onto one line (newlines become ``; ``, blanks collapsed)."""
     parts = [" ".join(line.split()) for line in str(text).splitlines()]
@@ -63,10 +81,11 @@ def error_line(what: str, todo: str = "") -> str:
     """Return the documented one-line form ``gpudoctor: error: <what>; <what to do>``.
 
     ``what`` that already says what to do (it holds ``; ``) is kept as it is."""
+    has_advice = any("; " in line for line in str(what).splitlines())
     what = one_line(what)
     for prefix in ("gpudoctor: error: ", "gpudoctor: ", "error: ", "Error: "):
         what = what.removeprefix(prefix)
-    if "; " in what or not todo:
+    if has_advice or not todo:
         return PREFIX + what
     return f"{PREFIX}{what.rstrip('.')}; {todo}"
 

@@ -271,6 +271,10 @@ def check(
         raise  # one line from the error policy (gpudoctor/errors.py), exit 1
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
+    except Exception as exc:  # still say so in the textfile: never leave the last green run
+        failure = f"gpudoctor failed: {type(exc).__name__}: {exc}"
+        record_unreachable(fmt_enum, output, target_label(host_spec, ct, flavor), failure)
+        raise
     emit([report], fmt_enum, output, verbose)
     code = exit_code([report])
     if code == EXIT_NOTHING_CHECKED:

@@ -93,3 +93,32 @@ def test_a_real_terminal_does_get_them(inventory, tmp_path):
     env = {"TERM": "xterm-256color", "HOME": str(tmp_path)}
     code, output = run_in_pty(["check", "--inventory", inventory], env)
     assert code == 3 and b"\r\x1b[K" in output
+
+
+def test_weights_progress_bars_obey_no_color(tmp_path):
+    """`weights ensure` draws rich progress bars on a terminal: with NO_COLOR they become
+    plain lines (no ESC), while the control run on xterm does draw them."""
+    from tests.weights.conftest import WeightsCli, make_model_files
+    from tests.weights.hub_server import HubServer
+
+    server = HubServer(tmp_path / "hub")
+    server.start()
+    try:
+        server.add_repo("acme/tiny").commit(make_model_files())
+        home = tmp_path / "hf-home"
+        home.mkdir()
+        weights = WeightsCli(server, home)
+        plain = weights.env({"NO_COLOR": "1", "TERM": "xterm-256color"})
+        code, output = run_in_pty(
+            ["weights", "ensure", "acme/tiny", "--to", str(tmp_path / "a")], plain
+        )
+        assert code == 0 and b"download" in output, output[-500:]
+        assert ESC not in output
+        colour = weights.env({"TERM": "xterm-256color"})
+        colour.pop("NO_COLOR", None)
+        code, output = run_in_pty(
+            ["weights", "ensure", "acme/tiny", "--to", str(tmp_path / "b")], colour
+        )
+        assert code == 0 and ESC in output
+    finally:
+        server.stop()

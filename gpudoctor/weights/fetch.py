@@ -29,7 +29,7 @@ from urllib.parse import quote, urljoin, urlsplit
 from gpudoctor.weights.errors import WeightsError
 from gpudoctor.weights.localfs import INCOMPLETE_DIR as INCOMPLETE_DIR
 
-RANGED_MIN_BYTES = 64 << 20
+RANGED_MIN_BYTES = 16 << 20
 RANGE_BYTES = 64 << 20
 BUFFER_BYTES = 4 << 20
 TIMEOUT_S = 60.0

@@ -196,10 +196,10 @@ def download_files(
 ) -> None:
     """Download ``files`` of ``snapshot`` into ``dest`` (``hf download ID FILES --local-dir DEST``).
 
-    Files of at least 64 MiB are fetched by ranges over ``workers`` parallel
+    Files of at least 16 MiB are fetched by ranges over ``workers`` parallel
     connections (:mod:`gpudoctor.weights.fetch`); smaller ones, and every file when a
     proxy is configured or the server ignores ``Range``, with huggingface_hub's
-    ``hf_hub_download`` (``workers`` at a time). Returns None. Files finish one by one
+    ``hf_hub_download`` (up to 8 at a time, as ``hf download``). Returns None. Files finish one by one
     (each is renamed into place when complete), so an interruption keeps every
     finished file. Raises :class:`WeightsError` (one line) on the first failure.
     """
@@ -213,7 +213,8 @@ def download_files(
     if ranged and fetch.proxies_in_use(url_of("x")):
         ranged = {}
     small = [f for f in files if f.path not in ranged]
-    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="download")
+    # small files: hf's own pace (hf download uses 8 workers); big ones: ``workers`` connections
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, 8)), thread_name_prefix="download")
     try:
         futures = [pool.submit(_hf_fetch, snapshot, f, dest, progress) for f in small]
         if ranged:

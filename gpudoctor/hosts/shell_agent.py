@@ -1,4 +1,4 @@
-"""The POSIX-sh agent: the container probe for CTs without python3 (busybox ash, dash).
+"""The POSIX-sh agent: the in-CT agent (busybox ash, dash); no python3 needed in the CT.
 
 :data:`SH_AGENT` is a shell loop run inside the container (``sh -c``, see
 :mod:`gpudoctor.hosts.container`). It serves the file operations the device checks
@@ -19,12 +19,11 @@ ping       ``$$``
 Protocol: the client first sends a random terminator ``T`` on a line; then one request
 per line, ``OP ARG PATH`` (ARG ``-`` when unused; PATH absolute, no newline). The agent
 answers with data (a file's raw bytes and a newline, or ``|NAME`` entries), then ``T ok
-[FIELDS]`` or ``T err MESSAGE`` where MESSAGE is the strerror text of the failing tool. Few
-processes are started per request (builtins where a shell has them) and few writes made.
-Only a CT-side process that knows the session's terminator could forge an answer, and
-then only about its own CT. Requests are
-served one at a time. ``run`` is not served here: the container host runs commands with
-a fresh ``lxc-attach``/``pct exec`` instead.
+[FIELDS]`` or ``T err MESSAGE`` where MESSAGE is the strerror text of the failing tool.
+Requests are served one at a time, with few processes started (builtins where a shell has
+them) and one or two writes per answer. Only a CT-side process that knows the session's
+terminator could forge an answer, and then only about its own CT. ``run`` is not served
+here: the container host runs commands with a fresh ``lxc-attach``/``pct exec`` instead.
 
 :class:`ShellConnection` is the client: it turns answers into the python agent's result
 dicts, so :class:`~gpudoctor.hosts.remote.AgentHost` serves both. Reads are bounded
@@ -90,7 +89,7 @@ while IFS=' ' read -r op arg p; do
   list)
     ex "$p" || continue
     if [ ! -d "$p" ]; then end err "Not a directory"; continue; fi
-    o=$( (cd "$p") 2>&1 ) || { bad "$o"; continue; }
+    if [ ! -r "$p" ] || [ ! -x "$p" ]; then end err "Permission denied"; continue; fi
     for f in "$p"/* "$p"/.[!.]* "$p"/..?*; do
       if [ -e "$f" ] || [ -L "$f" ]; then R="$R|${f##*/}$NL"; fi
     done

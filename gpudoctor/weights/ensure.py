@@ -173,6 +173,8 @@ def _ensure_locked(req: EnsureRequest, progress: Progress, t0: float) -> EnsureR
         )
     mirror_path = localfs.mirror_dir(req.mirror, req.repo_id) if req.mirror else None
     mirrored = None
+    if mirror_path is not None:
+        trust.check_ancestors(mirror_path.parent, "--mirror")
     if mirror_path is not None and trust.check_dir(mirror_path, "the mirror"):
         mirrored = localfs.read_manifest(mirror_path)
     if mirrored is not None and (

@@ -122,21 +122,7 @@ def safe_location(target: Path) -> Path:
     """
     target = target.absolute()
     parent = Path(os.path.realpath(target.parent))
-    existing = parent
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    for ancestor in (existing, *existing.parents):
-        st = os.lstat(ancestor)
-        if st.st_uid not in trusted_uids():
-            raise UntrustedError(
-                f"{ancestor} (above --to) belongs to {user_name(st.st_uid)}: that user could"
-                f" swap the model under gpudoctor; choose a --to whose parents belong to you or root"
-            )
-        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-            raise UntrustedError(
-                f"{ancestor} (above --to) is writable by others and not sticky (mode"
-                f" {stat.S_IMODE(st.st_mode):04o}); choose another --to or chmod o-w,+t {ancestor}"
-            )
+    existing = check_ancestors(parent, "--to")
     _check_filesystem(existing, target)
     if existing != parent:
         try:
@@ -146,6 +132,29 @@ def safe_location(target: Path) -> Path:
                 f"cannot create {parent} for --to {target}: {exc.strerror}; choose another --to"
             ) from None
     return parent / target.name
+
+
+def check_ancestors(directory: Path, option: str) -> Path:
+    """Check ``directory`` (resolved) and its ancestors; return the nearest one that exists.
+
+    Each must belong to the user or root, and be sticky when others may write it.
+    """
+    existing = Path(os.path.realpath(directory))
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    for ancestor in (existing, *existing.parents):
+        st = os.lstat(ancestor)
+        if st.st_uid not in trusted_uids():
+            raise UntrustedError(
+                f"{ancestor} (above {option}) belongs to {user_name(st.st_uid)}: that user could"
+                f" swap files under gpudoctor; choose a {option} whose parents belong to you or root"
+            )
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise UntrustedError(
+                f"{ancestor} (above {option}) is writable by others and not sticky (mode"
+                f" {stat.S_IMODE(st.st_mode):04o}); choose another {option} or chmod o-w,+t {ancestor}"
+            )
+    return existing
 
 
 def _check_filesystem(existing: Path, target: Path) -> None:

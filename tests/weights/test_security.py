@@ -205,3 +205,14 @@ def test_repo_file_named_like_gpudoctors_own_is_refused(
     assert_one_line_error(run, "collides with gpudoctor's own bookkeeping")
     assert not (shm / "model").exists()
     assert hub.file_gets() == []
+
+
+def test_mirror_under_another_users_directory_is_refused(hub, cli: WeightsCli, shm: Path) -> None:
+    """Attack: the --mirror root lies in a directory nobody owns, so nobody can swap the
+    mirror's files (or its staging dir) for links while root restores from or fills it."""
+    publish(hub, make_model_files())
+    as_nobody(f"mkdir {shm}/models")
+    run = cli.run("ensure", REPO, "--to", str(shm / "model"), "--mirror", f"{shm}/models/m")
+    assert_one_line_error(run, "belongs to nobody (uid 65534)")
+    assert "above --mirror" in run.stderr
+    assert not (shm / "model").exists() and hub.file_gets() == []

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.bench.plan import (
+from gpudoctor.bench.plan_model import (
     ENGINES,
     ArgValue,
     EngineSpec,

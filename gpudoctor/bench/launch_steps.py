@@ -94,6 +94,20 @@ def clamp_workload(
     return dataclasses.replace(w, input_len=budget), facts
 
 
+def model_problems(plan: Plan) -> list[str]:
+    """Return what is wrong with the plan's local model paths before anything starts
+    (``test -d PATH``): a ``path`` or ``tokenizer`` that does not exist (a ``repo``'s
+    ``dir`` is created by the weights step and is not checked)."""
+    problems = []
+    for key, value in (("model.path", plan.model.path), ("model.tokenizer", plan.model.tokenizer)):
+        if value and not Path(value).exists():
+            problems.append(
+                f"{plan.source}: {key} {value} does not exist; fix the path "
+                "(relative paths are relative to the plan file)"
+            )
+    return problems
+
+
 def run_id(out: Path) -> str:
     """Return the stable id of a run directory (tags its server processes)."""
     return "gdb-" + hashlib.sha256(str(Path(out).resolve()).encode()).hexdigest()[:12]

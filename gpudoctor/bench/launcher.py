@@ -40,6 +40,7 @@ from gpudoctor.bench.launch_steps import (
     Summary,
     clamp_workload,
     decide,
+    model_problems,
     run_id,
     validate_flags,
 )
@@ -320,6 +321,9 @@ def run_campaign(plan: Plan, options: LaunchOptions, reporter: PlainReporter | N
     KeyboardInterrupt after SIGINT/SIGTERM. Every server is gone when this returns or raises."""
     from gpudoctor.bench.results import RunDirError
 
+    problems = model_problems(plan)
+    if problems:
+        raise CampaignError("; ".join(problems))
     campaign = Campaign(plan, options, reporter, measure)
     campaign.inspect()
     try:
@@ -329,6 +333,12 @@ def run_campaign(plan: Plan, options: LaunchOptions, reporter: PlainReporter | N
             if opened.dropped_bytes:
                 campaign.reporter.note(
                     f"cut off a torn last line ({opened.dropped_bytes} bytes) of results.jsonl"
+                )
+            if opened.corrupt_lines:
+                numbers = ", ".join(map(str, opened.corrupt_lines[:10]))
+                campaign.reporter.note(
+                    f"warning: skipped {len(opened.corrupt_lines)} corrupt line(s) of "
+                    f"results.jsonl (line {numbers}); their cells, if any, run again"
                 )
             if options.retry_crashed:
                 retry = {
@@ -363,19 +373,29 @@ def run_campaign(plan: Plan, options: LaunchOptions, reporter: PlainReporter | N
         raise CampaignError(str(exc)) from exc
 
 
-def dry_run(plan: Plan, options: LaunchOptions) -> dict[str, Any]:
-    """Return the expanded matrix without starting anything: every cell with its action
-    (run / done / skip + reason) and every configuration's exact server command."""
+def dry_run(plan: Plan, options: LaunchOptions, validate: bool = True) -> dict[str, Any]:
+    """Return the expanded matrix without starting a server: every cell with its action
+    (run / done / skip + reason), every configuration's exact server command, and
+    ``problems`` (e.g. a model path that does not exist).
+
+    ``validate`` runs the engine's ``--help`` and its interpreter (``engine.python``) to
+    check flags and learn the version: a plan is code, and those are programs it names.
+    ``validate=False`` is a pure expansion: no program of the plan runs."""
     campaign = Campaign(plan, options)
     notes = []
-    try:
-        campaign.inspect()
-    except CampaignError as exc:
-        if "not installed" not in str(exc):
-            raise
-        notes.append(f"flags not validated: {exc}")
-        campaign.version, campaign.arch = None, quirks_mod.detect_arch()
+    if not validate:
+        notes.append("flags not validated (--no-validate): no program of the plan was run")
+        campaign.version, campaign.arch = plan.engine.version, quirks_mod.detect_arch()
         campaign.quirk_list = quirks_mod.load_quirks(campaign.quirks_path)
+    else:
+        try:
+            campaign.inspect()
+        except CampaignError as exc:
+            if "not installed" not in str(exc):
+                raise
+            notes.append(f"flags not validated: {exc}")
+            campaign.version, campaign.arch = None, quirks_mod.detect_arch()
+            campaign.quirk_list = quirks_mod.load_quirks(campaign.quirks_path)
     from gpudoctor.bench.results import read_records
 
     records, _ = read_records(Path(options.out) / "results.jsonl") if options.out else ([], 0)
@@ -393,6 +413,7 @@ def dry_run(plan: Plan, options: LaunchOptions) -> dict[str, Any]:
               "action": d.action, "reason": d.reason} for d in decisions]  # fmt: skip
     return {"plan": plan.name, "engine": plan.engine.name, "engine_version": campaign.version,
             "gpu_arch": campaign.arch, "configs": configs, "cells": cells, "notes": notes,
+            "problems": model_problems(plan),
             "workload": dataclasses.asdict(plan.workload)}  # fmt: skip
 
 

@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudoctor.bench.results_reader import CellResult, load_results
+from gpudoctor.bench.results_reader import CellResult, read_run
 
 FIGSIZE_IN = (8.0, 5.0)
 DPI = 100  # plots are FIGSIZE_IN * DPI pixels: 800 x 500
+PLOTS_HINT = "matplotlib is not installed: pip install 'gpudoctor[plots]' for the plots"
 PLOT_FILES = {
     "throughput": "throughput_vs_concurrency.png",
     "latency": "latency_vs_concurrency.png",
@@ -26,11 +27,19 @@ PLOT_FILES = {
 
 @dataclass(frozen=True)
 class ReportFiles:
-    """What ``write_report`` wrote: the markdown file and the plot files."""
+    """What ``write_report`` wrote: the markdown file and the plot files.
+
+    Attributes:
+        markdown: report.md.
+        plots: the PNGs written (empty without matplotlib).
+        cells: cells in the report.
+        warnings: one line each: corrupt results lines skipped, plots not drawn.
+    """
 
     markdown: Path
     plots: tuple[Path, ...]
     cells: int
+    warnings: tuple[str, ...] = ()
 
 
 def _fmt(value: float | None, digits: int = 0) -> str:
@@ -142,8 +151,10 @@ def _save(fig: object, legend_ax: object, path: Path, has_data: bool) -> Path:
     return path
 
 
-def render_markdown(run_dir: Path, cells: Sequence[CellResult], plots: Sequence[Path]) -> str:
-    """Return report.md's text."""
+def render_markdown(
+    run_dir: Path, cells: Sequence[CellResult], plots: Sequence[Path], notes: Sequence[str] = ()
+) -> str:
+    """Return report.md's text (``notes``: warnings shown under the title)."""
     ok = sum(1 for c in cells if c.ok)
     lines = [
         f"# Benchmark report: {Path(run_dir).name}",
@@ -160,20 +171,32 @@ def render_markdown(run_dir: Path, cells: Sequence[CellResult], plots: Sequence[
         "## Plots",
         "",
         *(f"![{p.stem}]({p.name})" for p in plots),
+        *([] if plots else ["No plots: " + PLOTS_HINT + "."]),
         "",
     ]
+    if notes:
+        lines[3:3] = [*(f"> **Warning:** {n}" for n in notes), ""]
     return "\n".join(lines)
 
 
 def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     """Write ``report.md`` and the PNG plots for ``run_dir`` into ``out_dir`` (default: run_dir).
 
-    Returns the paths written. Raises ``ResultsError`` when results.jsonl is unreadable.
+    Returns the paths written and the warnings. Without matplotlib, report.md is written
+    without plots (a warning says how to get them). Corrupt lines of results.jsonl are
+    skipped with a warning. Raises ``ResultsError`` when results.jsonl is missing.
     """
-    cells = load_results(run_dir)
+    run = read_run(run_dir)
+    cells = list(run.cells)
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots = write_plots(cells, out_dir)
+    warnings = [w for w in (run.warning(),) if w]
+    try:
+        plots = write_plots(cells, out_dir)
+    except ImportError:  # matplotlib is an extra: gpudoctor[plots]
+        plots = []
+        warnings.append(PLOTS_HINT)
     markdown = out_dir / "report.md"
-    markdown.write_text(render_markdown(run_dir, cells, plots), encoding="utf-8")
-    return ReportFiles(markdown, tuple(plots), len(cells))
+    markdown.write_text(render_markdown(run_dir, cells, plots, warnings[:1] if run.skipped else []),
+                        encoding="utf-8")  # fmt: skip
+    return ReportFiles(markdown, tuple(plots), len(cells), tuple(warnings))

@@ -12,7 +12,9 @@ Layout of ``--out DIR``::
 
 Exactly once per cell: a cell counts as done only when its line is in
 ``results.jsonl``. A line is written with one ``write()`` and fsync'ed; a torn last line
-(the launcher killed mid-write) is cut off on the next open, and the cell reruns.
+(the launcher killed mid-write) is cut off on the next open, and the cell reruns. A
+corrupt line in the middle is skipped (and reported), never a reason to drop the lines
+after it.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Opened:
         resumed: True when earlier results were kept.
         done: finished records by cell key.
         dropped_bytes: bytes of a torn last line that were cut off.
+        corrupt_lines: line numbers of results.jsonl that were not JSON (skipped).
         archived: where earlier files were moved (``--no-resume``), or None.
     """
 
@@ -51,6 +54,7 @@ class Opened:
     done: dict[str, dict[str, Any]]
     dropped_bytes: int = 0
     archived: str | None = None
+    corrupt_lines: tuple[int, ...] = ()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -72,34 +76,59 @@ def write_atomic(path: Path, text: str) -> None:
     _fsync_dir(path.parent)
 
 
-def read_records(path: Path, repair: bool = False) -> tuple[list[dict[str, Any]], int]:
-    """Return the complete JSON lines of a results file and the byte count of a torn tail.
+@dataclass(frozen=True)
+class RecordScan:
+    """What reading results.jsonl found.
 
-    With ``repair``, the torn tail (a last line without newline or not JSON) is cut off."""
+    Attributes:
+        records: the complete JSON records, in file order.
+        dropped_bytes: bytes of a torn last line (no final newline).
+        corrupt_lines: 1-based numbers of complete lines that were not a JSON object
+            (skipped; the records after them are kept).
+    """
+
+    records: list[dict[str, Any]]
+    dropped_bytes: int = 0
+    corrupt_lines: tuple[int, ...] = ()
+
+
+def scan_records(path: Path, repair: bool = False) -> RecordScan:
+    """Read a results file line by line: keep JSON objects, skip corrupt lines, and note a
+    torn tail. With ``repair`` the torn tail (bytes after the last newline) is cut off;
+    corrupt lines in the middle are left in place (never truncated: the lines after them
+    are finished cells)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        return [], 0
-    good_end, records = 0, []
-    pos = 0
-    while pos < len(data):
-        nl = data.find(b"\n", pos)
-        if nl < 0:
-            break
-        line = data[pos:nl]
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                break  # a torn line mid-file can only be the last one written
-        pos = good_end = nl + 1
+        return RecordScan([])
+    good_end = data.rfind(b"\n") + 1
+    records: list[dict[str, Any]] = []
+    corrupt: list[int] = []
+    for number, line in enumerate(data[:good_end].split(b"\n")[:-1], start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            corrupt.append(number)
     dropped = len(data) - good_end
     if dropped and repair:
         with open(path, "r+b") as fh:
             fh.truncate(good_end)
             fh.flush()
             os.fsync(fh.fileno())
-    return records, dropped
+    return RecordScan(records, dropped, tuple(corrupt))
+
+
+def read_records(path: Path, repair: bool = False) -> tuple[list[dict[str, Any]], int]:
+    """Return the JSON records of a results file and the byte count of a torn tail
+    (:func:`scan_records`, corrupt lines skipped)."""
+    scan = scan_records(path, repair)
+    return scan.records, scan.dropped_bytes
 
 
 class RunDir:
@@ -158,13 +187,14 @@ class RunDir:
                     f"{self.path} holds a different plan: pass --resume to reuse its finished "
                     "cells (matched by key), --no-resume to archive it, or another --out"
                 )
-        records, dropped = read_records(self.results_path, repair=True)
-        done = {str(r["key"]): r for r in records if "key" in r}
+        scan = scan_records(self.results_path, repair=True)
+        done = {str(r["key"]): r for r in scan.records if "key" in r}
         if old_plan is not None and old_plan != plan_text and archived is None:
             write_atomic(self.path / time.strftime("plan-before-%Y%m%dT%H%M%S.toml"), old_plan)
         if old_plan != plan_text:
             write_atomic(plan_file, plan_text)
-        return Opened(resumed=bool(done), done=done, dropped_bytes=dropped, archived=archived)
+        return Opened(resumed=bool(done), done=done, dropped_bytes=scan.dropped_bytes,
+                      archived=archived, corrupt_lines=scan.corrupt_lines)  # fmt: skip
 
     def _archive(self) -> str:
         dest = self.path / time.strftime("previous-%Y%m%dT%H%M%S")

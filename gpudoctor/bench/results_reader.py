@@ -29,6 +29,7 @@ class CellResult:
     concurrency: int
     status: str
     measurement: dict[str, Any] | None
+    raw: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -53,39 +54,101 @@ class CellResult:
         assert self.measurement is not None
         return sum((self.measurement.get("errors") or {}).values())
 
+    @property
+    def completed(self) -> int:
+        """Return the successful requests behind the cell's metrics (0 when not measured)."""
+        value = (self.measurement or {}).get("completed") if self.ok else 0
+        return int(value) if isinstance(value, int) else 0
 
-def load_results(run_dir: Path) -> list[CellResult]:
+    @property
+    def run_id(self) -> str | None:
+        """Return the measurement's run id (tags its lines in the raw file)."""
+        client = (self.measurement or {}).get("client")
+        return client.get("run_id") if isinstance(client, dict) else None
+
+
+@dataclass(frozen=True)
+class SkippedLine:
+    """A line of results.jsonl that was left out: its number (1-based) and why."""
+
+    number: int
+    why: str
+
+
+@dataclass(frozen=True)
+class RunResults:
+    """The readable cells of a run and the corrupt lines that were skipped."""
+
+    path: Path
+    cells: tuple[CellResult, ...]
+    skipped: tuple[SkippedLine, ...] = ()
+
+    def warning(self) -> str | None:
+        """Return one line naming the skipped lines (None when every line was read)."""
+        if not self.skipped:
+            return None
+        shown = ", ".join(f"line {s.number}: {s.why}" for s in self.skipped[:5])
+        more = f", +{len(self.skipped) - 5} more" if len(self.skipped) > 5 else ""
+        return (
+            f"{self.path}: skipped {len(self.skipped)} corrupt line(s) ({shown}{more}); "
+            f"kept the other {len(self.cells)} cell(s)"
+        )
+
+
+def _cell(row: object) -> CellResult:
+    if not isinstance(row, dict):
+        raise TypeError(f"a JSON {type(row).__name__}, not an object")
+    return CellResult(
+        key=str(row["key"]),
+        config=str(row["config"]),
+        tp=int(row["tp"]),
+        concurrency=int(row["concurrency"]),
+        status=str(row["status"]),
+        measurement=row.get("measurement") if isinstance(row.get("measurement"), dict) else None,
+        raw=row.get("raw") if isinstance(row.get("raw"), str) else None,
+    )
+
+
+def read_run(run_dir: Path) -> RunResults:
     """Return the cells of ``run_dir/results.jsonl`` in first-seen order (later lines win).
 
-    A torn last line (no final newline, not JSON: a crash mid-write) is ignored. Raises
-    ResultsError when the file is missing, another line is not JSON, or a line lacks a
-    required field (the message names the file and line).
+    A line that is not JSON or not a cell record (a torn write, a disk error, an edit) is
+    skipped and listed in ``skipped``; the lines after it are kept. A torn last line (no
+    final newline) is ignored silently: the launcher reruns that cell. Raises
+    ResultsError only when the file is missing or unreadable.
     """
     path = Path(run_dir) / RESULTS_FILE
     if not path.is_file():
         raise ResultsError(f"{path}: no such file (is {run_dir} a bench run directory?)")
+    try:
+        text = path.read_bytes().decode("utf-8", "replace")
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     cells: dict[str, CellResult] = {}
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines()
+    skipped: list[SkippedLine] = []
+    lines = text.split("\n")
+    torn = lines.pop()  # "" when the file ends with a newline, else an unfinished write
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            cell = _cell(json.loads(line))
         except json.JSONDecodeError as exc:
-            if number == len(lines) and not text.endswith("\n"):
-                break  # a write torn by a crash: the launcher reruns that cell
-            raise ResultsError(f"{path}:{number}: not JSON ({exc.msg})") from exc
-        try:
-            cell = CellResult(
-                key=str(row["key"]),
-                config=str(row["config"]),
-                tp=int(row["tp"]),
-                concurrency=int(row["concurrency"]),
-                status=str(row["status"]),
-                measurement=row.get("measurement"),
-            )
+            skipped.append(SkippedLine(number, f"not JSON ({exc.msg})"))
+            continue
         except (KeyError, TypeError, ValueError) as exc:
-            raise ResultsError(f"{path}:{number}: bad cell record ({exc!r})") from exc
+            skipped.append(SkippedLine(number, f"bad cell record ({exc!r})"))
+            continue
         cells[cell.key] = cell  # a later line for the same key replaces the earlier one
-    return list(cells.values())
+    if torn.strip():
+        try:
+            cell = _cell(json.loads(torn))
+            cells[cell.key] = cell  # complete, only its newline is missing
+        except (ValueError, KeyError, TypeError):
+            pass  # a write torn by a crash
+    return RunResults(path, tuple(cells.values()), tuple(skipped))
+
+
+def load_results(run_dir: Path) -> list[CellResult]:
+    """Return the readable cells of ``run_dir/results.jsonl`` (see :func:`read_run`)."""
+    return list(read_run(run_dir).cells)

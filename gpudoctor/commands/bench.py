@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from gpudoctor.commands.options import require_writable_dir
+
 EXIT_ERROR, EXIT_FAIL, EXIT_INTERRUPTED = 1, 3, 130
 
 
@@ -43,6 +45,10 @@ def bench() -> None:
     a workload and SLOs; see docs/bench.md and docs/examples/. One server runs per
     configuration; results.jsonl gets one fsync'ed line per cell, so a killed or
     rebooted campaign resumes where it stopped and never runs a finished cell twice.
+
+    A plan is code: a plan runs the programs it names (the engine, its --help,
+    engine.python, a command template), even with --dry-run: run only plans you
+    trust. --dry-run --no-validate expands a plan without running anything.
     """
 
 
@@ -58,7 +64,14 @@ def bench() -> None:
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Show the matrix, skips with reasons and the exact server commands; start nothing.",
+    help="Show the matrix, skips with reasons and the exact server commands; start no "
+    "server. Still runs the engine's --help and engine.python to check flags.",
+)
+@click.option(
+    "--no-validate",
+    is_flag=True,
+    help="With --dry-run: a pure expansion that runs no program of the plan "
+    "(flags are not checked).",
 )
 @click.option(
     "--resume/--no-resume",
@@ -80,15 +93,19 @@ def bench() -> None:
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the summary (or the dry run) as JSON on stdout."
 )
-def run(plan_path: Path, out: Path | None, dry_run: bool, resume: bool | None, retry_crashed: bool,
-        no_preflight: bool, quirks_path: Path | None, as_json: bool) -> None:  # fmt: skip
+def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, resume: bool | None,
+        retry_crashed: bool, no_preflight: bool, quirks_path: Path | None,
+        as_json: bool) -> None:  # fmt: skip
     """Run (or resume) the benchmark matrix of PLAN.
+
+    A plan runs the programs it names: run only plans you trust.
 
     \b
     Before any server starts, every flag is checked against the engine's --help.
     Cells known to crash (shipped or local quirks) are skipped with the reason.
     A server that crashes is recorded (last 50 log lines) and the matrix goes on.
     Ctrl-C / SIGTERM stop every server; run the same command again to resume.
+    At the end, a table per cell: output tok/s, TTFT and TPOT p50/p99, errors.
 
     \b
     Examples:
@@ -99,16 +116,17 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, resume: bool | None, r
     from gpudoctor.bench.launch_progress import make_reporter
     from gpudoctor.bench.plan import PlanError, load_plan
 
+    if no_validate and not dry_run:
+        raise click.UsageError("--no-validate only goes with --dry-run")
     try:
         plan = load_plan(plan_path)
     except PlanError as exc:
         raise click.ClickException(str(exc)) from exc
+    out = out or Path("runs") / plan.name
     if not dry_run:
-        from gpudoctor.commands.options import require_writable_dir
-
-        require_writable_dir(out or Path("runs") / plan.name, "--out")
+        require_writable_dir(out, "--out")
     options = launcher.LaunchOptions(
-        out=out or Path("runs") / plan.name,
+        out=out,
         resume=resume,
         retry_crashed=retry_crashed,
         preflight=not no_preflight,
@@ -119,10 +137,12 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, resume: bool | None, r
     )
     if dry_run:
         try:
-            result = launcher.dry_run(plan, options)
+            result = launcher.dry_run(plan, options, validate=not no_validate)
         except launcher.CampaignError as exc:
             raise click.ClickException(str(exc)) from exc
         click.echo(launcher.dumps(result) if as_json else _dry_run_text(result))
+        if result["problems"]:
+            raise click.ClickException(result["problems"][0])
         return
     try:
         summary = launcher.run_campaign(plan, options, make_reporter())
@@ -141,6 +161,9 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, resume: bool | None, r
 
         click.echo(launcher.dumps({**dataclasses.asdict(summary), "out": str(options.out)}))
     else:
+        from gpudoctor.bench.summary_table import results_table
+
+        click.echo(results_table(options.out, plan))
         click.echo(
             f"{options.out}: {summary.total} cells: {summary.already_done} done before, "
             f"{summary.ok} ok, {summary.crashed} crashed, {summary.skipped} skipped now; "
@@ -152,6 +175,7 @@ def _dry_run_text(result: dict) -> str:
     lines = [f"plan {result['plan']}: engine {result['engine']} {result['engine_version'] or '(not installed)'}, "
              f"GPU arch {result['gpu_arch']}, {len(result['cells'])} cells"]  # fmt: skip
     lines += [f"note: {n}" for n in result["notes"]]
+    lines += [f"PROBLEM: {p}" for p in result["problems"]]
     for config in result["configs"]:
         lines.append("")
         lines.append(

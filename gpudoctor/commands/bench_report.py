@@ -11,13 +11,18 @@ from gpudoctor.bench.results_reader import ResultsError
 
 _RUN_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
 _SHORT = {
-    "output_throughput": "out tok/s",
-    "mean_ttft_ms": "TTFT mean",
-    "p99_ttft_ms": "TTFT p99",
-    "mean_tpot_ms": "TPOT mean",
-    "mean_itl_ms": "ITL mean",
-    "accept_length": "accept",
+    "output_throughput": ("out tok/s", 1),
+    "median_ttft_ms": ("TTFT p50 ms", 1),
+    "p99_ttft_ms": ("TTFT p99 ms", 1),
+    "median_tpot_ms": ("TPOT p50 ms", 2),
+    "p99_tpot_ms": ("TPOT p99 ms", 2),
+    "accept_length": ("accept", 2),
 }
+
+
+def _warn(lines: tuple[str, ...] | list[str]) -> None:
+    for line in lines:
+        click.echo(f"gpudoctor: warning: {line}", err=True)
 
 
 @click.command("report")
@@ -32,7 +37,9 @@ def report(run_dir: Path, out_dir: Path | None, as_json: bool) -> None:
     Each table: rows = configs, columns = concurrency, cells =
       output tok/s · TTFT p50/p99 ms · TPOT p50 ms · accept length
     Plots: throughput vs concurrency, latency percentiles vs concurrency,
-    throughput vs TPOT (the Pareto view).
+    throughput vs TPOT (the Pareto view); they need matplotlib
+    (pip install 'gpudoctor[plots]'); without it report.md is written alone.
+    A corrupt line of results.jsonl is skipped with a warning.
 
     \b
     Example:
@@ -42,53 +49,81 @@ def report(run_dir: Path, out_dir: Path | None, as_json: bool) -> None:
     from gpudoctor.commands.options import require_writable_dir
 
     require_writable_dir(out_dir or run_dir, "--out" if out_dir else "RUN_DIR")
-
     try:
         files = write_report(run_dir, out_dir)
     except ResultsError as exc:
         raise click.ClickException(str(exc)) from exc
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot write the report into {out_dir or run_dir}: {exc.strerror or exc}; "
+            "pick a writable --out"
+        ) from exc
+    _warn(files.warnings)
     if as_json:
         click.echo(json.dumps({"markdown": str(files.markdown), "cells": files.cells,
-                               "plots": [str(p) for p in files.plots]}))  # fmt: skip
+                               "plots": [str(p) for p in files.plots],
+                               "warnings": list(files.warnings)}))  # fmt: skip
         return
     click.echo(f"wrote {files.markdown} ({files.cells} cells) and {len(files.plots)} plots")
+
+
+def _side_by_side(a: float | None, b: float | None, r: float | None, noise: bool | None,
+                  digits: int) -> str:  # fmt: skip
+    """Return ``A → B  ×ratio`` with ``≈`` when the ratio is within the noise."""
+    if a is None and b is None:
+        return "–"
+    fa = "–" if a is None else f"{a:.{digits}f}"
+    fb = "–" if b is None else f"{b:.{digits}f}"
+    mark = {True: " ≈", False: "", None: " ?"}[noise]
+    return f"{fa} → {fb}  " + ("–" if r is None else f"×{r:.2f}{mark}")
 
 
 @click.command("compare")
 @click.argument("run_a", type=_RUN_DIR)
 @click.argument("run_b", type=_RUN_DIR)
-@click.option("--json", "as_json", is_flag=True, help="Print every ratio as JSON.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print every value, ratio and interval as JSON."
+)
 def compare(run_a: Path, run_b: Path, as_json: bool) -> None:
-    """Print per-cell ratios B / A of two runs, cells matched by their key.
+    """Compare two runs cell by cell (matched by key): A → B and the ratio B / A.
 
     \b
+    n = successful requests behind each side's numbers.
+    ≈  the ratio is within the noise: the 95 % bootstrap interval of B / A
+       (1000 resamples of both cells' per-request records) contains 1.
+    ?  no raw records to tell (raw/ missing).
     Above 1: B is higher (better for tok/s and accept length, worse for latency).
+
+    \b
     Example:
       gpudoctor bench compare runs/before runs/after
     """
-    from gpudoctor.bench.compare import COMPARED, compare_runs
+    from gpudoctor.bench.compare import compare_runs
 
     try:
         result = compare_runs(run_a, run_b)
     except ResultsError as exc:
         raise click.ClickException(str(exc)) from exc
+    _warn(result.warnings)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from gpudoctor.bench.summary_table import format_table
 
-    shown = [m for m in COMPARED if m in _SHORT]
-    table = Table(title=f"B / A   (A = {run_a}, B = {run_b})")
-    for column in ("config", "TP", "c", *(_SHORT[m] for m in shown)):
-        table.add_column(column, justify="left" if column == "config" else "right")
+    header = ("config", "TP", "c", "n A/B", *(label for label, _ in _SHORT.values()))
+    rows = []
     for cell in result.cells:
-        values = [("–" if cell.ratios[m] is None else f"{cell.ratios[m]:.3f}") for m in shown]
-        table.add_row(cell.config, str(cell.tp), str(cell.concurrency), *values)
-    console = Console()
-    console.print(table)
+        values = [_side_by_side(cell.a.get(m), cell.b.get(m), cell.ratios.get(m),
+                                cell.within_noise.get(m) if m != "accept_length" else False, digits)
+                  for m, (_, digits) in _SHORT.items()]  # fmt: skip
+        rows.append((cell.config, str(cell.tp), str(cell.concurrency),
+                     f"{cell.requests_a}/{cell.requests_b}", *values))  # fmt: skip
+    click.echo(f"A = {run_a}\nB = {run_b}\neach metric: A → B  ×B/A")
+    click.echo(format_table(header, rows))
+    click.echo("≈ within the noise (the 95 % bootstrap interval of B/A contains 1); "
+               "? no raw records to tell")  # fmt: skip
     for label, keys in (("only in A", result.only_a), ("only in B", result.only_b)):
         if keys:
-            console.print(f"{label}: {', '.join(keys)}")
+            click.echo(f"{label}: {', '.join(keys)}")
     for key, why in result.not_measured.items():
-        console.print(f"not compared: {key} ({why})")
+        click.echo(f"not compared: {key} ({why})")

@@ -46,9 +46,9 @@ def bench() -> None:
     configuration; results.jsonl gets one fsync'ed line per cell, so a killed or
     rebooted campaign resumes where it stopped and never runs a finished cell twice.
 
-    A plan is code: a plan runs the programs it names (the engine, its --help,
-    engine.python, a command template), even with --dry-run: run only plans you
-    trust. --dry-run --no-validate expands a plan without running anything.
+    A plan is code: a plan runs the programs it names: run only plans you trust.
+    It runs the engine, its --help, engine.python and any command template, even
+    with --dry-run; --dry-run --no-validate expands a plan without running anything.
     """
 
 

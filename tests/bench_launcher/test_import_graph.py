@@ -54,7 +54,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt) :] + [nxt]
+                return [*stack[stack.index(nxt) :], nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         stack.pop()
@@ -96,7 +96,7 @@ def test_no_import_cycle_in_bench() -> None:
 def test_each_order_imports_in_a_fresh_interpreter(order: tuple[str, str]) -> None:
     code = "import importlib\n" + "".join(f"importlib.import_module({m!r})\n" for m in order)
     code += "from gpudoctor.bench.plan import parse_plan\n"
-    code += "print(parse_plan('[model]\\npath = \"/m\"\\n[engine]\\nname = \"vllm\"\\n').name)"
+    code += 'print(parse_plan(\'[model]\\npath = "/m"\\n[engine]\\nname = "vllm"\\n\').name)'
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "plan"

@@ -10,7 +10,7 @@ import pytest
 from gpudoctor.bench.launcher import clamp_workload
 from gpudoctor.bench.plan import Limits, load_plan, parse_plan
 from gpudoctor.bench.quirks import find_quirk, load_quirks, load_table, record_crash
-from gpudoctor.bench.results import RunDir, RunDirError, read_records
+from gpudoctor.bench.results import RunDir, RunDirError, read_records, scan_records
 from gpudoctor.bench.types import WorkloadSpec
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
@@ -111,3 +111,27 @@ def test_clamp(input_len: int, output_len: int, max_ctx, expect_input, clamped: 
     assert facts["requested_input_len"] == input_len
     if max_ctx:
         assert fitted.input_len + output_len + 32 <= max_ctx
+
+
+def test_rundir_keeps_the_records_after_a_corrupt_middle_line(tmp_path: Path) -> None:
+    """Fault: a corrupt line in the middle of results.jsonl (disk error, a torn write
+    followed by a later launch's appends) used to be taken for the torn tail: open()
+    truncated the file there, losing every finished cell after it."""
+    with RunDir(tmp_path) as rd:
+        rd.open(PLAN_A, None)
+        rd.append({"key": "k1", "status": "ok"})
+    with open(tmp_path / "results.jsonl", "ab") as fh:
+        fh.write(b'{"key": "k2", "sta\n')  # torn, then a later launch appended after it
+    with RunDir(tmp_path) as rd:
+        rd.append({"key": "k3", "status": "ok"})
+        rd.append({"key": "k4", "status": "crashed"})
+    with open(tmp_path / "results.jsonl", "ab") as fh:
+        fh.write(b'{"key": "k5"')  # and a torn tail
+    with RunDir(tmp_path) as rd:
+        opened = rd.open(PLAN_A, None)
+    assert set(opened.done) == {"k1", "k3", "k4"}
+    assert opened.corrupt_lines == (2,) and opened.dropped_bytes == 12
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and json.loads(lines[3])["key"] == "k4"  # nothing after line 2 cut
+    scan = scan_records(tmp_path / "results.jsonl")
+    assert [r["key"] for r in scan.records] == ["k1", "k3", "k4"] and scan.corrupt_lines == (2,)

@@ -15,6 +15,7 @@ Without either, None: the gauge read without a flush averages over the server's 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ import httpx
 from gpudoctor.bench.records import RequestRecord
 
 SERVER_INFO_PATHS = ("/get_server_info", "/server_info")
+MAX_INFO_BYTES = 4 * 1024 * 1024  # a server_info body is a few KiB
 
 
 def from_records(records: Sequence[RequestRecord]) -> float | None:
@@ -56,12 +58,19 @@ async def query_server_info(client: httpx.AsyncClient, base_url: str) -> float |
     """Return the server's ``avg_spec_accept_length`` after the cell, or None."""
     for path in SERVER_INFO_PATHS:
         try:
-            response = await client.get(base_url.rstrip("/") + path, timeout=30)
+            async with client.stream("GET", base_url.rstrip("/") + path, timeout=30) as response:
+                if response.status_code != 200:
+                    continue
+                body = b""
+                async for data in response.aiter_raw():
+                    body += data
+                    if len(body) > MAX_INFO_BYTES:  # not a server_info body: give up
+                        return None
         except httpx.HTTPError:
             return None
-        if response.status_code == 200:
-            try:
-                return from_server_info(response.json())
-            except ValueError:
-                return None
+        try:
+            info = json.loads(body)
+        except ValueError:
+            return None
+        return from_server_info(info) if isinstance(info, dict) else None
     return None

@@ -7,6 +7,13 @@ SSE is parsed by hand (``data:`` lines; ``[DONE]`` or the end of the body ends t
 stream) because the per-chunk cost decides whether the client keeps up with a fast
 server (benchmarks/client_overhead.py). Requests ask for ``stream_options.include_usage``
 so SGLang/vLLM send the token count; servers that ignore it (transformers) send it anyway.
+
+Bounded whatever the server does: a request keeps chunk times and counts, not the
+streamed text (unless ``keep_text``; then at most ``TEXT_BYTES_PER_TOKEN`` per
+requested token); more content chunks than ``max_tokens`` + ``CHUNK_SLACK`` is a
+malformed answer (kind ``oversize``); each request ends by ``timeout_s`` after its send
+and by the cell's deadline (kind ``deadline``; requests not yet sent then are recorded
+as ``deadline`` without being sent).
 """
 
 from __future__ import annotations
@@ -23,7 +30,13 @@ from typing import Any
 import httpx
 
 from gpudoctor.bench.records import RequestRecord
-from gpudoctor.bench.sse_transport import TransportFailure, stream_post
+from gpudoctor.bench.sse_transport import (
+    DEFAULT_CAPS,
+    Deadline,
+    StreamCaps,
+    TransportFailure,
+    stream_post,
+)
 from gpudoctor.bench.workload import Prompt
 
 _CONTEXT_OVERFLOW = re.compile(
@@ -31,6 +44,8 @@ _CONTEXT_OVERFLOW = re.compile(
     r"|exceeds? (the )?(model'?s? )?max|maximum (sequence )?length|index out of range",
     re.IGNORECASE,
 )
+CHUNK_SLACK = 16  # content chunks allowed beyond max_tokens (a chunk holds >= 1 token)
+TEXT_BYTES_PER_TOKEN = 256  # with keep_text: streamed text kept per requested token, at most
 
 
 @dataclass(frozen=True)
@@ -47,6 +62,9 @@ class ClientOptions:
         extra_body: more fields merged into every request body.
         transport: ``fast`` (``sse_transport``, one connection per request, as SGLang) or
             ``httpx`` (pooled keep-alive connections; ~3x the CPU per chunk).
+        keep_text: keep each chunk's text in the record (needed to split a speculative
+            server's multi-token chunks by re-tokenizing; off: counts and times only).
+        caps: byte limits on the response (``sse_transport.StreamCaps``).
     """
 
     base_url: str
@@ -56,6 +74,8 @@ class ClientOptions:
     timeout_s: float = 600.0
     extra_body: tuple[tuple[str, Any], ...] = ()
     transport: str = "fast"
+    keep_text: bool = False
+    caps: StreamCaps = DEFAULT_CAPS
 
     @property
     def url(self) -> str:
@@ -67,11 +87,15 @@ class ClientOptions:
 class _Stream:
     """Mutable per-request state while it streams (becomes a frozen RequestRecord)."""
 
-    __slots__ = ("chunk_times", "finish", "last_event", "spec_verify_ct", "texts", "usage")
+    __slots__ = ("chunk_times", "finish", "keep_text", "last_event", "max_chunks", "spec_verify_ct",
+                 "text_left", "texts", "usage")  # fmt: skip
 
-    def __init__(self) -> None:
+    def __init__(self, max_tokens: int = 1 << 30, keep_text: bool = False) -> None:
         self.chunk_times: list[float] = []
         self.texts: list[str] = []
+        self.keep_text = keep_text
+        self.max_chunks = max_tokens + CHUNK_SLACK
+        self.text_left = max(max_tokens, 1) * TEXT_BYTES_PER_TOKEN
         self.last_event: float | None = None
         self.usage: dict[str, Any] | None = None
         self.finish: str | None = None
@@ -91,8 +115,16 @@ class _Stream:
             choice = choices[0]
             text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
             if text:
+                if len(self.chunk_times) >= self.max_chunks:
+                    raise TransportFailure(
+                        "oversize", f"more than {self.max_chunks} content chunks for "
+                        f"max_tokens {self.max_chunks - CHUNK_SLACK}")  # fmt: skip
                 self.chunk_times.append(now)
-                self.texts.append(text)
+                if self.keep_text:
+                    self.text_left -= len(text)
+                    if self.text_left < 0:
+                        raise TransportFailure("oversize", "streamed text over the cap")
+                    self.texts.append(text)
             if choice.get("finish_reason"):
                 self.finish = choice["finish_reason"]
         if event.get("usage"):
@@ -133,11 +165,14 @@ async def send_request(
     prompt: Prompt,
     index: int,
     cell_t0: float,
+    cell_deadline: float | None = None,
 ) -> RequestRecord:
     """Stream one request; return its record (errors are recorded, never raised).
 
     ``options.transport`` picks the HTTP stack: ``fast`` (``sse_transport``, the default;
     ``client`` unused) or ``httpx`` (through ``client``, which must then be given).
+    The request is over by ``options.timeout_s`` after its send (kind ``timeout``) and
+    by ``cell_deadline`` (``time.perf_counter()`` seconds; kind ``deadline``).
     """
     body = prompt.body(options.model)
     body.update({"stream": True, "temperature": 0.0, "stream_options": {"include_usage": True}})
@@ -145,7 +180,7 @@ async def send_request(
         body["ignore_eos"] = True
     body.update(dict(options.extra_body))
     chat = options.api == "chat"
-    stream = _Stream()
+    stream = _Stream(prompt.output_len, options.keep_text)
     status: int | None = None
     kind: str | None = None
     message: str | None = None
@@ -157,12 +192,23 @@ async def send_request(
             stream_errors.append(error)
 
     start = time.perf_counter()
+    deadline = Deadline(start + options.timeout_s, "timeout",
+                        f"the request took over {options.timeout_s:g} s")  # fmt: skip
+    if cell_deadline is not None and cell_deadline < deadline.at:
+        deadline = Deadline(cell_deadline, "deadline", "the cell's deadline passed")
     try:
         if options.transport == "httpx":
             assert client is not None, "the httpx transport needs an AsyncClient"
-            status, error_body = await _httpx_post(client, options.url, body, on_event)
+            try:
+                status, error_body = await asyncio.wait_for(
+                    _httpx_post(client, options.url, body, on_event, options.caps),
+                    max(deadline.at - time.perf_counter(), 0.0),
+                )
+            except asyncio.TimeoutError as exc:
+                raise TransportFailure(deadline.kind, deadline.message) from exc
         else:
-            result = await stream_post(options.url, body, on_event, options.timeout_s)
+            result = await stream_post(options.url, body, on_event, options.timeout_s,
+                                       deadline, options.caps)  # fmt: skip
             status, error_body = result.status, result.error_body
         if status != 200:
             kind = classify_status(status, error_body)
@@ -204,6 +250,13 @@ async def send_request(
     )
 
 
+def not_sent(prompt: Prompt, index: int, cell_t0: float) -> RequestRecord:
+    """Return the record of a request the cell's deadline left unsent (kind ``deadline``)."""
+    return RequestRecord(index=index, prompt_len=prompt.prompt_len, max_tokens=prompt.output_len,
+                         send_s=time.perf_counter() - cell_t0, ok=False, wall_s=0.0,
+                         error_kind="deadline", error="not sent: the cell's deadline passed")  # fmt: skip
+
+
 def _output_tokens(
     completion: int | None, ignore_eos: bool, prompt: Prompt, stream: _Stream
 ) -> int:
@@ -219,16 +272,26 @@ async def _httpx_post(
     url: str,
     body: dict[str, Any],
     on_event: Callable[[bytes, float], None],
+    caps: StreamCaps = DEFAULT_CAPS,
 ) -> tuple[int, str]:
-    """Stream with httpx; return (status, error body when not 200)."""
+    """Stream with httpx; return (status, error body when not 200, at most
+    ``caps.error_body_bytes``). Raises TransportFailure ``oversize`` for an SSE line over
+    ``caps.line_bytes`` (h11 itself caps the head)."""
     async with client.stream("POST", url, json=body) as response:
         if response.status_code != 200:
-            return response.status_code, (await response.aread()).decode("utf-8", "replace")
+            kept = b""
+            async for data in response.aiter_raw():
+                kept += data[: caps.error_body_bytes - len(kept)]
+                if len(kept) >= caps.error_body_bytes:
+                    break
+            return response.status_code, kept.decode("utf-8", "replace")
         buffer = b""
         async for data in response.aiter_raw():
             now = time.perf_counter()
             lines = (buffer + data).split(b"\n")
             buffer = lines.pop()
+            if max([len(buffer), *(len(x) for x in lines)]) > caps.line_bytes:
+                raise TransportFailure("oversize", f"an SSE line over {caps.line_bytes} bytes")
             for line in lines:
                 if line.startswith(b"data:"):
                     on_event(line[5:].strip(), now)
@@ -253,6 +316,7 @@ async def run_requests(
     request_rate: float | None = None,
     seed: int = 0,
     on_record: Callable[[RequestRecord], RequestRecord] | None = None,
+    deadline: float | None = None,
 ) -> tuple[list[RequestRecord], float]:
     """Send ``prompts`` with at most ``concurrency`` in flight; return (records, wall seconds).
 
@@ -260,6 +324,8 @@ async def run_requests(
     else open loop: arrivals at exponential intervals of mean 1/rate (seeded), still
     capped at ``concurrency``. ``on_record`` is called as each request completes and
     returns the record to keep (it may add detail, e.g. re-tokenized chunk counts).
+    ``deadline`` (``time.perf_counter()`` seconds): every request is over by then; those
+    not yet sent are recorded as ``deadline`` failures without being sent.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -269,13 +335,19 @@ async def run_requests(
 
     async def limited(index: int, prompt: Prompt) -> RequestRecord:
         async with semaphore:
-            record = await send_request(client, options, prompt, index, t0)
+            if deadline is not None and time.perf_counter() >= deadline:
+                record = not_sent(prompt, index, t0)
+            else:
+                record = await send_request(client, options, prompt, index, t0, deadline)
         return on_record(record) if on_record is not None else record
 
     tasks = []
     for index, prompt in enumerate(prompts):
         tasks.append(asyncio.create_task(limited(index, prompt)))
         if request_rate is not None and request_rate != float("inf"):
-            await asyncio.sleep(rng.expovariate(request_rate))
+            pause = rng.expovariate(request_rate)
+            if deadline is not None:
+                pause = min(pause, max(deadline - time.perf_counter(), 0.0))
+            await asyncio.sleep(pause)
     records = await asyncio.gather(*tasks)
     return list(records), time.perf_counter() - t0

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpudoctor.bench import quirks as quirks_mod
 from gpudoctor.bench.engines import Engine, EngineError
-from gpudoctor.bench.plan import Cell, Limits, Plan
+from gpudoctor.bench.plan import Cell, Limits, Plan, ServerConfig
 from gpudoctor.bench.types import WorkloadSpec
 
 
@@ -92,6 +92,15 @@ def clamp_workload(
         return None, facts
     facts.update(input_len=budget, clamped=True)
     return dataclasses.replace(w, input_len=budget), facts
+
+
+def keeps_text(limits: Limits, config: ServerConfig) -> bool:
+    """Return whether a cell keeps the streamed text: ``limits.keep_text`` when set, else
+    True only for a speculative configuration (an arg named ``speculative-*``)."""
+    if limits.keep_text is not None:
+        return limits.keep_text
+    return any(flag.startswith("speculative") and value not in (False, None)
+               for flag, value in config.args)  # fmt: skip
 
 
 def model_problems(plan: Plan) -> list[str]:

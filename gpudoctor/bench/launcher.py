@@ -40,6 +40,7 @@ from gpudoctor.bench.launch_steps import (
     Summary,
     clamp_workload,
     decide,
+    keeps_text,
     model_problems,
     run_id,
     validate_flags,
@@ -273,7 +274,9 @@ class Campaign:
         workload = workload.for_concurrency(cell.concurrency)
         measurement = self._measure()(target, workload, cell.concurrency, self.plan.slo,
                                       telemetry=self.arch != "cpu", progress=self.reporter.requests,
-                                      timeout_s=self.plan.limits.request_timeout_s)  # fmt: skip
+                                      timeout_s=self.plan.limits.request_timeout_s,
+                                      cell_timeout_s=self.plan.limits.cell_timeout_s,
+                                      keep_text=keeps_text(self.plan.limits, cell.config))  # fmt: skip
         measure_s = time.monotonic() - t_measure
         timings = {"measure_s": round(measure_s, 4), "cell_s": round(time.monotonic() - started, 4)}
         common = {"measurement": measurement, "clamp": clamp, "server": server_facts, "timings": timings,

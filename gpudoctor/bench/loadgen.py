@@ -58,21 +58,30 @@ async def _run_cell(
     options: ClientOptions,
     on_record: Callable[[RequestRecord], RequestRecord],
     telemetry: bool,
+    deadline: float,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"flush_error": None, "accept_length": None, "accept_source": None}
+
+    def left() -> float:
+        return max(deadline - time.perf_counter(), 0.0)
+
     async with make_client(max(concurrency, workload.warmup, 1), options.timeout_s) as client:
         if workload.warmup > 0 and prompts:
             warm, _ = await run_requests(
-                client, options, _warmup_prompts(prompts, workload.warmup), workload.warmup
-            )
+                client, options, _warmup_prompts(prompts, workload.warmup), workload.warmup,
+                deadline=deadline,
+            )  # fmt: skip
             failed = [r for r in warm if not r.ok]
             out["warmup"] = {"sent": len(warm), "failed": len(failed)}
             if failed:
                 out["warmup"]["first_error"] = failed[0].error
         if target.flush_cache_path:
-            out["flush_error"] = await spec.flush_cache(
-                client, target.base_url, target.flush_cache_path
-            )
+            try:
+                out["flush_error"] = await asyncio.wait_for(
+                    spec.flush_cache(client, target.base_url, target.flush_cache_path), left()
+                )
+            except asyncio.TimeoutError:
+                out["flush_error"] = "the cell's deadline passed"
         cpu0 = time.process_time()
         with GpuSampler(enabled=telemetry) as sampler:
             records, duration = await run_requests(
@@ -83,6 +92,7 @@ async def _run_cell(
                 request_rate=workload.request_rate,
                 seed=workload.seed,
                 on_record=on_record,
+                deadline=deadline,
             )
         out["cpu_s"] = time.process_time() - cpu0
         out["records"], out["duration_s"] = records, duration
@@ -91,7 +101,12 @@ async def _run_cell(
         if from_meta is not None:
             out["accept_length"], out["accept_source"] = from_meta, "meta_info"
         elif target.flush_cache_path and out["flush_error"] is None:
-            from_info = await spec.query_server_info(client, target.base_url)
+            try:
+                from_info = await asyncio.wait_for(
+                    spec.query_server_info(client, target.base_url), min(left(), 30.0)
+                )
+            except asyncio.TimeoutError:
+                from_info = None
             if from_info is not None:
                 out["accept_length"], out["accept_source"] = from_info, "server_info"
     return out
@@ -106,6 +121,8 @@ def measure_cell(
     telemetry: bool = True,
     progress: Callable[[int, int], None] | None = None,
     timeout_s: float = 600.0,
+    cell_timeout_s: float | None = None,
+    keep_text: bool = False,
 ) -> dict[str, Any]:
     """Run one cell and return its JSON-ready record.
 
@@ -115,8 +132,13 @@ def measure_cell(
     (client-side facts: CPU seconds, chunks, observed peak in-flight requests, warmup)}``.
     Server failures never raise: a server killed mid-cell gives a partial record.
     ``progress(done, total)`` is called as each measured request completes.
-    ``timeout_s``: per-read timeout of every request.
+    ``timeout_s``: the longest one request may take (send -> end), seconds.
+    ``cell_timeout_s``: the cell's deadline, from now (warmup, flush, requests and the
+    accept-length query all end by then; unsent requests count as ``deadline`` errors).
+    ``keep_text``: keep the streamed text in the records and the raw file (else only
+    chunk times and counts; a speculative cell's ITL is then not split by tokens).
     """
+    deadline = time.perf_counter() + (cell_timeout_s if cell_timeout_s else 1e9)
     tokenizer = load_tokenizer(target.tokenizer_dir)
     prompts = build_prompts(workload, tokenizer)
     options = ClientOptions(
@@ -125,6 +147,7 @@ def measure_cell(
         api=workload.api,
         ignore_eos=workload.ignore_eos,
         timeout_s=timeout_s,
+        keep_text=keep_text,
     )
     run_id = uuid.uuid4().hex[:12]
     raw_file: IO[str] | None = None
@@ -145,16 +168,18 @@ def measure_cell(
 
     try:
         result = asyncio.run(
-            _run_cell(target, workload, concurrency, prompts, options, on_record, telemetry)
+            _run_cell(
+                target, workload, concurrency, prompts, options, on_record, telemetry, deadline
+            )
         )
     finally:
         if raw_file is not None:
             raw_file.close()
     records: list[RequestRecord] = result["records"]
-    split_itl = bool(result["accept_length"])
+    split_itl = bool(result["accept_length"]) and keep_text
     if split_itl:  # outside the timed loop: tokenizing costs CPU per chunk
         records = [retokenize_chunks(r, tokenizer) for r in records]
-    metrics = compute_metrics(records, result["duration_s"], slo)
+    metrics = compute_metrics(records, max(result["duration_s"], 1e-9), slo)
     metrics["itl_split_by_tokens"] = split_itl
     chunks = sum(len(r.chunk_times_s) for r in records)
     client = {
@@ -169,6 +194,10 @@ def measure_cell(
         "max_in_flight": max_in_flight(records),
         "warmup": result.get("warmup", {"sent": 0, "failed": 0}),
         "flush_cache_error": result["flush_error"],
+        "keep_text": keep_text,
+        "timeout_s": timeout_s,
+        "cell_timeout_s": cell_timeout_s,
+        "deadline_hit": time.perf_counter() >= deadline,
     }
     return {
         "concurrency": concurrency,

@@ -97,12 +97,19 @@ class Limits:
     Attributes:
         template_overhead: tokens reserved for the chat template / BOS on top of the prompt.
         min_input_len: a cell whose clamped input would be shorter than this is refused.
-        request_timeout_s: per-read timeout of every request, seconds.
+        request_timeout_s: the longest one request may take (send -> end), seconds.
+        cell_timeout_s: the deadline of one cell (warmup + requests), seconds; what is
+            not done by then is recorded as ``deadline`` errors.
+        keep_text: keep the streamed text in raw records: True / False; None (default)
+            = only for speculative configurations (``speculative-*`` args), whose
+            multi-token chunks are re-tokenized for the ITL as SGLang's bench_serving.
     """
 
     template_overhead: int = 32
     min_input_len: int = 16
     request_timeout_s: float = 600.0
+    cell_timeout_s: float = 3600.0
+    keep_text: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -270,14 +270,24 @@ def _parse_workload(r: _Reader, t: dict, base_dir: Path | None) -> WorkloadSpec:
 
 
 def _parse_limits(r: _Reader, t: dict) -> Limits:
-    r.check_keys(t, {"template_overhead", "min_input_len", "request_timeout_s"}, "limits")
-    return Limits(
+    keys = {"template_overhead", "min_input_len", "request_timeout_s", "cell_timeout_s",
+            "keep_text"}  # fmt: skip
+    r.check_keys(t, keys, "limits")
+    limits = Limits(
         template_overhead=r.typed(t, "template_overhead", "limits.template_overhead", (int,), 32),
         min_input_len=r.typed(t, "min_input_len", "limits.min_input_len", (int,), 16),
         request_timeout_s=float(
             r.typed(t, "request_timeout_s", "limits.request_timeout_s", (int, float), 600)
         ),
+        cell_timeout_s=float(
+            r.typed(t, "cell_timeout_s", "limits.cell_timeout_s", (int, float), 3600)
+        ),
+        keep_text=r.typed(t, "keep_text", "limits.keep_text", (bool,), None),
     )
+    for key in ("request_timeout_s", "cell_timeout_s"):
+        if getattr(limits, key) <= 0:
+            raise r.error(f"limits.{key}", f"must be > 0 seconds, got {getattr(limits, key):g}")
+    return limits
 
 
 def _parse_preflight(r: _Reader, t: dict) -> PreflightSpec:

@@ -20,6 +20,8 @@ ERROR_KINDS = (
     "connect",  # the connection could not be opened (server down)
     "stream_error",  # HTTP 200, then an in-stream ``{"error": ...}`` event
     "empty",  # HTTP 200 but no content token arrived
+    "oversize",  # a header, SSE line or chunk count over its cap (a broken/hostile server)
+    "deadline",  # the cell's deadline passed before the request ended (or was sent)
     "other",  # anything else (bad JSON, client bug): see the raw record's message
 )
 
@@ -48,7 +50,8 @@ class RequestRecord:
         status_code: HTTP status (None when no response arrived).
         error_kind: one of ``ERROR_KINDS`` when ``ok`` is False.
         error: a one-line error message.
-        text_chunks: the streamed text of each content chunk (for re-tokenizing).
+        text_chunks: the streamed text of each content chunk, only with ``keep_text``
+            (for re-tokenizing a speculative server's multi-token chunks).
     """
 
     index: int

@@ -128,7 +128,9 @@ class ServerProcess:
                 start_new_session=True,
                 preexec_fn=_set_pdeathsig,
             )
-        self._log_offset = log_path.stat().st_size
+        self._log_start = self._log_offset = log_path.stat().st_size  # this server's output
+        self._log_carry = ""  # the unfinished last line read so far (bounded)
+        self.log_bytes_read = 0  # bytes read from the log by the readiness scan
         self.log_ready_s: float | None = None
 
     @property
@@ -144,16 +146,24 @@ class ServerProcess:
         """Return the last ``count`` lines of the server's log."""
         return tail_lines(self.log_path, count)
 
-    def _scan_log(self, pattern: re.Pattern[str]) -> None:
+    def _scan_log(self, pattern: re.Pattern[str], chunk: int = 8 << 20) -> None:
+        """Read the log from where the last scan stopped (``tail -c +OFFSET``), at most
+        ``chunk`` bytes per call, and note when ``pattern`` first shows. Each byte is read
+        once; only the unfinished last line (at most 4 KiB) is carried to the next scan."""
         if self.log_ready_s is not None:
             return
         try:
             with open(self.log_path, "rb") as fh:
                 fh.seek(self._log_offset)
-                new = fh.read()
+                new = fh.read(chunk)
         except OSError:
             return
-        if pattern.search(new.decode("utf-8", "replace")):
+        self._log_offset += len(new)
+        self.log_bytes_read += len(new)
+        text = self._log_carry + new.decode("utf-8", "replace")
+        head, _, self._log_carry = text.rpartition("\n")
+        self._log_carry = self._log_carry[-4096:]
+        if pattern.search(head) or pattern.search(self._log_carry):
             self.log_ready_s = time.monotonic() - self.started_at
 
     def wait_ready(
@@ -180,7 +190,7 @@ class ServerProcess:
                 )
             if probe():
                 if pattern is not None:
-                    self._scan_log(pattern)
+                    self._scan_log(pattern, chunk=64 << 20)  # catch up with the log
                 return time.monotonic() - self.started_at
             if time.monotonic() > deadline:
                 tail = self.tail()

@@ -8,6 +8,13 @@ with no coroutine switch: status line and headers, chunked or plain body, then S
 
 One connection per request with ``Connection: close``, like SGLang's bench_serving
 (a new aiohttp session per request), so TTFT includes the same loopback connect.
+
+A hostile or broken server must not hang the client or grow its memory: the response
+head, one SSE line, one chunk-size line and an error body are capped (``StreamCaps``;
+over a cap the request fails with kind ``oversize``), chunked bodies are decoded as
+they arrive (a huge announced chunk is never buffered whole), and every request has an
+absolute deadline (kind ``timeout``, or ``deadline`` when the cell's deadline is the
+one that passed).
 """
 
 from __future__ import annotations
@@ -23,11 +30,43 @@ from urllib.parse import urlsplit
 
 
 class TransportFailure(Exception):
-    """A request failed below HTTP; ``kind`` is ``connect``, ``disconnect`` or ``timeout``."""
+    """A request failed below HTTP; ``kind`` is ``connect``, ``disconnect``, ``timeout``,
+    ``deadline`` or ``oversize``."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+@dataclass(frozen=True)
+class StreamCaps:
+    """Byte limits on what a server may send (a real server stays far below each).
+
+    Attributes:
+        head_bytes: status line + headers (64 KiB; nginx's default is 4-8 KiB).
+        line_bytes: one SSE line (1 MiB; a token chunk is ~300 bytes).
+        chunk_size_line: one chunked-encoding size line (1 KiB).
+        error_body_bytes: the body of a non-200 answer kept for the message (64 KiB;
+            the rest is not read).
+    """
+
+    head_bytes: int = 64 * 1024
+    line_bytes: int = 1024 * 1024
+    chunk_size_line: int = 1024
+    error_body_bytes: int = 64 * 1024
+
+
+DEFAULT_CAPS = StreamCaps()
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a request must be over (``time.perf_counter()`` seconds) and the error kind
+    to record then: ``timeout`` (its own limit) or ``deadline`` (the cell's)."""
+
+    at: float
+    kind: str = "timeout"
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -42,11 +81,14 @@ class _SseProtocol(asyncio.Protocol):
     """Parses one HTTP/1.1 response and feeds its SSE ``data:`` payloads to ``on_event``."""
 
     def __init__(
-        self, request: bytes, on_event: Callable[[bytes, float], None], done: asyncio.Future
-    ) -> None:
+        self, request: bytes, on_event: Callable[[bytes, float], None], done: asyncio.Future,
+        caps: StreamCaps = DEFAULT_CAPS,
+    ) -> None:  # fmt: skip
         self.request = request
         self.on_event = on_event
         self.done = done
+        self.caps = caps
+        self.chunk_left = 0  # bytes of the current chunk still to come (chunked bodies)
         self.transport: asyncio.Transport | None = None
         self.head = b""
         self.status = 0
@@ -86,7 +128,15 @@ class _SseProtocol(asyncio.Protocol):
             self.head += data
             end = self.head.find(b"\r\n\r\n")
             if end < 0:
+                if len(self.head) > self.caps.head_bytes:
+                    raise TransportFailure(
+                        "oversize", f"response head over {self.caps.head_bytes} bytes"
+                    )
                 return
+            if end > self.caps.head_bytes:
+                raise TransportFailure(
+                    "oversize", f"response head over {self.caps.head_bytes} bytes"
+                )
             data = self.head[end + 4 :]
             self._parse_head(self.head[:end])
             if self.done.done():
@@ -118,34 +168,57 @@ class _SseProtocol(asyncio.Protocol):
                 self.remaining = int(value.strip())
 
     def _dechunk(self, now: float) -> None:
+        """Decode chunked framing as bytes arrive: chunk data goes to ``_body`` at once,
+        so an announced chunk of any size is never buffered whole."""
         raw = self.raw
         pos = 0
-        while True:
+        while pos < len(raw) and not self.done.done():
+            if self.chunk_left > 0:
+                piece = raw[pos : pos + self.chunk_left]
+                self.chunk_left -= len(piece)
+                pos += len(piece)
+                self._body(piece, now)
+                if self.chunk_left == 0:
+                    self.chunk_left = -2  # the CRLF after the data
+                continue
+            if self.chunk_left < 0:  # skip the CRLF that ends a chunk's data
+                skip = min(-self.chunk_left, len(raw) - pos)
+                pos += skip
+                self.chunk_left += skip
+                continue
             eol = raw.find(b"\r\n", pos)
             if eol < 0:
+                if len(raw) - pos > self.caps.chunk_size_line:
+                    raise TransportFailure("oversize", "chunk-size line over the cap")
                 break
             size = int(raw[pos:eol].split(b";", 1)[0], 16)
+            pos = eol + 2
             if size == 0:
                 self.raw = b""
                 self._end()
                 return
-            start, stop = eol + 2, eol + 2 + size
-            if len(raw) < stop + 2:
-                break
-            self._body(raw[start:stop], now)
-            pos = stop + 2
+            self.chunk_left = size
         self.raw = raw[pos:]
 
     def _body(self, data: bytes, now: float) -> None:
         if self.status != 200:
-            self.error_body += data
+            room = self.caps.error_body_bytes - len(self.error_body)
+            self.error_body += data[:room]
+            if len(data) >= room:  # enough to classify it: stop reading
+                self._finish(HttpResult(self.status, self.error_body.decode("utf-8", "replace")))
             return
         buffered = self.lines + data
         lines = buffered.split(b"\n")
         self.lines = lines.pop()
+        if len(self.lines) > self.caps.line_bytes:
+            raise TransportFailure("oversize", f"an SSE line over {self.caps.line_bytes} bytes")
         for line in lines:
+            if len(line) > self.caps.line_bytes:
+                raise TransportFailure("oversize", f"an SSE line over {self.caps.line_bytes} bytes")
             if line.startswith(b"data:"):
                 self.on_event(line[5:].strip(), now)
+                if self.done.done():
+                    return
 
     def _end(self) -> None:
         if self.status == 200 and self.lines.startswith(b"data:"):
@@ -171,12 +244,17 @@ async def stream_post(
     body: dict[str, Any],
     on_event: Callable[[bytes, float], None],
     timeout_s: float,
+    deadline: Deadline | None = None,
+    caps: StreamCaps = DEFAULT_CAPS,
 ) -> HttpResult:
     """POST ``body`` as JSON to ``url``; feed SSE payloads to ``on_event`` as they arrive.
 
-    Returns the status (and the body when not 200). Raises ``TransportFailure`` with kind
-    ``connect`` (cannot connect), ``disconnect`` (connection broke mid-response) or
-    ``timeout`` (no byte for ``timeout_s``). Shell equivalent: ``curl -sN -X POST URL -d @body``.
+    Returns the status (and at most ``caps.error_body_bytes`` of the body when not 200).
+    Raises ``TransportFailure`` with kind ``connect`` (cannot connect), ``disconnect``
+    (connection broke mid-response), ``timeout`` (no byte for ``timeout_s``, or
+    ``deadline`` passed), ``deadline`` (the cell's deadline passed) or ``oversize`` (a
+    cap of ``caps`` exceeded). ``on_event`` may raise TransportFailure to end the request.
+    Shell equivalent: ``curl -sN --max-time T -X POST URL -d @body``.
     """
     parts = urlsplit(url)
     secure = parts.scheme == "https"
@@ -191,7 +269,11 @@ async def stream_post(
     ).encode() + payload
     loop = asyncio.get_running_loop()
     done: asyncio.Future[HttpResult] = loop.create_future()
-    protocol = _SseProtocol(request, on_event, done)
+    protocol = _SseProtocol(request, on_event, done, caps)
+    deadline = deadline or Deadline(time.perf_counter() + 1e9)
+    left = deadline.at - time.perf_counter()
+    if left <= 0:
+        raise TransportFailure(deadline.kind, deadline.message or "deadline passed before sending")
     try:
         await asyncio.wait_for(
             loop.create_connection(
@@ -199,11 +281,12 @@ async def stream_post(
                 ssl=ssl.create_default_context() if secure else None,
                 server_hostname=host if secure else None,
             ),
-            timeout=min(timeout_s, 30.0),
+            timeout=min(timeout_s, 30.0, left),
         )  # fmt: skip
     except (OSError, asyncio.TimeoutError) as exc:
         raise TransportFailure("connect", f"cannot connect to {host}:{port}: {exc}") from exc
-    protocol.watchdog = loop.call_later(timeout_s, _watch, protocol, timeout_s)
+    protocol.watchdog = loop.call_later(min(timeout_s, max(deadline.at - time.perf_counter(), 0)),
+                                        _watch, protocol, timeout_s, deadline)  # fmt: skip
     try:
         return await done
     finally:
@@ -213,11 +296,17 @@ async def stream_post(
             protocol.transport.close()
 
 
-def _watch(protocol: _SseProtocol, timeout_s: float) -> None:
-    """Fail the request when no byte arrived for ``timeout_s``, else check again later."""
-    idle = time.perf_counter() - protocol.last_read
+def _watch(protocol: _SseProtocol, timeout_s: float, deadline: Deadline) -> None:
+    """Fail the request at its deadline, or when no byte arrived for ``timeout_s``;
+    else check again later."""
+    now = time.perf_counter()
+    if now >= deadline.at:
+        protocol._finish(TransportFailure(deadline.kind, deadline.message or "deadline passed"))
+        return
+    idle = now - protocol.last_read
     if idle >= timeout_s:
         protocol._finish(TransportFailure("timeout", f"no data for {timeout_s:g} s"))
         return
     loop = asyncio.get_running_loop()
-    protocol.watchdog = loop.call_later(timeout_s - idle, _watch, protocol, timeout_s)
+    protocol.watchdog = loop.call_later(min(timeout_s - idle, deadline.at - now), _watch,
+                                        protocol, timeout_s, deadline)  # fmt: skip

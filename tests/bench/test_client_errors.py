@@ -35,7 +35,7 @@ def _send(url: str, transport: str = "fast", timeout_s: float = 10.0) -> Request
     async def go() -> RequestRecord:
         import httpx
 
-        options = ClientOptions(url, "m", transport=transport, timeout_s=timeout_s)
+        options = ClientOptions(url, "m", transport=transport, timeout_s=timeout_s, keep_text=True)
         async with httpx.AsyncClient(timeout=timeout_s) as client:
             return await send_request(client, options, PROMPT, 0, 0.0)
 

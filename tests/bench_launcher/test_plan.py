@@ -114,3 +114,19 @@ def test_toml_syntax_error_and_transformers_tp(tmp_path: Path) -> None:
         parse_plan(text)
     with pytest.raises(PlanError, match="cannot read plan"):
         load_plan(tmp_path / "missing.toml")
+
+
+def test_limits_deadlines_and_keep_text() -> None:
+    from gpudoctor.bench.launch_steps import keeps_text
+
+    plan = parse_plan(BASE)
+    assert plan.limits.request_timeout_s == 600 and plan.limits.cell_timeout_s == 3600
+    by_name = {c.name: c for c in plan.configs}
+    assert keeps_text(plan.limits, by_name["ddtree-b15"])  # speculative: text for the ITL split
+    assert not keeps_text(plan.limits, by_name["auto"])
+    plan = parse_plan(BASE + "[limits]\ncell_timeout_s = 90\nkeep_text = true\n")
+    assert plan.limits.cell_timeout_s == 90 and keeps_text(plan.limits, by_name["auto"])
+    with pytest.raises(PlanError, match=r"limits.cell_timeout_s: must be > 0"):
+        parse_plan(BASE + "[limits]\ncell_timeout_s = 0\n")
+    with pytest.raises(PlanError, match=r"limits.keep_text: expected"):
+        parse_plan(BASE + '[limits]\nkeep_text = "yes"\n')

@@ -7,7 +7,7 @@ Two sources, in order of preference:
    (SGLang's own per-request ``spec_accept_length`` is completion_tokens / spec_verify_ct);
 2. after a successful ``POST /flush_cache`` before the cell (which resets SGLang's
    ``spec_total_num_accepted_tokens`` / ``spec_total_num_forward_ct``), the server's
-   ``GET /get_server_info`` (or ``/server_info``) ``internal_states[0].avg_spec_accept_length``
+   ``GET /server_info`` (or ``/get_server_info``) ``internal_states[0].avg_spec_accept_length``
    after the cell, as ``sglang/bench_serving.py`` reads it.
 
 Without either, None: the gauge read without a flush averages over the server's life.
@@ -23,7 +23,9 @@ import httpx
 
 from gpudoctor.bench.records import RequestRecord
 
-SERVER_INFO_PATHS = ("/get_server_info", "/server_info")
+# Newer SGLang serves /server_info and deprecates /get_server_info (a warning per call);
+# older releases have only /get_server_info (tests/bench_launcher/data/sglang-api-contract.toml).
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 MAX_INFO_BYTES = 4 * 1024 * 1024  # a server_info body is a few KiB
 
 

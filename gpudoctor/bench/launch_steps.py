@@ -69,7 +69,9 @@ def clamp_workload(
     """Return the workload fitted below ``max_context`` (None = cannot fit) and the clamp facts.
 
     input + output + template overhead must stay at or below the server's real context;
-    the input is shortened when needed, refused when it would drop below the minimum."""
+    the input is shortened when needed, refused when it would drop below the minimum.
+    For a JSONL dataset the facts carry ``max_total_tokens`` (prompt + output per
+    request): each prompt is tokenized and cut to it when the cell is built."""
     facts: dict[str, Any] = {
         "max_context": max_context,
         "requested_input_len": w.input_len,
@@ -82,6 +84,15 @@ def clamp_workload(
         facts["note"] = "the server did not report its context length; not clamped"
         return w, facts
     budget = max_context - w.output_len - limits.template_overhead
+    if w.kind == "jsonl":  # each dataset prompt is cut to fit when the cell builds it
+        facts.update(kind="jsonl", max_total_tokens=max_context - limits.template_overhead)
+        if budget < limits.min_input_len:
+            facts["note"] = (
+                f"output_len {w.output_len} + overhead {limits.template_overhead} leaves {budget} "
+                f"input tokens of a {max_context}-token context (minimum {limits.min_input_len})"
+            )
+            return None, facts
+        return w, facts
     if w.input_len <= budget:
         return w, facts
     if budget < limits.min_input_len:

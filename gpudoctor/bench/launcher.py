@@ -276,7 +276,10 @@ class Campaign:
                                       telemetry=self.arch != "cpu", progress=self.reporter.requests,
                                       timeout_s=self.plan.limits.request_timeout_s,
                                       cell_timeout_s=self.plan.limits.cell_timeout_s,
-                                      keep_text=keeps_text(self.plan.limits, cell.config))  # fmt: skip
+                                      keep_text=keeps_text(self.plan.limits, cell.config),
+                                      max_total_tokens=clamp.get("max_total_tokens"))  # fmt: skip
+        if "max_total_tokens" in clamp:
+            clamp["prompts_cut"] = measurement.get("prompts_cut", 0)
         measure_s = time.monotonic() - t_measure
         timings = {"measure_s": round(measure_s, 4), "cell_s": round(time.monotonic() - started, 4)}
         common = {"measurement": measurement, "clamp": clamp, "server": server_facts, "timings": timings,

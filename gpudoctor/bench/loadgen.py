@@ -123,6 +123,7 @@ def measure_cell(
     timeout_s: float = 600.0,
     cell_timeout_s: float | None = None,
     keep_text: bool = False,
+    max_total_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Run one cell and return its JSON-ready record.
 
@@ -137,10 +138,12 @@ def measure_cell(
     accept-length query all end by then; unsent requests count as ``deadline`` errors).
     ``keep_text``: keep the streamed text in the records and the raw file (else only
     chunk times and counts; a speculative cell's ITL is then not split by tokens).
+    ``max_total_tokens``: prompt + output tokens one request may use; dataset prompts
+    longer than that are cut (``prompts_cut`` in the record says how many).
     """
     deadline = time.perf_counter() + (cell_timeout_s if cell_timeout_s else 1e9)
     tokenizer = load_tokenizer(target.tokenizer_dir)
-    prompts = build_prompts(workload, tokenizer)
+    prompts = build_prompts(workload, tokenizer, max_total=max_total_tokens)
     options = ClientOptions(
         base_url=target.base_url,
         model=target.served_model,
@@ -208,6 +211,7 @@ def measure_cell(
         "errors": count_errors(records),
         "accept_length": result["accept_length"],
         "accept_length_source": result["accept_source"],
+        "prompts_cut": sum(1 for p in prompts if p.cut_from is not None),
         "telemetry": result["telemetry"],
         "client": client,
     }

@@ -43,6 +43,7 @@ class Prompt:
     prompt_len: int
     output_len: int
     chat: bool = False
+    cut_from: int | None = None  # the prompt's length before it was cut to fit, if it was
 
     def body(self, model: str) -> dict[str, Any]:
         """Return the OpenAI request body (without streaming/sampling fields)."""
@@ -172,8 +173,29 @@ def _jsonl_text(entry: dict[str, Any]) -> str | None:
     return None
 
 
-def jsonl_prompts(spec: WorkloadSpec, tokenizer: Any, count: int) -> list[Prompt]:
-    """Return ``count`` prompts from ``spec.dataset_path`` (shuffled by seed, cycled if short)."""
+def cut_to_fit(tokenizer: Any, text: str, chat: bool, budget: int) -> tuple[str, int]:
+    """Return ``text`` cut (at a token border, keeping its start) so that the server sees
+    at most ``budget`` tokens (after the chat template / BOS), and that count."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    keep = max(budget - count_tokens(tokenizer, "", chat), 1)
+    cut, length = text, count_tokens(tokenizer, text, chat)
+    for _ in range(_MAX_ADJUST_ROUNDS):
+        if length <= budget or keep < 1:
+            break
+        cut = tokenizer.decode(ids[:keep], skip_special_tokens=True)
+        length = count_tokens(tokenizer, cut, chat)
+        keep -= max(length - budget, 1)  # a decode/encode round trip may merge differently
+    return cut, length
+
+
+def jsonl_prompts(
+    spec: WorkloadSpec, tokenizer: Any, count: int, max_total: int | None = None
+) -> list[Prompt]:
+    """Return ``count`` prompts from ``spec.dataset_path`` (shuffled by seed, cycled if short).
+
+    ``max_total``: the tokens a request may use (prompt + output, the server's real
+    context minus the template overhead); a longer prompt is cut to fit (``cut_from``
+    says from what length), and an output_len that alone does not fit is shortened."""
     if not spec.dataset_path:
         raise ValueError("workload kind 'jsonl' needs dataset_path")
     entries = []
@@ -193,21 +215,31 @@ def jsonl_prompts(spec: WorkloadSpec, tokenizer: Any, count: int) -> list[Prompt
     rng.shuffle(entries)
     output_lens = draw_lengths(rng, spec.output_len, spec.range_ratio, count)
     chat = spec.api == "chat"
+    shortest = count_tokens(tokenizer, "", chat) + 1  # the template / BOS and one token
     prompts = []
     for i in range(count):
         text, own_output_len = entries[i % len(entries)]
         output_len = int(own_output_len) if own_output_len else output_lens[i]
-        prompts.append(Prompt(text, count_tokens(tokenizer, text, chat), output_len, chat))
+        length, cut_from = count_tokens(tokenizer, text, chat), None
+        if max_total is not None and length + output_len > max_total:
+            output_len = max(min(output_len, max_total - shortest), 1)
+            if length + output_len > max_total:
+                cut_from = length
+                text, length = cut_to_fit(tokenizer, text, chat, max_total - output_len)
+        prompts.append(Prompt(text, length, output_len, chat, cut_from))
     return prompts
 
 
-def build_prompts(spec: WorkloadSpec, tokenizer: Any, count: int | None = None) -> list[Prompt]:
-    """Return the cell's prompts (``spec.num_prompts`` unless ``count`` is given)."""
+def build_prompts(
+    spec: WorkloadSpec, tokenizer: Any, count: int | None = None, max_total: int | None = None
+) -> list[Prompt]:
+    """Return the cell's prompts (``spec.num_prompts`` unless ``count`` is given);
+    ``max_total`` cuts dataset prompts to fit (see :func:`jsonl_prompts`)."""
     if spec.api not in ("completions", "chat"):
         raise ValueError(f"unknown api {spec.api!r} (expected 'completions' or 'chat')")
     count = spec.num_prompts if count is None else count
     if spec.kind == "random":
         return random_prompts(spec, tokenizer, count)
     if spec.kind == "jsonl":
-        return jsonl_prompts(spec, tokenizer, count)
+        return jsonl_prompts(spec, tokenizer, count, max_total)
     raise ValueError(f"unknown workload kind {spec.kind!r} (expected 'random' or 'jsonl')")

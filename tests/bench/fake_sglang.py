@@ -3,7 +3,8 @@
 It mimics only the HTTP surface the load generator touches, with SGLang's field names
 (read from sglang 0.5.5's ``http_server.py`` / ``scheduler.py``): ``POST /flush_cache``
 resets the speculative counters, ``GET /get_server_info`` returns
-``internal_states[0].avg_spec_accept_length`` = accepted tokens / verify steps since
+``internal_states[0].avg_spec_accept_length`` (``GET /server_info`` in newer SGLang:
+``info_path``) = accepted tokens / verify steps since
 the last flush, and ``POST /v1/completions`` streams TWO tokens per SSE chunk (as a
 speculative server does), each token being one word of the tiny tokenizer, with
 ``usage`` on the last chunk and, when ``meta_info`` is on, SGLang's per-request
@@ -23,8 +24,10 @@ LIFETIME_ACCEPT = 9.0  # what the gauge would say without a flush (the server's 
 class FakeSglang:
     """``with FakeSglang(meta_info=False) as srv:`` then use ``srv.url``."""
 
-    def __init__(self, meta_info: bool = False) -> None:
+    def __init__(self, meta_info: bool = False, info_path: str = "/get_server_info") -> None:
         self.meta_info = meta_info
+        self.info_path = info_path  # "/server_info" in newer SGLang
+        self.info_requests: list[str] = []
         self.flushes = 0
         self.accepted = 900  # a long history before the cell: avg LIFETIME_ACCEPT
         self.steps = 100
@@ -46,7 +49,8 @@ class FakeSglang:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
-                if self.path != "/get_server_info":
+                fake.info_requests.append(self.path)
+                if self.path != fake.info_path:
                     self.send_error(404)
                     return
                 with fake.lock:

@@ -37,11 +37,15 @@ def test_from_records_sums_over_requests() -> None:
     assert from_records(rows[2:]) is None
 
 
-def test_flush_then_server_info_gives_the_cell_value(tiny_model_dir: Path) -> None:
-    with FakeSglang() as srv:
+@pytest.mark.parametrize("info_path", ["/get_server_info", "/server_info"])
+def test_flush_then_server_info_gives_the_cell_value(tiny_model_dir: Path, info_path: str) -> None:
+    """Older SGLang serves /get_server_info, newer /server_info (the old one deprecated):
+    the cell's value comes from whichever exists, the new one asked first."""
+    with FakeSglang(info_path=info_path) as srv:
         target = CellTarget(srv.url, "m", str(tiny_model_dir), flush_cache_path="/flush_cache")
         cell = measure_cell(target, SPEC, 3)
         assert srv.flushes == 1
+        assert srv.info_requests[0] == "/server_info" and srv.info_requests[-1] == info_path
     assert cell["accept_length"] == pytest.approx(2.0)  # not the lifetime gauge
     assert cell["accept_length"] != LIFETIME_ACCEPT
     assert cell["accept_length_source"] == "server_info"

@@ -118,3 +118,29 @@ def test_exact_lengths_with_a_byte_level_bpe_tokenizer() -> None:
         assert "\ufffd" not in p.text
     lens = [p.prompt_len for p in build_prompts(spec, tokenizer)]
     assert lens == draw_lengths(random.Random(4), 500, 0.1, 12)  # exactly the drawn lengths
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_jsonl_prompts_are_cut_to_the_real_context(tokenizer, tmp_path: Path, api: str) -> None:
+    """The seed's 30k-context overflow came from real dataset prompts, which the clamp
+    did not shorten: now each is tokenized and cut so input + output fit."""
+    long_text = " ".join(f"word{i}" for i in range(400))  # thousands of tokens
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": long_text}) + "\n" + json.dumps({"prompt": "short one"})
+                    + "\n" + json.dumps({"prompt": long_text, "output_len": 5000}) + "\n")  # fmt: skip
+    spec = WorkloadSpec(kind="jsonl", dataset_path=str(data), output_len=64, num_prompts=6,
+                        api=api, seed=1)  # fmt: skip
+    full = build_prompts(spec, tokenizer)
+    assert max(p.prompt_len for p in full) > 2000 and all(p.cut_from is None for p in full)
+    prompts = build_prompts(spec, tokenizer, max_total=1000)
+    for before, p in zip(full, prompts, strict=True):
+        assert p.prompt_len + p.output_len <= 1000
+        assert p.prompt_len == count_tokens(tokenizer, p.text, api == "chat")
+        if before.prompt_len + before.output_len > 1000:
+            assert p.cut_from == before.prompt_len and p.prompt_len >= 1000 - p.output_len - 8
+            assert long_text.startswith(p.text.strip()[:50])  # the start of the prompt is kept
+        else:
+            assert p.cut_from is None and p.text == before.text
+    assert sum(p.cut_from is not None for p in prompts) == 4
+    shortest = count_tokens(tokenizer, "", api == "chat") + 1
+    assert {p.output_len for p in prompts} == {64, 1000 - shortest}  # an output alone too long

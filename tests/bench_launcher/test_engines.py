@@ -188,3 +188,42 @@ def test_stale_cached_help_is_refreshed_before_refusing(
         CampaignError, match=r"unknown flag --token-delay \(did you mean --token-delay-ms\?\)"
     ):
         validate_flags(typo, engine, cache)
+
+
+def _contract() -> dict:
+    import tomllib
+
+    return tomllib.loads((DATA / "sglang-api-contract.toml").read_text())
+
+
+def test_sglang_contract_names_its_sources() -> None:
+    contract = _contract()
+    for source in contract["source"].values():
+        assert source["repo"] == "sgl-project/sglang"
+        assert len(source["commit"]) == 40 and source["path"].startswith("python/sglang/srt/")
+
+
+def test_sglang_adapter_uses_only_flags_and_endpoints_checked_in_sglang_source() -> None:
+    """Every flag the adapter emits or reserves, and every flag of the seed plan, is a
+    ServerArgs field in SGLang's source (the contract) and in the recorded 0.5.23 --help;
+    every endpoint the adapter and the client call is a route there."""
+    from gpudoctor.bench.accept_length import SERVER_INFO_PATHS
+    from gpudoctor.bench.client import ClientOptions
+
+    contract = _contract()
+    flags = set(contract["flags"])
+    endpoints = set(contract["endpoints"])
+    plan = load_plan(EXAMPLES / "qwen36-dflash-ddtree.toml")
+    engine = engine_for(plan.engine)
+    released = flags_in_help(SGLANG_HELP)
+    used = {f"--{r}" for r in engine.reserved} | {"--served-model-name"}
+    for config in plan.configs:
+        used |= {w for w in engine.command(config, plan.model, 1) if w.startswith("--")}
+    used.discard("--speculative-ddtree-budget")  # the DDTree branch's flag, not in releases
+    assert used <= flags, used - flags
+    assert flags <= released, flags - released  # ... and the released parser has them all
+    called = {f"GET {engine.ready_path}", "GET /v1/models", f"POST {engine.flush_cache_path}"}
+    called |= {f"GET {p}" for p in SERVER_INFO_PATHS}
+    for api in ("completions", "chat"):
+        called.add("POST " + ClientOptions("", "m", api=api).url)
+    assert called <= endpoints, called - endpoints

@@ -184,6 +184,29 @@ def test_overlong_input_is_clamped_and_never_overflows(
             assert raw["usage_prompt_tokens"] + 16 <= 256
 
 
+def test_dataset_prompts_are_cut_to_the_real_context(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """JSONL prompts longer than the server's real context (256 here) are cut per prompt
+    (the seed's 30k overflow came from real prompts); the record says how many were cut
+    and the server (which answers 400 to an overflow) never overflows."""
+    data = tmp_path / "prompts.jsonl"
+    rows = [{"prompt": "word " * 400}, {"prompt": "a short prompt"}, {"prompt": "word " * 300}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    workload = (f'kind = "jsonl"\ndataset_path = "{data}"\noutput_len = 16\nnum_prompts = 3\n'
+                "warmup = 0\nignore_eos = false")  # fmt: skip
+    plan = load_plan(write(tmp_path, stub_plan(tiny_model_dir, configs='[[configs]]\nname = "a"\n',
+                                               concurrency="[1]", workload=workload,
+                                               server_args="max-model-len = 256")))  # fmt: skip
+    out = tmp_path / "run"
+    run_campaign(plan, LaunchOptions(out=out))
+    (record,) = _records(out)
+    assert record["status"] == "ok" and record["clamp"]["max_total_tokens"] == 256 - 32
+    assert record["clamp"]["prompts_cut"] == 2 == record["measurement"]["prompts_cut"]
+    assert record["measurement"]["errors"]["context_overflow"] == 0
+    assert record["measurement"]["completed"] == 3
+    for line in (out / record["raw"]).read_text().splitlines():
+        assert json.loads(line)["usage_prompt_tokens"] + 16 <= 256 - 32
+
+
 def test_preflight_fail_stops_the_campaign_with_the_diagnosis(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:

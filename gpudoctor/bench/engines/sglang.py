@@ -3,7 +3,9 @@
 Readiness is ``GET /health_generate`` (answers 200 only after a real one-token
 generation, so a server whose CUDA graphs crash on the first batch is not "ready");
 the real context length is ``max_model_len`` in ``GET /v1/models`` (the model config's
-``context_len`` after ``--context-length``), else ``context_length`` in ``/server_info``.
+``context_len`` after ``--context-length``), else ``context_length`` in ``/server_info``
+(newer SGLang) or ``/get_server_info`` (older). Every flag and endpoint used here is
+checked against SGLang's source in tests/bench_launcher/data/sglang-api-contract.toml.
 ``POST /flush_cache`` empties the radix cache between cells. DDTree flags
 (``--speculative-ddtree-budget``) exist only in SGLang branches carrying DDTree (PR
 #27509); plans pass them as ordinary args and validation checks them against the
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import httpx
 
+from gpudoctor.bench.accept_length import SERVER_INFO_PATHS
 from gpudoctor.bench.engines.base import Engine
 from gpudoctor.bench.plan import ModelSpec, ServerConfig
 
@@ -39,13 +42,19 @@ class SGLang(Engine):
         return argv
 
     def max_context(self, client: httpx.Client, base_url: str, model: ModelSpec) -> int | None:
-        """Return ``max_model_len`` of ``/v1/models``, else ``context_length`` of ``/server_info``."""
+        """Return ``max_model_len`` of ``/v1/models``, else ``context_length`` of
+        ``/server_info`` (or ``/get_server_info``)."""
         found = super().max_context(client, base_url, model)
         if found:
             return found
-        try:
-            info = client.get(base_url + "/server_info", timeout=10.0).json()
-            value = info.get("context_length") or info.get("context_len")
-            return int(value) if value else None
-        except (httpx.HTTPError, ValueError, AttributeError, TypeError):
-            return None
+        for path in SERVER_INFO_PATHS:
+            try:
+                response = client.get(base_url + path, timeout=10.0)
+                if response.status_code != 200:
+                    continue
+                info = response.json()
+                value = info.get("context_length") or info.get("context_len")
+                return int(value) if value else None
+            except (httpx.HTTPError, ValueError, AttributeError, TypeError):
+                return None
+        return None

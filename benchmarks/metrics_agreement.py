@@ -135,7 +135,8 @@ def main() -> None:
                     raw = work / f"raw{r}.jsonl"
                     target = CellTarget(server.base_url, server.model, str(model_dir),
                                         raw_path=raw)  # fmt: skip
-                    cell = measure_cell(target, ours_spec, args.concurrency)
+                    # keep_text: bench_serving's calculate_metrics re-reads the text
+                    cell = measure_cell(target, ours_spec, args.concurrency, keep_text=True)
                     assert cell["completed"] == args.num_prompts, cell["errors"]
                     result["gpudoctor"] = cell["metrics"]
                     result["definitions"] = sglang_metrics_on_raw(

@@ -234,6 +234,20 @@ def config_key(
     )
 
 
+# Workload fields added after keys were first recorded: left out of the key while unset,
+# so a plan that does not use them keeps the keys (and the resumable runs) it had.
+_LATER_WORKLOAD_FIELDS = ("prompts_per_concurrency",)
+
+
+def workload_identity(workload: WorkloadSpec) -> dict:
+    """Return the workload as hashed into cell keys (later fields only when set)."""
+    data = dataclasses.asdict(workload)
+    for name in _LATER_WORKLOAD_FIELDS:
+        if data.get(name) is None:
+            data.pop(name, None)
+    return data
+
+
 def cell_key(
     config: ServerConfig, concurrency: int, workload: WorkloadSpec, slo: SLO | None
 ) -> str:
@@ -242,7 +256,7 @@ def cell_key(
         {
             "config": config.key,
             "concurrency": concurrency,
-            "workload": dataclasses.asdict(workload),
+            "workload": workload_identity(workload),
             "slo": dataclasses.asdict(slo) if slo else None,
         },
         16,

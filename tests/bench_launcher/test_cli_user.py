@@ -103,14 +103,14 @@ def test_unwritable_out_is_one_line_before_any_work(tmp_path: Path, tiny_model_d
     plan = write(tmp_path, stub_plan(tiny_model_dir))
     for args in ((str(plan), "--out", "/proc/x"), ("run", str(plan), "--out", "/proc/x/y")):
         proc = _cli(*args)
-        assert proc.returncode == 2, proc.stderr
+        assert proc.returncode == 1, proc.stderr  # the house's OutputNotWritable
         assert "cannot write --out /proc/x" in _one_line_error(proc)
         assert "bench:" not in proc.stderr  # no campaign step started
     run = tmp_path / "run"
     run.mkdir()
     (run / "results.jsonl").write_text("")
     proc = _cli("report", str(run), "--out", "/proc/x")
-    assert proc.returncode == 2 and "cannot write --out /proc/x" in _one_line_error(proc)
+    assert proc.returncode == 1 and "cannot write --out /proc/x" in _one_line_error(proc)
 
 
 def test_run_ends_with_a_table_of_its_numbers(tmp_path: Path, tiny_model_dir: Path) -> None:

@@ -130,3 +130,23 @@ def test_limits_deadlines_and_keep_text() -> None:
         parse_plan(BASE + "[limits]\ncell_timeout_s = 0\n")
     with pytest.raises(PlanError, match=r"limits.keep_text: expected"):
         parse_plan(BASE + '[limits]\nkeep_text = "yes"\n')
+
+
+def test_cell_keys_do_not_move_when_a_later_workload_field_is_unset() -> None:
+    """Resume matches cells by key: adding an optional workload field must not change the
+    keys of plans that do not set it (runs recorded before would all rerun)."""
+    import dataclasses
+    import hashlib
+    import json
+
+    plan = parse_plan(BASE)
+    cell = plan.cells()[0]
+    before = dataclasses.asdict(plan.workload)
+    before.pop("prompts_per_concurrency")
+    blob = {"config": cell.config.key, "concurrency": cell.concurrency, "workload": before,
+            "slo": dataclasses.asdict(plan.slo) if plan.slo else None}  # fmt: skip
+    digest = hashlib.sha256(json.dumps(blob, sort_keys=True, separators=(",", ":"),
+                                       default=list).encode()).hexdigest()[:16]  # fmt: skip
+    assert cell.key == digest
+    per_c = parse_plan(BASE.replace("[workload]", "[workload]\nprompts_per_concurrency = 4"))
+    assert per_c.cells()[0].key != cell.key

@@ -140,7 +140,14 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
             result = launcher.dry_run(plan, options, validate=not no_validate)
         except launcher.CampaignError as exc:
             raise click.ClickException(str(exc)) from exc
-        click.echo(launcher.dumps(result) if as_json else _dry_run_text(result))
+        if as_json:  # one JSON document, with ok/error when the plan has a problem
+            if result["problems"]:
+                result = {"ok": False, "error": result["problems"][0], **result}
+            click.echo(launcher.dumps(result))
+            if result["problems"]:
+                click.get_current_context().exit(EXIT_ERROR)
+            return
+        click.echo(_dry_run_text(result))
         if result["problems"]:
             raise click.ClickException(result["problems"][0])
         return

@@ -90,9 +90,9 @@ def test_dry_run_flags_a_model_path_that_does_not_exist(
     assert proc.returncode == 1
     assert f"PROBLEM: {plan}: model.path {missing} does not exist" in proc.stdout
     assert "does not exist" in _one_line_error(proc)
-    as_json = json.loads(
-        _cli(str(plan), "--dry-run", "--json", "--out", str(tmp_path / "o")).stdout
-    )
+    proc = _cli(str(plan), "--dry-run", "--json", "--out", str(tmp_path / "o"))
+    as_json = json.loads(proc.stdout)  # one document
+    assert proc.returncode == 1 and as_json["ok"] is False and str(missing) in as_json["error"]
     assert as_json["problems"] and str(missing) in as_json["problems"][0]
     real = _cli(str(plan), "--out", str(tmp_path / "o"))  # a real run refuses before starting
     assert real.returncode == 1 and "does not exist" in _one_line_error(real)

@@ -197,6 +197,10 @@ class _SseProtocol(asyncio.Protocol):
                 self.raw = b""
                 self._end()
                 return
+            if len(raw) >= pos + size + 2:  # the common case: the whole chunk is here
+                self._body(raw[pos : pos + size], now)
+                pos += size + 2
+                continue
             self.chunk_left = size
         self.raw = raw[pos:]
 

@@ -63,7 +63,9 @@ class Layout:
             None = LXC's default).
         python: the interpreter on the host that runs :data:`HOST_PROGRAM`.
         own_lock_dir: gpudoctor's own locks (plain LXC configs, the host-prep unit;
-            ``/run/lock/gpudoctor``; env ``GPUDOCTOR_LOCK_DIR``).
+            ``/run/gpudoctor``, created 0700: never a world-writable directory such as
+            ``/run/lock``, where another user could plant the lock file; env
+            ``GPUDOCTOR_LOCK_DIR``).
         pveversion: the ``pveversion`` command (env ``GPUDOCTOR_PVEVERSION``; tests point
             it at a stand-in).
     """
@@ -75,7 +77,7 @@ class Layout:
     pct: str = "pct"
     lxcpath: str | None = None
     python: str = "python3"
-    own_lock_dir: str = "/run/lock/gpudoctor"
+    own_lock_dir: str = "/run/gpudoctor"
     pveversion: str = "pveversion"
 
     @classmethod
@@ -287,7 +289,9 @@ def compare_and_swap(
     Raise ApplyError: ``changed`` (nothing written), ``lock_busy``, ``verify`` (the
     read-back differed: the old bytes were put back), ``io``."""
     lock_dir = target.lock_path.rsplit("/", 1)[0]
-    host.run(["mkdir", "-p", lock_dir], timeout=15)
+    # gpudoctor's own lock directory is private (0700); Proxmox's is Proxmox's own.
+    private = ["-m", "0700"] if lock_dir == layout.own_lock_dir.rstrip("/") else []
+    host.run(["mkdir", "-p", *private, lock_dir], timeout=15)
     argv = write_command(target, layout, expected_sha1, backup_path)
     result = host.run(argv, timeout=LOCK_WAIT_S + 30, input=base64.b64encode(new_data).decode())
     if result.returncode == RC_CHANGED:

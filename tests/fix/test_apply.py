@@ -14,6 +14,7 @@ import pytest
 from gpudoctor.hosts.local import LocalHost
 from gpudoctor.pve.apply import (
     ApplyError,
+    Layout,
     compare_and_swap,
     read_config,
     refusal,
@@ -125,3 +126,22 @@ def test_cas_gives_up_when_proxmox_holds_the_config_lock(tree: PveTree) -> None:
     finally:
         os.killpg(holder.pid, signal.SIGKILL)  # flock and its sleep, which holds the lock
         holder.wait()
+
+
+def test_own_locks_live_in_a_private_directory(tmp_path: Path) -> None:
+    """Blocks a planted lock: gpudoctor's own lock directory is never a world-writable one
+    (``/run/lock`` is 1777, where another user could pre-create the lock file or a symlink
+    in its place); the directory the write creates is 0700."""
+    default = Layout().own_lock_dir
+    assert not default.startswith(("/run/lock", "/tmp", "/dev/shm", "/var/tmp"))
+    lxcpath = tmp_path / "lxc"
+    (lxcpath / "ct1").mkdir(parents=True)
+    (lxcpath / "ct1" / "config").write_text("lxc.uts.name = ct1\n")
+    own = tmp_path / "run-gpudoctor"
+    layout = Layout(lxcpath=str(lxcpath), own_lock_dir=str(own))
+    host = LocalHost()
+    target = resolve_target(host, "lxc", "ct1", layout)
+    assert target.lock_path.startswith(f"{own}/")
+    snap = read_config(host, target, layout)
+    compare_and_swap(host, target, layout, snap.sha1, b"lxc.uts.name = ct1\n# x\n")
+    assert own.stat().st_mode & 0o777 == 0o700

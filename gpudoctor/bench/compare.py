@@ -16,19 +16,7 @@ from typing import Any
 from gpudoctor.bench import noise
 from gpudoctor.bench.results_reader import CellResult, read_run
 
-COMPARED = (
-    "output_throughput",
-    "request_throughput",
-    "mean_ttft_ms",
-    "median_ttft_ms",
-    "p99_ttft_ms",
-    "mean_tpot_ms",
-    "median_tpot_ms",
-    "p99_tpot_ms",
-    "mean_itl_ms",
-    "mean_e2e_ms",
-    "accept_length",
-)
+COMPARED = (*noise.BOOTSTRAPPED, "accept_length")
 
 
 @dataclass(frozen=True)

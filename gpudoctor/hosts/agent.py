@@ -63,14 +63,15 @@ def op_read_bytes(path, length, offset=0):
         return base64.b64encode(fh.read(length)).decode("ascii")
 
 
+def file_kind(mode):
+    """Return the FileStat kind of an ``st_mode``: char, block, dir, file, link or other."""
+    return next((name for test, name in _KINDS if test(mode)), "other")
+
+
 def op_stat(path):
     """Return ``stat PATH`` (symlinks followed) as a dict of FileStat fields."""
     st = os.stat(path)
-    kind = "other"
-    for test, name in _KINDS:
-        if test(st.st_mode):
-            kind = name
-            break
+    kind = file_kind(st.st_mode)
     rdev = st.st_rdev if kind in ("char", "block") else 0
     return {
         "path": path,

@@ -17,6 +17,7 @@ the CUDA/NVML probe runs ``python3`` through :meth:`ContainerHost.run` where it 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -177,11 +178,4 @@ class ContainerHost(AgentHost):
         if self.agent_kind == "python":
             return super().run(argv, timeout, input)
         result = self.parent.run([*self.enter, *argv], timeout, input)
-        return CommandResult(
-            tuple(argv),
-            result.returncode,
-            result.stdout,
-            result.stderr,
-            result.timed_out,
-            result.duration_s,
-        )
+        return dataclasses.replace(result, argv=tuple(argv))

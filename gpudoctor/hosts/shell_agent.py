@@ -37,11 +37,11 @@ import errno as errno_mod
 import os
 import re
 import secrets
-import stat as stat_mod
 import threading
 import time
 from typing import Any
 
+from gpudoctor.hosts.agent import file_kind
 from gpudoctor.hosts.base import HostError
 from gpudoctor.hosts.remote import MAX_LINE, MAX_STREAM, START_TIMEOUT, ByteStream
 from gpudoctor.hosts.replies import BadReply
@@ -144,7 +144,7 @@ def stat_result(path: str, fields: list[str]) -> dict[str, Any]:
     if fields[0] == "s" and len(fields) == 8:
         raw, major, minor = int(fields[1], 16), int(fields[2], 16), int(fields[3], 16)
         uid, gid, size, mtime = (int(v) for v in fields[4:8])
-        kind = next((name for test, name in _KINDS if test(raw)), "other")
+        kind = file_kind(raw)
         return {
             "path": path,
             "kind": kind,
@@ -174,15 +174,6 @@ def stat_result(path: str, fields: list[str]) -> dict[str, Any]:
         return {"path": path, "kind": kind, "mode": mode, "major": major, "minor": minor,
                 "uid": uid, "gid": gid, "size": size, "mtime": 0.0}  # fmt: skip
     raise ValueError("unknown stat answer")
-
-
-_KINDS = (
-    (stat_mod.S_ISCHR, "char"),
-    (stat_mod.S_ISBLK, "block"),
-    (stat_mod.S_ISDIR, "dir"),
-    (stat_mod.S_ISREG, "file"),
-    (stat_mod.S_ISLNK, "link"),
-)
 
 
 def usage_result(fields: list[str]) -> dict[str, int]:

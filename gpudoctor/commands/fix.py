@@ -188,16 +188,18 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
     exclusive(cluster=cluster, inventory=inventory_file)
     if not dry_run and not host_prep:  # the local backup copy: refused before any work
         require_writable_dir(Layout.from_env().client_backup_dir, "GPUDOCTOR_CLIENT_BACKUP_DIR")
+    if not host_prep:
+        _check_device_paths(devices)
+    plan_options = PlanOptions(
+        mode=mode,
+        devices=tuple(p.rstrip("/") for p in devices),
+        include_host_nvidia=not devices,
+        prune=prune,
+        dev_gid=dev_gid,
+    )
     if cluster or inventory_file:
         from gpudoctor.fleet.fix_run import ClusterFixRequest, run_cluster_fix
 
-        plan_options = PlanOptions(
-            mode=mode,
-            devices=tuple(p.rstrip("/") for p in devices),
-            include_host_nvidia=not devices,
-            prune=prune,
-            dev_gid=dev_gid,
-        )
         template = FixOptions(
             ct="",
             flavor=flavor,
@@ -250,14 +252,6 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
         if host_prep:
             code = _run_host_prep(host, dry_run, yes, as_json)
         else:
-            _check_device_paths(devices)
-            plan_options = PlanOptions(
-                mode=mode,
-                devices=tuple(p.rstrip("/") for p in devices),
-                include_host_nvidia=not devices,
-                prune=prune,
-                dev_gid=dev_gid,
-            )
             options = FixOptions(ct=ct or "", flavor=flavor, plan=plan_options, dry_run=dry_run,
                                  yes=yes, restart=not no_restart, layout=layout, api=settings)  # fmt: skip
             code = _run_fix(host, options, host_spec, as_json)

@@ -4,13 +4,14 @@ CT named, and ``gpudoctor-textfile.timer`` starts it every N minutes.
 
 node_exporter's textfile collector (``--collector.textfile.directory=DIR``) serves every
 ``*.prom`` file of DIR; ``check -o`` replaces each file atomically, so a scrape never sees
-half a file. A check with findings exits 3, which is a successful run here
-(``SuccessExitStatus=3``); each ``ExecStart=`` is prefixed with ``-`` so one target that
+half a file. A check with findings exits 3 (4: nothing was checked), which is a successful run
+here (``SuccessExitStatus=3 4``); each ``ExecStart=`` is prefixed with ``-`` so one target that
 errors does not keep the others from being written.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from gpudoctor.service.unitfile import UNIT_DIR, ServiceError, check_name, check_path, exec_line
@@ -45,8 +46,15 @@ class TextfileTimer:
             raise ServiceError("the gpudoctor command must start with an absolute path")
         if not 1 <= self.every_min <= 1440:
             raise ServiceError("--every must be 1..1440 minutes")
+        args = self.check_args
+        plain_lxc = "--flavor=lxc" in args or ("--flavor", "lxc") in itertools.pairwise(args)
         for ct in self.cts:
             check_name(ct)
+            if not plain_lxc and not ct.isdigit():
+                raise ServiceError(
+                    f"--ct {ct!r}: a Proxmox CT id is a number "
+                    "(plain LXC names: --check-arg=--flavor=lxc)"
+                )
 
     @property
     def service_path(self) -> str:
@@ -84,7 +92,7 @@ After=local-fs.target
 Type=oneshot
 ExecStartPre=/bin/mkdir -p {exec_line([timer.directory])}
 {execs}
-SuccessExitStatus=3
+SuccessExitStatus=3 4
 TimeoutStartSec={max(60, timer.every_min * 60 - 10)}
 SyslogIdentifier=gpudoctor-{timer.name}
 """

@@ -122,6 +122,7 @@ def test_textfile_timer_and_service_pass_systemd_analyze_verify(tmp_path: Path) 
     assert f"check --format prometheus --flavor lxc -o {node}\n" in service
     assert f"check --format prometheus --flavor lxc --ct 200 -o {ct}\n" in service
     assert "OnUnitActiveSec=2min" in (units / "gpudoctor-textfile.timer").read_text()
+    assert "SuccessExitStatus=3 4\n" in service  # findings (3) and nothing checked (4) are runs
     assert os.readlink(units / "timers.target.wants/gpudoctor-textfile.timer") == (
         "/etc/systemd/system/gpudoctor-textfile.timer"
     )
@@ -137,6 +138,7 @@ def test_unit_values_that_would_break_a_unit_are_refused(tmp_path: Path) -> None
         ("install-timer", "--every", "0", "--root", root),
         ("install", plan, "--out", "/runs/q", "--root", root),  # no plan inside ROOT
         ("install-timer", "--ct", "200;reboot", "--root", root),
+        ("install-timer", "--ct", "abc", "--root", root),  # a Proxmox CT id is a number
     ]
     for args in bad:
         result = invoke(*args)

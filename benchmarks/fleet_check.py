@@ -16,7 +16,7 @@ are measured side by side in one run (``sh`` is the default agent; ``python`` th
 ``python3`` agent it replaced).
 
 Usage: sudo .venv/bin/python benchmarks/fleet_check.py [--runs N] [--sizes 1,5,10,20]
-       [--only device,ct] [--agents python,sh] [--modes parallel] [--json OUT]
+       [--only device,ct] [--agents sh@old,sh] [--modes parallel] [--json OUT]
 """
 
 from __future__ import annotations
@@ -70,10 +70,21 @@ def run_once(
     return elapsed, sum(1 for c in result.cts if c.state == "checked"), client_cpu, node_cpu
 
 
+def use_path(path: str) -> None:
+    """Select the code path to time: ``new`` (today's) or ``old`` (issue 14.5's before: no
+    prefetch of the CT's facts, every read through ``head``, paramiko's cipher order)."""
+    from gpudoctor.fleet import prefetch
+    from gpudoctor.hosts import shell_agent, ssh_connect
+
+    new = path == "new"
+    prefetch.ENABLED = shell_agent.BUILTIN_READ = ssh_connect.PREFER_AEAD = new
+
+
 def measure(sizes: list[int], runs: int, only: tuple[str, ...], agents: list[str],
             modes: list[str]) -> tuple[dict, dict]:  # fmt: skip
     """Build the lab, run every (agent, mode, N) ``runs`` times interleaved; return
-    ({(agent, mode, N): [wall s]}, {(agent, mode, N): [(client CPU s, node CPU s)]})."""
+    ({(agent, mode, N): [wall s]}, {(agent, mode, N): [(client CPU s, node CPU s)]}).
+    An agent ``sh@old`` is the sh agent on the old code path (:func:`use_path`)."""
     from gpudoctor.hosts import container
     from tests.lab.lxc import Lab
     from tests.lab.sshd import LabSSHD
@@ -98,7 +109,8 @@ def measure(sizes: list[int], runs: int, only: tuple[str, ...], agents: list[str
         for _ in range(runs):
             for size in sizes:
                 for agent in agents:
-                    container.DEFAULT_AGENT = agent
+                    container.DEFAULT_AGENT, _, path = agent.partition("@")
+                    use_path(path or "new")
                     for mode in modes:
                         wall, checked, client, node_side = run_once(
                             node, names[:size], mode, options, pid

@@ -16,6 +16,7 @@ a stopped CT is SKIP (not entered). Every target ends with exactly one Report.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -55,7 +56,8 @@ class FleetSettings:
         parallel: jobs at once over the whole fleet (``--parallel``).
         per_node: jobs at once on one node (each CT holds SSH sessions on its node).
         target_timeout_s: deadline of one job (a node's connect or host checks, one CT).
-        connect_timeout_s: SSH connect timeout (TCP, banner, auth).
+        connect_timeout_s: SSH connect timeout (TCP, banner, auth); None: the node's ssh
+            config decides (``ConnectTimeout``, else 10 s).
         known_hosts, accept_new_host_key, identity_file: SSH options for every node (a
             node's own ``known_hosts``/``identity_file`` win).
         host_devices: extra device nodes to probe on the nodes themselves.
@@ -65,7 +67,7 @@ class FleetSettings:
     parallel: int = 8
     per_node: int = 4
     target_timeout_s: float = 120.0
-    connect_timeout_s: float = 10.0
+    connect_timeout_s: float | None = None
     known_hosts: str | None = None
     accept_new_host_key: bool = False
     identity_file: str | None = None
@@ -268,8 +270,9 @@ class FleetRun:
                 self._submit_ct(node, ct)
 
     def _submit_ct(self, node: NodeSpec, ct: CtSpec) -> None:
+        from gpudoctor.fleet.prefetch import prefetch_ct
         from gpudoctor.hosts.container import ContainerHost
-        from gpudoctor.runner import run_checks
+        from gpudoctor.runner import run_checks, select
 
         assert self.pool is not None
         parent = self.hosts[node.name]
@@ -277,9 +280,12 @@ class FleetRun:
         labels = ct_labels(node.name, ct.ct)
         inside = ContainerHost(parent, ct.ct, flavor=node.flavor, lxcpath=node.lxcpath,
                                call_timeout=self.settings.target_timeout_s)  # fmt: skip
+        opens = "device.open" in {s.id for s in select(self.specs, options.only, True)}
 
         def run() -> Report:
             try:
+                with contextlib.suppress(HostError):  # the checks then meet it themselves
+                    prefetch_ct(inside, options, open_nodes=opens)
                 report = run_checks(
                     inside, options, ct_host=parent, specs=self.specs, target_name=ct.label
                 )

@@ -8,7 +8,11 @@ commands (``run``), which the config check of EVERY CT issues:
   (an sshd session process, a login shell and ``timeout`` per command, saved);
 * the output of a few commands whose answer cannot change during a run is remembered
   after the first success: ``lxc-config lxc.lxcpath``, ``readlink <pve root>/local``
-  (to locate each CT's config) and ``pveversion``. Nothing is cached across runs.
+  (to locate each CT's config) and ``pveversion``. Nothing is cached across runs;
+* the node facts every CT's config check reads again (``ct.device_rules``: the node's
+  ``/proc/devices``, ``ls /dev`` and directories, ``stat`` of the NVIDIA nodes and of the
+  CT's mount sources) are asked once per run (:data:`REMEMBER_FILES`): answers and
+  errors are kept for the run, which only reads.
 
 Command streams (``pct exec``/``lxc-attach`` for the CT agents) still open their own
 SSH channel: they need their own pipes.
@@ -20,8 +24,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from gpudoctor.hosts.base import CommandResult, ForwardingHost, Host
+from gpudoctor.hosts.base import CommandResult, FileStat, ForwardingHost, Host
 from gpudoctor.hosts.remote import AgentHost, agent_command
+from gpudoctor.hosts.snapshot import Kept
+
+REMEMBER_FILES = True  # False: every file question goes to the node (benchmarks)
+REMEMBERED_TEXT = ("/proc/devices",)
 
 
 def constant_for_a_run(argv: Sequence[str]) -> bool:
@@ -44,6 +52,7 @@ class NodeHost(ForwardingHost):
         self.python = inner.python
         self._lock = threading.Lock()
         self._answers: dict[tuple[str, ...], CommandResult] = {}
+        self._files: dict[tuple[str, str], Kept] = {}
         self._runner: Host = inner
         if getattr(inner, "open_stream", None) is not None and not isinstance(inner, AgentHost):
             self._runner = AgentHost(
@@ -52,6 +61,36 @@ class NodeHost(ForwardingHost):
                 python=inner.python,
                 call_timeout=call_timeout,
             )
+
+    def _remember(self, op: str, path: str, ask: Any) -> Any:
+        """Return ``ask()``'s answer (or raise its OSError), asked once per run."""
+        if not REMEMBER_FILES:
+            return ask()
+        key = (op, path)
+        with self._lock:
+            kept = self._files.get(key)
+        if kept is None:
+            try:
+                kept = Kept(ask())
+            except OSError as exc:
+                kept = Kept(exc)
+            with self._lock:
+                self._files[key] = kept
+        return kept.result()
+
+    def stat(self, path: str) -> FileStat:
+        """Return ``stat PATH`` on the node (asked once per run)."""
+        return self._remember("stat", path, lambda: self.inner.stat(path))
+
+    def list_dir(self, path: str) -> list[str]:
+        """Return ``ls -A PATH`` on the node, sorted (asked once per run)."""
+        return self._remember("list_dir", path, lambda: self.inner.list_dir(path))
+
+    def read_text(self, path: str, limit: int = 1 << 20) -> str:
+        """Return the text of a node file (``cat PATH``); :data:`REMEMBERED_TEXT` once per run."""
+        if path not in REMEMBERED_TEXT:
+            return self.inner.read_text(path, limit)
+        return self._remember(f"read_text:{limit}", path, lambda: self.inner.read_text(path, limit))
 
     def run(
         self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None

@@ -34,6 +34,7 @@ from gpudoctor.hosts.base import (
     OpenResult,
 )
 from gpudoctor.hosts.replies import BadReply, record, typed
+from gpudoctor.hosts.snapshot import Kept, snapshot_key
 from gpudoctor.hosts.streams import ByteStream, ProcessStream
 
 AGENT_SOURCE = Path(agent_mod.__file__).read_bytes()
@@ -280,6 +281,7 @@ class AgentHost(Host):
         self._connect = connect or AgentConnection
         self._conn: Any = None
         self._conn_lock = threading.Lock()
+        self._snapshot: dict[tuple[Any, ...], Any] | None = None
 
     def _connection(self) -> Any:
         with self._conn_lock:
@@ -287,6 +289,7 @@ class AgentHost(Host):
             if conn is not None and conn.broken:
                 conn.close()
                 self._conn = None
+                self._snapshot = None  # answers of the old agent: maybe of an older CT
             if self._conn is None:
                 self._conn = self._start_connection()
             return self._conn
@@ -306,8 +309,35 @@ class AgentHost(Host):
             raise
 
     def call(self, op: str, timeout: float | None = None, **args: Any) -> Any:
-        """Run one agent op and return its raw result (OSError/HostError on failure)."""
+        """Run one agent op and return its raw result (OSError/HostError on failure); an
+        answer kept by :meth:`prefetch` is served from there."""
+        snapshot = self._snapshot
+        if snapshot is not None:
+            kept = snapshot.get(snapshot_key(op, args))
+            if kept is not None:
+                return kept.result()
         return self._connection().call(op, args, timeout or self.call_timeout)
+
+    def prefetch(
+        self, requests: Sequence[tuple[str, dict[str, Any]]], timeout: float | None = None
+    ) -> int:
+        """Ask the agent for every ``(op, args)`` in ONE round trip (when the agent can
+        take them pipelined: the sh agent) and keep the answers until :meth:`close`: a later
+        call with the same op and args (results and OSErrors) is answered from them, as a
+        per-run snapshot of the target. Return how many answers were kept (0: nothing
+        pipelined). Only for one check run: a fix's re-check must not see old answers."""
+        conn = self._connection()
+        many = getattr(conn, "call_many", None)
+        if many is None or not requests:
+            return 0
+        answers = many(requests, timeout or self.call_timeout)
+        kept = {}
+        for (op, args), answer in zip(requests, answers, strict=True):
+            if answer is not None and not isinstance(answer, BadReply):
+                kept[snapshot_key(op, args)] = Kept(answer)
+        with self._conn_lock:
+            self._snapshot = {**(self._snapshot or {}), **kept}
+        return len(kept)
 
     def read_text(self, path: str, limit: int = 1 << 20) -> str:
         """Return the file's text (``cat PATH``), at most ``limit`` bytes; raise OSError."""
@@ -372,8 +402,9 @@ class AgentHost(Host):
         return typed(self.call("ping"), dict, f"{self.name}: ping")
 
     def close(self) -> None:
-        """Stop the agent (if started)."""
+        """Stop the agent (if started); forget what :meth:`prefetch` kept."""
         with self._conn_lock:
+            self._snapshot = None
             if self._conn is not None:
                 self._conn.close()
             self._conn = None

@@ -8,8 +8,10 @@ need, each with the plain tool a shell has:
 op         inside the CT
 ========== ===================================================================
 stat       ``stat -L -c '%f %t %T %u %g %s %Y' PATH`` (no stat: ``ls -lnLd PATH``)
-try_open   ``(exec 3<>PATH)`` (``exec 3<PATH`` for read-only), errno from its message
-read_text  ``R=$(head -c LIMIT PATH)`` (text: NUL bytes dropped; one write with the answer)
+try_open   ``(exec 3<>PATH)`` (``exec 3<PATH`` for read-only), errno from its message;
+           ``W``: only when PATH is a char/block node (else ``ok skip``)
+read_text  ``/proc`` (not ``/proc/sys``): the shell's ``read`` in a loop (no process); others
+           ``R=$(head -c LIMIT PATH)`` (text: NUL bytes dropped; one write with the answer)
 read_bytes ``tail -c +OFF+1 PATH | head -c LEN`` (raw bytes, then a newline)
 list_dir   a glob loop (``PATH/* PATH/.[!.]* PATH/..?*``)
 disk_usage ``stat -f -c '%S %b %f %a' PATH`` (no stat: ``df -Pk PATH``)
@@ -21,7 +23,8 @@ per line, ``OP ARG PATH`` (ARG ``-`` when unused; PATH absolute, no newline). Th
 answers with data (a file's raw bytes and a newline, or ``|NAME`` entries), then ``T ok
 [FIELDS]`` or ``T err MESSAGE`` where MESSAGE is the strerror text of the failing tool.
 Requests are served one at a time, with few processes started (builtins where a shell has
-them) and one or two writes per answer. Only a CT-side process that knows the session's
+them) and one or two writes per answer; a client may send several at once
+(:meth:`ShellConnection.call_many`: one round trip for all the facts a check run reads). Only a CT-side process that knows the session's
 terminator could forge an answer, and then only about its own CT. ``run`` is not served
 here: the container host runs commands with a fresh ``lxc-attach``/``pct exec`` instead.
 
@@ -32,19 +35,32 @@ and every call has a deadline at which the agent is killed, as for the python ag
 
 from __future__ import annotations
 
-import base64
-import errno as errno_mod
-import os
-import re
 import secrets
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpudoctor.hosts.agent import file_kind
 from gpudoctor.hosts.base import HostError
 from gpudoctor.hosts.remote import MAX_LINE, MAX_STREAM, START_TIMEOUT, ByteStream
 from gpudoctor.hosts.replies import BadReply
+from gpudoctor.hosts.shell_replies import (
+    b64,
+    check_path,
+    errno_of,
+    names,
+    raw,
+    stat_result,
+    usage_result,
+)
+
+# Files procfs generates (short lines, readable at any offset) are read with the shell's
+# own ``read`` (no process started; it reads byte by byte); other files with ``head -c``
+# (bounded however long a line is). Not /proc/sys (sysctl files give EOF at an offset > 0)
+# nor /sys.
+KERNEL_TEXT = "/proc/"
+NOT_KERNEL_TEXT = "/proc/sys/"
+BUILTIN_READ = True  # False: every read_text through head (the benchmark's "before" path)
 
 SH_AGENT = r"""
 IFS= read -r T || exit 0
@@ -73,7 +89,8 @@ while IFS=' ' read -r op arg p; do
     elif o=$(ls -lnLd "$p" 2>&1); then end ok "l $o"; else bad "$o"; fi ;;
   open)
     ex "$p" || continue
-    if [ "$arg" = w ]; then o=$( (exec 3<>"$p") 2>&1 ); else o=$( (exec 3<"$p") 2>&1 ); fi \
+    if [ "$arg" = W ] && [ ! -c "$p" ] && [ ! -b "$p" ]; then end ok skip; continue; fi
+    if [ "$arg" != r ]; then o=$( (exec 3<>"$p") 2>&1 ); else o=$( (exec 3<"$p") 2>&1 ); fi \
       && end ok || bad "$o" ;;
   read|bytes)
     ex "$p" || continue
@@ -85,6 +102,14 @@ while IFS=' ' read -r op arg p; do
       else tail -c "+$((${arg%:*} + 1))" "$p" | head -c "${arg#*:}"; fi 2>/dev/null
       printf '\n'
     fi
+    end ok ;;
+  text)
+    ex "$p" || continue
+    if [ -d "$p" ]; then end err "Is a directory"; continue; fi
+    if [ ! -r "$p" ]; then end err "Permission denied"; continue; fi
+    R=; l=
+    { while IFS= read -r l; do R="$R$l$NL"; l=; [ ${#R} -lt "$arg" ] || break; done
+      R="$R$l$NL"; } < "$p" 2>/dev/null
     end ok ;;
   list)
     ex "$p" || continue
@@ -104,89 +129,6 @@ while IFS=' ' read -r op arg p; do
   esac
 done
 """
-
-# strerror texts -> errno: the C library's, plus the shells' own words (dash, busybox).
-_ERRNOS = {os.strerror(e).lower(): e for e in errno_mod.errorcode}
-_ERRNOS.update(
-    {
-        "no such file": errno_mod.ENOENT,
-        "directory nonexistent": errno_mod.ENOENT,
-        "nonexistent directory": errno_mod.ENOENT,
-        "not found": errno_mod.ENOENT,
-    }
-)
-_DF_LINE = re.compile(r"(\d+)\s+(\d+)\s+(\d+)\s+\d+%")
-_LS_TYPES = {"c": "char", "b": "block", "d": "dir", "-": "file", "l": "link"}
-
-
-def errno_of(message: str) -> int:
-    """Return the errno whose strerror text is ``message`` (``EIO`` when unknown)."""
-    return _ERRNOS.get(message.strip().lower(), errno_mod.EIO)
-
-
-def check_path(path: str) -> str:
-    """Return ``path`` when the shell protocol can carry it (absolute, one line, no
-    surrounding blanks); raise OSError(EINVAL) otherwise."""
-    if (
-        not isinstance(path, str)
-        or not path.startswith("/")
-        or "\n" in path
-        or "\r" in path
-        or path != path.strip()
-    ):
-        raise OSError(errno_mod.EINVAL, "path not supported by the shell agent", path)
-    return path
-
-
-def stat_result(path: str, fields: list[str]) -> dict[str, Any]:
-    """Return the FileStat dict for ``s RAWMODE MAJ MIN UID GID SIZE MTIME`` (stat -c, hex
-    mode and numbers) or ``l <ls -lnLd line>``; raise ValueError on anything else."""
-    if fields[0] == "s" and len(fields) == 8:
-        raw, major, minor = int(fields[1], 16), int(fields[2], 16), int(fields[3], 16)
-        uid, gid, size, mtime = (int(v) for v in fields[4:8])
-        kind = file_kind(raw)
-        return {
-            "path": path,
-            "kind": kind,
-            "mode": raw & 0o7777,
-            "major": major if kind in ("char", "block") else 0,
-            "minor": minor if kind in ("char", "block") else 0,
-            "uid": uid,
-            "gid": gid,
-            "size": size,
-            "mtime": float(mtime),
-        }
-    if fields[0] == "l" and len(fields) >= 6:
-        perms = fields[1]
-        kind = _LS_TYPES.get(perms[0], "other")
-        mode = 0
-        for i, char in enumerate(perms[1:10]):
-            if char not in "-ST":  # S/T: set-id/sticky WITHOUT the x bit
-                mode |= 1 << (8 - i)
-        mode |= (0o4000 if perms[3] in "sS" else 0) | (0o2000 if perms[6] in "sS" else 0)
-        mode |= 0o1000 if perms[9] in "tT" else 0
-        uid, gid = int(fields[3]), int(fields[4])
-        major = minor = size = 0
-        if kind in ("char", "block"):
-            major, minor = int(fields[5].rstrip(",")), int(fields[6])
-        else:
-            size = int(fields[5])
-        return {"path": path, "kind": kind, "mode": mode, "major": major, "minor": minor,
-                "uid": uid, "gid": gid, "size": size, "mtime": 0.0}  # fmt: skip
-    raise ValueError("unknown stat answer")
-
-
-def usage_result(fields: list[str]) -> dict[str, int]:
-    """Return the DiskUsage dict for ``s FRSIZE BLOCKS BFREE BAVAIL`` or ``d <df -Pk line>``."""
-    if fields[0] == "s" and len(fields) == 5:
-        frsize, blocks, bfree, bavail = (int(v) for v in fields[1:])
-        return {"total": blocks * frsize, "used": (blocks - bfree) * frsize,
-                "free": bavail * frsize}  # fmt: skip
-    found = _DF_LINE.search(" ".join(fields[1:])) if fields[0] == "d" else None
-    if found is None:
-        raise ValueError("unknown df answer")
-    total, used, free = (int(v) * 1024 for v in found.groups())
-    return {"total": total, "used": used, "free": free}
 
 
 class ShellConnection:
@@ -253,10 +195,13 @@ class ShellConnection:
             self._deadline = deadline
             self._clock.notify()
 
-    def _collect(self, timeout: float, op: str) -> tuple[list[bytes], str, str]:
-        """Read one answer under a deadline: (data lines, status, rest of its last line)."""
+    def _collect(
+        self, timeout: float, op: str, deadline: float | None = None
+    ) -> tuple[list[bytes], str, str]:
+        """Read one answer by ``deadline`` (monotonic; default ``timeout`` s from now):
+        (data lines, status, rest of its last line)."""
         message = f"{self.label}: {op} got no answer within {timeout:g} s; the agent was stopped"
-        self._set_deadline((time.monotonic() + timeout, message))
+        self._set_deadline((deadline or time.monotonic() + timeout, message))
         try:
             return self._read_answer()
         finally:
@@ -307,15 +252,43 @@ class ShellConnection:
     def call(self, op: str, args: dict[str, Any], timeout: float) -> Any:
         """Serve one python-agent op through the shell; return the python agent's result
         shape; raise OSError (the tool's errno) or HostError."""
+        result = self.call_many([(op, args)], timeout)[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def call_many(
+        self, requests: Sequence[tuple[str, dict[str, Any]]], timeout: float
+    ) -> list[Any]:
+        """Send every request in ONE write (pipelined; the agent answers them in order) and
+        return one entry per request: its result, or the OSError/BadReply it raised (a
+        ``try_open`` asked with ``nodes_only`` that met no device node gives None). Raise
+        HostError when the connection breaks; ``timeout`` covers them all."""
         if self.broken:
             raise HostError(self.broken)
-        request, convert = self._request(op, args)
+        lines = [self._request(op, args) for op, args in requests]
         with self._call_lock:
             try:
-                self.stream.write(request.encode())
+                self.stream.write("".join(line for line, _ in lines).encode())
             except (OSError, ValueError, EOFError) as exc:
                 raise self._stop(f"{self.label}: cannot send to the shell agent: {exc}") from None
-            data, status, rest = self._collect(timeout, op)
+            answers = []
+            deadline = time.monotonic() + timeout
+            for op, _ in requests:
+                answers.append(self._collect(timeout, op, deadline))
+        out: list[Any] = []
+        for (op, args), (_, convert), (data, status, rest) in zip(
+            requests, lines, answers, strict=True
+        ):
+            try:
+                out.append(self._result(op, args, convert, data, status, rest))
+            except (OSError, BadReply) as exc:
+                out.append(exc)
+        return out
+
+    def _result(self, op: str, args: dict[str, Any], convert: Callable[[str, list[bytes]], Any],
+                data: list[bytes], status: str, rest: str) -> Any:  # fmt: skip
+        """Return one answer as the python agent's result; raise OSError or BadReply."""
         path = args.get("path")
         if status == "err":
             if op == "try_open":
@@ -324,6 +297,8 @@ class ShellConnection:
             raise OSError(errno_of(rest), rest.strip()[:200] or "failed", path)
         if status != "ok":
             raise BadReply(f"{self.label}: {op}: bad reply from the shell agent: {status[:40]!r}")
+        if op == "try_open" and args.get("nodes_only") and rest == "skip":
+            return None
         try:
             return convert(rest, data)
         except (ValueError, IndexError) as exc:
@@ -339,18 +314,21 @@ class ShellConnection:
         if op == "try_open":
             write = bool(args.get("write", True))
             flags = "O_RDWR" if write else "O_RDONLY"
+            mode = ("W" if args.get("nodes_only") else "w") if write else "r"
             return (
-                f"open {'w' if write else 'r'} {path}\n",
+                f"open {mode} {path}\n",
                 lambda rest, data: {"path": path, "flags": flags, "errno": 0},
             )
         if op == "read_text":
             limit = int(args.get("limit", 1 << 20))
-            return f"read {limit} {path}\n", lambda rest, data: raw(data)[:limit].decode(
+            builtin = path.startswith(KERNEL_TEXT) and not path.startswith(NOT_KERNEL_TEXT)
+            verb = "text" if BUILTIN_READ and builtin else "read"
+            return f"{verb} {limit} {path}\n", lambda rest, data: raw(data)[:limit].decode(
                 "utf-8", "replace"
             )
         if op == "read_bytes":
             offset, length = int(args.get("offset", 0)), int(args["length"])
-            return f"bytes {offset}:{length} {path}\n", lambda rest, data: _b64(raw(data)[:length])
+            return f"bytes {offset}:{length} {path}\n", lambda rest, data: b64(raw(data)[:length])
         if op == "list_dir":
             return f"list - {path}\n", lambda rest, data: sorted(names(data))
         if op == "disk_usage":
@@ -371,30 +349,3 @@ class ShellConnection:
             self._closed = True
             self._clock.notify()
         self.stream.close()
-
-
-def raw(lines: list[bytes]) -> bytes:
-    """Return a file's bytes sent raw: all data lines, less the newline the agent adds
-    before its terminator line."""
-    data = b"".join(lines)
-    if not data.endswith(b"\n"):
-        raise ValueError("unterminated data")
-    return data[:-1]
-
-
-def names(lines: list[bytes]) -> list[str]:
-    """Return the directory entries of ``|NAME`` lines."""
-    out = []
-    for line in lines:
-        if not line.startswith(b"|"):
-            raise ValueError("bad directory entry")
-        out.append(line[1:].rstrip(b"\n").decode("utf-8", "surrogateescape"))
-    return out
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def _now() -> float:
-    return time.monotonic()

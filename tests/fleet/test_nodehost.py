@@ -3,6 +3,8 @@ few run-constant ones are asked once."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpudoctor.fleet.nodehost import NodeHost, constant_for_a_run
@@ -44,3 +46,33 @@ def test_a_local_node_runs_commands_itself() -> None:
     node = NodeHost(LocalHost())
     assert node.run(["echo", "hi"]).stdout == "hi\n"
     assert node.python == LocalHost().python
+
+
+def test_node_file_facts_are_asked_once_per_run(tmp_path: Path) -> None:
+    """The facts every CT's config check reads on the node (``stat``, ``ls``,
+    ``/proc/devices``) are asked once per run, errors included; other reads are not kept,
+    and a new run (a new NodeHost) asks again."""
+    inner = LocalHost()
+    devices = inner.read_text("/proc/devices")
+    asked: list[tuple[str, str]] = []
+    for op in ("stat", "list_dir", "read_text"):
+        real = getattr(inner, op)
+        setattr(
+            inner, op, lambda path, *a, op=op, real=real: asked.append((op, path)) or real(path, *a)
+        )
+    f, missing = str(tmp_path / "f"), str(tmp_path / "missing")
+    (tmp_path / "f").write_text("one")
+    node = NodeHost(inner)
+    for _ in range(3):
+        assert node.stat(f).size == 3
+        assert node.list_dir(str(tmp_path)) == ["f"]
+        with pytest.raises(FileNotFoundError):
+            node.stat(missing)
+        assert node.read_text("/proc/devices") == devices
+        assert node.read_text(f) == "one"
+    for once in [("stat", f), ("list_dir", str(tmp_path)), ("stat", missing),
+                 ("read_text", "/proc/devices")]:  # fmt: skip
+        assert asked.count(once) == 1, once
+    assert asked.count(("read_text", f)) == 3  # not a remembered file
+    (tmp_path / "f").write_text("three")
+    assert NodeHost(inner).stat(f).size == 5  # the next run asks again

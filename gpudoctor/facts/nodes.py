@@ -8,6 +8,7 @@ since (see tests/data/recorded/proc_devices/SOURCES.md): both are accepted.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +40,14 @@ class NodeFamily:
 
     def matches(self, name: str) -> bool:
         """Return True when a node name (no directory) belongs to this family."""
-        return re.fullmatch(self.pattern, name) is not None
+        return compiled(self.pattern).fullmatch(name) is not None
+
+
+@functools.cache
+def compiled(pattern: str) -> re.Pattern[str]:
+    """Return ``pattern`` compiled, once (a fleet run matches every node name of every
+    node listing against each family)."""
+    return re.compile(pattern)
 
 
 NVIDIA_FAMILIES: tuple[NodeFamily, ...] = (

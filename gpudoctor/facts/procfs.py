@@ -31,6 +31,9 @@ class ProcDevices:
         return [name for m, name in self.char if m == major]
 
 
+DEVICE_LINE = re.compile(r"^(\d+)\s+(\S.*)$")
+
+
 def parse_proc_devices(text: str) -> ProcDevices:
     """Return the parsed ``/proc/devices``; unknown lines are ignored."""
     char: list[tuple[int, str]] = []
@@ -43,7 +46,7 @@ def parse_proc_devices(text: str) -> ProcDevices:
         elif line.startswith("Block devices"):
             section = block
         elif section is not None:
-            match = re.match(r"^(\d+)\s+(\S.*)$", line)
+            match = DEVICE_LINE.match(line)
             if match:
                 section.append((int(match.group(1)), match.group(2).strip()))
     return ProcDevices(tuple(char), tuple(block))

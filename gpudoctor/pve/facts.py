@@ -112,6 +112,8 @@ def nvidia_paths(dev_names: Iterable[str]) -> list[str]:
     """Return the /dev paths among ``ls /dev`` names that are NVIDIA nodes or node dirs."""
     found = []
     for name in sorted(dev_names):
+        if "nvidia" not in name:  # every NVIDIA node and node directory in /dev says so
+            continue
         for family in NVIDIA_FAMILIES:
             if (family.is_dir and f"/dev/{name}" == family.directory) or (
                 family.directory == "/dev" and family.matches(name)

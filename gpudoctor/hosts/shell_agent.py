@@ -24,7 +24,9 @@ answers with data (a file's raw bytes and a newline, or ``|NAME`` entries), then
 [FIELDS]`` or ``T err MESSAGE`` where MESSAGE is the strerror text of the failing tool.
 Requests are served one at a time, with few processes started (builtins where a shell has
 them) and one or two writes per answer; a client may send several at once
-(:meth:`ShellConnection.call_many`: one round trip for all the facts a check run reads). Only a CT-side process that knows the session's
+(:meth:`ShellConnection.call_many`: one round trip for all the facts a check run reads),
+announced by ``batch N /``: the agent then collects the N answers (one subshell) and
+writes them at once (one SSH packet instead of N). Only a CT-side process that knows the session's
 terminator could forge an answer, and then only about its own CT. ``run`` is not served
 here: the container host runs commands with a fresh ``lxc-attach``/``pct exec`` instead.
 
@@ -60,6 +62,8 @@ from gpudoctor.hosts.shell_replies import (
 # nor /sys.
 KERNEL_TEXT = "/proc/"
 NOT_KERNEL_TEXT = "/proc/sys/"
+# Requests whose answers a batch cannot carry (raw bytes: a command substitution drops NULs).
+UNBATCHED = ("read_bytes", "ping")
 BUILTIN_READ = True  # False: every read_text through head (the benchmark's "before" path)
 
 SH_AGENT = r"""
@@ -79,23 +83,23 @@ ex() {
   return 1
 }
 end hello "$$"
-while IFS=' ' read -r op arg p; do
+serve() {
   case $op in
   stat)
-    ex "$p" || continue
+    ex "$p" || return
     if [ -n "$S" ]; then
       stat -L -c "$T ok s %f %t %T %u %g %s %Y" "$p" 2>/dev/null \
         || bad "$(stat -L -c %f "$p" 2>&1)"
     elif o=$(ls -lnLd "$p" 2>&1); then end ok "l $o"; else bad "$o"; fi ;;
   open)
-    ex "$p" || continue
-    if [ "$arg" = W ] && [ ! -c "$p" ] && [ ! -b "$p" ]; then end ok skip; continue; fi
+    ex "$p" || return
+    if [ "$arg" = W ] && [ ! -c "$p" ] && [ ! -b "$p" ]; then end ok skip; return; fi
     if [ "$arg" != r ]; then o=$( (exec 3<>"$p") 2>&1 ); else o=$( (exec 3<"$p") 2>&1 ); fi \
       && end ok || bad "$o" ;;
   read|bytes)
-    ex "$p" || continue
-    if [ -d "$p" ]; then end err "Is a directory"; continue; fi
-    if [ ! -r "$p" ]; then end err "Permission denied"; continue; fi
+    ex "$p" || return
+    if [ -d "$p" ]; then end err "Is a directory"; return; fi
+    if [ ! -r "$p" ]; then end err "Permission denied"; return; fi
     if [ "$op" = read ]; then R=$(head -c "$arg" "$p" 2>/dev/null; echo .); R="${R%.}$NL"
     else
       if [ "${arg%:*}" = 0 ]; then head -c "${arg#*:}" "$p"
@@ -104,29 +108,36 @@ while IFS=' ' read -r op arg p; do
     fi
     end ok ;;
   text)
-    ex "$p" || continue
-    if [ -d "$p" ]; then end err "Is a directory"; continue; fi
-    if [ ! -r "$p" ]; then end err "Permission denied"; continue; fi
+    ex "$p" || return
+    if [ -d "$p" ]; then end err "Is a directory"; return; fi
+    if [ ! -r "$p" ]; then end err "Permission denied"; return; fi
     R=; l=
     { while IFS= read -r l; do R="$R$l$NL"; l=; [ ${#R} -lt "$arg" ] || break; done
       R="$R$l$NL"; } < "$p" 2>/dev/null
     end ok ;;
   list)
-    ex "$p" || continue
-    if [ ! -d "$p" ]; then end err "Not a directory"; continue; fi
-    if [ ! -r "$p" ] || [ ! -x "$p" ]; then end err "Permission denied"; continue; fi
+    ex "$p" || return
+    if [ ! -d "$p" ]; then end err "Not a directory"; return; fi
+    if [ ! -r "$p" ] || [ ! -x "$p" ]; then end err "Permission denied"; return; fi
     for f in "$p"/* "$p"/.[!.]* "$p"/..?*; do
       if [ -e "$f" ] || [ -L "$f" ]; then R="$R|${f##*/}$NL"; fi
     done
     end ok ;;
   df)
-    ex "$p" || continue
+    ex "$p" || return
     if [ -n "$S" ] && stat -f -c "$T ok s %S %b %f %a" "$p" 2>/dev/null; then :
     elif o=$(df -Pk "$p" 2>&1); then end ok "d $(printf '%s\n' "$o" | tail -n 1)"
     else bad "$o"; fi ;;
   ping) end ok "$$" ;;
   *) end err "unknown op" ;;
   esac
+}
+while IFS=' ' read -r op arg p; do
+  if [ "$op" = batch ]; then
+    n=$arg
+    O=$(while [ "$n" -gt 0 ] && IFS=' ' read -r op arg p; do serve; n=$((n - 1)); done; echo .)
+    printf '%s' "${O%.}"
+  else serve; fi
 done
 """
 
@@ -267,9 +278,12 @@ class ShellConnection:
         if self.broken:
             raise HostError(self.broken)
         lines = [self._request(op, args) for op, args in requests]
+        text = "".join(line for line, _ in lines)
+        if len(lines) > 1 and all(op not in UNBATCHED for op, _ in requests):
+            text = f"batch {len(lines)} /\n{text}"  # all answers in one write
         with self._call_lock:
             try:
-                self.stream.write("".join(line for line, _ in lines).encode())
+                self.stream.write(text.encode())
             except (OSError, ValueError, EOFError) as exc:
                 raise self._stop(f"{self.label}: cannot send to the shell agent: {exc}") from None
             answers = []

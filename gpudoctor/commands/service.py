@@ -219,8 +219,10 @@ def rules(output: str | None) -> None:
     GpudoctorTargetUnreachable, GpudoctorFragileConfig. Add the file to `rule_files:`
     in prometheus.yml and reload Prometheus.
     """
+    from gpudoctor.commands.options import require_writable_file
     from gpudoctor.service import alert_rules_text
 
+    require_writable_file(output, "-o")
     text = alert_rules_text()
     if not output:
         click.echo(text, nl=False)

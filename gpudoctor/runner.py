@@ -73,7 +73,7 @@ def run_checks(
 
 
 class Schedule:
-    """Runs checks as their dependencies complete; one supervisor thread per check."""
+    """Runs checks as their dependencies complete; one worker thread per check that runs."""
 
     def __init__(
         self,
@@ -95,57 +95,82 @@ class Schedule:
         return {d for d in spec.requires + spec.after if d in self.selected}
 
     def run(self) -> dict[str, CheckResult]:
-        """Run every check; return {id: result} once all have finished or timed out."""
+        """Run every check; return {id: result} once all have finished or timed out. Each
+        check that runs gets one worker thread; this loop starts them as their dependencies
+        finish, records the SKIP of those whose requirements are unhealthy, and an ERROR
+        for a check that overruns its deadline (its thread is left behind)."""
         started: set[str] = set()
-        with self.done:
-            while len(self.results) < len(self.specs):
+        running: dict[str, tuple[float, float]] = {}  # id -> (began, deadline)
+        while True:
+            announce: list[CheckResult] = []
+            finished = False
+            with self.done:
+                now = time.monotonic()
+                for spec_id, (began, deadline) in list(running.items()):
+                    if spec_id in self.results:
+                        del running[spec_id]
+                    elif deadline <= now:
+                        del running[spec_id]
+                        announce.append(self.record(timed_out(spec_id, deadline - began), began))
                 for spec in self.specs:
-                    if spec.id not in started and self.deps(spec) <= self.results.keys():
-                        started.add(spec.id)
-                        threading.Thread(target=self.supervise, args=(spec,), daemon=True).start()
-                self.done.wait()
-        return self.results
+                    if spec.id in started or not self.deps(spec) <= self.results.keys():
+                        continue
+                    started.add(spec.id)
+                    blocked = [d for d in spec.requires if not self.results[d].status.healthy]
+                    if blocked:
+                        skipped = (skipped_for(spec, blocked, self.results),)
+                        announce.append(self.record(skipped, time.monotonic(), spec.id))
+                        continue
+                    began = time.monotonic()
+                    running[spec.id] = (began, began + self.timeout_of(spec))
+                    threading.Thread(target=self.work, args=(spec, began),
+                                     name=f"check:{spec.id}", daemon=True).start()  # fmt: skip
+                if not announce:
+                    if len(self.results) >= len(self.specs):
+                        finished = True
+                    else:
+                        deadlines = [d for _, d in running.values()]
+                        self.done.wait(min(deadlines) - now if deadlines else None)
+            if self.progress is not None:
+                for result in announce:
+                    self.progress(result)
+            if finished:
+                return self.results
 
-    def supervise(self, spec: CheckSpec) -> None:
-        """Run one check in a worker thread with a timeout; record its result."""
-        began = time.monotonic()
-        blocked = [d for d in spec.requires if not self.results[d].status.healthy]
-        if blocked:
-            findings: tuple[Finding, ...] = (skipped_for(spec, blocked, self.results),)
-        else:
-            findings = self.execute(spec)
-        result = CheckResult(spec.id, findings, time.monotonic() - began)
+    def record(
+        self, findings: tuple[Finding, ...], began: float, spec_id: str | None = None
+    ) -> CheckResult:
+        """Record a result made by the run loop (lock held); return it."""
+        check_id = spec_id or findings[0].check_id
+        result = CheckResult(check_id, findings, time.monotonic() - began)
+        self.results[check_id] = result
+        return result
+
+    def timeout_of(self, spec: CheckSpec) -> float:
+        """Return the seconds ``spec`` may run (the probe's timeout added for probe checks)."""
+        return self.options.timeout_s + (self.options.probe_timeout_s if spec.uses_gpu_probe else 0)
+
+    def work(self, spec: CheckSpec, began: float) -> None:
+        """Run one check in this (worker) thread; record its result unless it timed out."""
+        result = CheckResult(spec.id, self.execute(spec), time.monotonic() - began)
         with self.done:
+            if spec.id in self.results:  # the run loop gave up on it
+                return
             self.results[spec.id] = result
             self.done.notify_all()
         if self.progress is not None:
             self.progress(result)
 
     def execute(self, spec: CheckSpec) -> tuple[Finding, ...]:
-        """Return the check's findings, or one ERROR finding when it raised or timed out."""
+        """Return the check's findings, or one ERROR finding when it raised."""
         facts = self.facts["ct_host" if spec.scope == "ct_host" else "target"]
         ctx = CheckContext(spec.id, facts.host, self.options, facts, self.results)
         box: dict[str, object] = {}
-
-        def work() -> None:
-            try:
-                box["findings"] = tuple(spec.func(ctx))
-            except BaseException as exc:
-                box["error"] = exc
-                box["traceback"] = traceback.format_exc()
-
-        worker = threading.Thread(target=work, name=f"check:{spec.id}", daemon=True)
-        worker.start()
-        timeout = self.options.timeout_s + (
-            self.options.probe_timeout_s if spec.uses_gpu_probe else 0
-        )
-        worker.join(timeout)
-        if worker.is_alive():
-            return (
-                Finding(
-                    spec.id, Status.ERROR, "check", f"the check did not finish within {timeout:g} s"
-                ),
-            )
+        try:
+            box["findings"] = tuple(spec.func(ctx))
+        except BaseException as exc:
+            box["error"] = exc
+            box["traceback"] = traceback.format_exc()
         if "error" in box:
             exc = box["error"]
             kind = (
@@ -166,6 +191,12 @@ class Schedule:
         if not findings:
             return (Finding(spec.id, Status.PASS, "check", "nothing to report"),)
         return findings  # type: ignore[return-value]
+
+
+def timed_out(check_id: str, timeout: float) -> tuple[Finding, ...]:
+    """Return the ERROR finding of a check that overran its ``timeout`` seconds."""
+    message = f"the check did not finish within {timeout:g} s"
+    return (Finding(check_id, Status.ERROR, "check", message),)
 
 
 def skipped_for(spec: CheckSpec, blocked: list[str], results: dict[str, CheckResult]) -> Finding:

@@ -1,8 +1,10 @@
 """How long `gpudoctor check` takes next to the bare cuInit process it must rival.
 
 Runs, interleaved and repeated (these machines are noisy), side by side in one run:
-  1. `gpudoctor check` (the whole catalogue, as a user runs it), and the same with
-     GPUDOCTOR_EARLY_PROBE=0 (the CUDA/NVML probe started by the runner, after the imports)
+  1. `gpudoctor check` (the whole catalogue, as a user runs it: the probe is a fork started
+     first thing), the same with GPUDOCTOR_EARLY_PROBE=spawn (the probe a new interpreter,
+     as on 2026-12-02) and with GPUDOCTOR_EARLY_PROBE=0 (the probe started by the runner,
+     after the imports, as before that)
   2. `python -c "from cuda.bindings import driver; driver.cuInit(0)"` (the reference)
   3. `nvidia-smi -L` (where present)
   4. `gpudoctor --help` (start-up time; goal < 150 ms)
@@ -27,6 +29,7 @@ PY = sys.executable
 NO_EARLY = {"GPUDOCTOR_EARLY_PROBE": "0"}
 COMMANDS = {
     "gpudoctor check": [PY, "-m", "gpudoctor", "check", "--json"],
+    "check, probe spawned": [PY, "-m", "gpudoctor", "check", "--json"],
     "check, early probe off": [PY, "-m", "gpudoctor", "check", "--json"],
     "bare cuInit (cuda.bindings)": [PY, "-c", "from cuda.bindings import driver; driver.cuInit(0)"],
     "nvidia-smi -L": ["nvidia-smi", "-L"],
@@ -35,7 +38,10 @@ COMMANDS = {
 }
 
 
-ENV = {"check, early probe off": NO_EARLY}  # the probe started by the runner, as before
+ENV = {  # the probe as a new interpreter; started by the runner, as before
+    "check, probe spawned": {"GPUDOCTOR_EARLY_PROBE": "spawn"},
+    "check, early probe off": NO_EARLY,
+}
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> float:

@@ -219,6 +219,8 @@ def main() -> None:
     if os.geteuid() != 0:
         sys.exit("needs root (mount -t tmpfs, drop_caches)")
     work = args.workdir
+    if os.path.ismount(work / "shm"):  # left mounted by a run killed at its deadline
+        subprocess.run(["umount", "-l", str(work / "shm")], check=False)
     shutil.rmtree(work, ignore_errors=True)
     model_dir = work / "mirror" / REPO
     print(f"preparing the model under {work} ...", file=sys.stderr, flush=True)

@@ -23,10 +23,23 @@ VERSION_FILE = "/proc/driver/nvidia/version"
     after=("proc.usable",),
 )
 def driver_loaded(ctx: CheckContext) -> Iterator[Finding]:
-    """Yield PASS with the module version (``cat /proc/driver/nvidia/version``), or FAIL."""
+    """Yield PASS with the module version (``cat /proc/driver/nvidia/version``), FAIL, or
+    WARN when /proc itself is unusable (the module may well be loaded)."""
     text = ctx.facts.read_optional(VERSION_FILE)
     majors = nvidia_majors(ctx.facts.proc_devices())
     caused_by = ("proc.usable",) if ctx.failed("proc.usable") else ()
+    if text is None and caused_by:
+        # No usable /proc: the module's state cannot be read from here, which is not proof
+        # that it is missing. WARN (not FAIL) so that cuda.init still runs and shows the 304.
+        yield ctx.warn(
+            "kernel module",
+            f"Cannot tell whether the NVIDIA kernel module is loaded: {VERSION_FILE} cannot be "
+            "read because this process has no usable /proc (see proc.usable).",
+            evidence=[f"read {VERSION_FILE}: failed", "proc.usable: FAIL"],
+            remediation="Fix proc.usable first; then this check reads the module's version.",
+            caused_by=caused_by,
+        )
+        return
     if text is None:
         evidence = [f"read {VERSION_FILE}: failed"]
         evidence.append(

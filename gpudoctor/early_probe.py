@@ -11,9 +11,14 @@ later. That function then :func:`adopt`s the running child instead of starting a
 same argv, same timeout (counted from the child's start), same result.
 
 Stdlib only, and only ``os``/``sys`` at import: ``subprocess`` alone costs 10-15 ms of
-imports (locale, re, enum), so the child is started with ``os.posix_spawn``. A child that
-nobody adopts (the command took another path) is killed when the process exits.
-``GPUDOCTOR_EARLY_PROBE=0`` turns this off (the probe then starts where the runner starts it).
+imports (locale, re, enum). The child is a ``fork`` of this still-small, single-threaded
+process that runs the probe's source itself: a new interpreter (``posix_spawn`` of
+``python3 -I -S``) would put its own start-up (15-25 ms) on the critical path. The result is
+the same bytes either way (tests/unit/test_early_probe.py). A child that nobody adopts (the
+command took another path) is killed when the process exits.
+``GPUDOCTOR_EARLY_PROBE=0`` turns this off (the probe then starts where the runner starts it);
+``GPUDOCTOR_EARLY_PROBE=spawn`` starts it as a new interpreter (benchmarks/check_latency.py's
+A/B).
 """
 
 from __future__ import annotations
@@ -100,15 +105,70 @@ def spawn(argv: list[str]) -> Pending:
     return Pending(pid, out_r, err_r, argv, started)
 
 
+def fork_probe(argv: list[str]) -> Pending:
+    """Fork a child that runs the probe source of ``argv`` (``python -I -S -c SOURCE
+    STAGE...``) in its own session, stdout and stderr piped, as :func:`spawn` would run it;
+    return it labelled with ``argv``. Only for a single-threaded process. Raises OSError."""
+    import time
+
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    started = time.monotonic()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _probe_in_child(argv, out_w, err_w, (out_r, err_r))  # never returns
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    return Pending(pid, out_r, err_r, argv, started)
+
+
+def _probe_in_child(argv: list[str], out_w: int, err_w: int, parent_ends: tuple[int, int]):
+    """In the forked child: become ``argv``'s probe (new session, stdin /dev/null, the pipes
+    as fds 1 and 2), run its source and ``os._exit`` with its status (1 on an exception)."""
+    status = 1
+    try:
+        os.setsid()
+        for fd in parent_ends:
+            os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        for fd, target in ((null, 0), (out_w, 1), (err_w, 2)):
+            os.dup2(fd, target)
+        # fresh streams on fds 1 and 2 (the parent's may be wrappers that write elsewhere)
+        sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        source_at = argv.index("-c") + 1
+        namespace: dict = {"__name__": "gpudoctor_probe"}
+        exec(compile(argv[source_at], "gpu_probe.py", "exec"), namespace)
+        namespace["main"](argv[source_at + 1 :])
+        status = 0
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        import contextlib
+
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(status)
+
+
 def start(argv: list[str]) -> None:
     """Start the probe child now when ``argv`` is a plain local ``gpudoctor check`` on an
     NVIDIA machine; otherwise do nothing. Never raises (the normal path runs it later)."""
-    if os.environ.get("GPUDOCTOR_EARLY_PROBE") == "0":  # off: benchmarks/check_latency.py's A/B
+    mode = os.environ.get("GPUDOCTOR_EARLY_PROBE", "fork")
+    if mode == "0":  # off: benchmarks/check_latency.py's A/B
         return
     if _PENDING or not wanted(argv[1:]) or not nvidia_registered():
         return
     try:
-        pending = spawn(probe_argv(sys.executable))
+        argv_of_probe = probe_argv(sys.executable)
+        pending = spawn(argv_of_probe) if mode == "spawn" else fork_probe(argv_of_probe)
     except Exception:  # OSError, or no POSIX_SPAWN_SETSID here: the normal path runs it
         return
     _PENDING.append(pending)
@@ -158,6 +218,8 @@ def _collect(pending: Pending, timeout_s: float) -> dict:
                 timed_out = True
                 with contextlib.suppress(OSError):
                     os.killpg(pending.pid, signal.SIGKILL)
+                with contextlib.suppress(OSError):  # a fork not yet in its own session
+                    os.kill(pending.pid, signal.SIGKILL)
             for key, _ in selector.select(None if timed_out else remaining):
                 data = os.read(key.fd, 1 << 16)
                 if data:

@@ -26,6 +26,10 @@ from gpudoctor.bench.metrics import percentile, request_itls_s, request_tpot_s
 from gpudoctor.bench.records import RequestRecord
 
 RESAMPLES = 1000
+# Below this many successful requests on a side, a bootstrap interval says nothing (one
+# request resamples to itself: the interval collapses onto the ratio and any difference
+# would look real). The H200 campaign's c=1 cells (one request each) showed it.
+MIN_REQUESTS = 5
 BOOTSTRAPPED = (
     "output_throughput",
     "request_throughput",
@@ -119,7 +123,10 @@ def ratio_intervals(
     a: Sample, b: Sample, resamples: int = RESAMPLES, seed: int = 0
 ) -> dict[str, tuple[float, float] | None]:
     """Return, per ``BOOTSTRAPPED`` metric, the 95 % bootstrap interval of B / A
-    (None when a resample lacks the metric or A's value is 0)."""
+    (None when a resample lacks the metric or A's value is 0, and for every metric when
+    a side has fewer than ``MIN_REQUESTS`` successful requests)."""
+    if min(a.size, b.size) < MIN_REQUESTS:
+        return {m: None for m in BOOTSTRAPPED}
     rng = random.Random(seed)
     ratios: dict[str, list[float]] = {m: [] for m in BOOTSTRAPPED}
     broken: set[str] = set()

@@ -91,7 +91,7 @@ def compare(run_a: Path, run_b: Path, as_json: bool) -> None:
     n = successful requests behind each side's numbers.
     ≈  the ratio is within the noise: the 95 % bootstrap interval of B / A
        (1000 resamples of both cells' per-request records) contains 1.
-    ?  no raw records to tell (raw/ missing).
+    ?  cannot tell: fewer than 5 requests on a side, or no raw records (raw/ missing).
     Above 1: B is higher (better for tok/s and accept length, worse for latency).
 
     \b
@@ -121,7 +121,7 @@ def compare(run_a: Path, run_b: Path, as_json: bool) -> None:
     click.echo(f"A = {run_a}\nB = {run_b}\neach metric: A → B  ×B/A")
     click.echo(format_table(header, rows))
     click.echo("≈ within the noise (the 95 % bootstrap interval of B/A contains 1); "
-               "? no raw records to tell")  # fmt: skip
+               "? cannot tell (< 5 requests a side, or no raw records)")  # fmt: skip
     for label, keys in (("only in A", result.only_a), ("only in B", result.only_b)):
         if keys:
             click.echo(f"{label}: {', '.join(keys)}")

@@ -31,7 +31,7 @@ def run_dir(llm_server: LlmServer, tmp_path_factory: pytest.TempPathFactory) -> 
     out = tmp_path_factory.mktemp("run")
     lines = []
     for api in ("completions", "chat"):
-        spec = WorkloadSpec(input_len=24, output_len=6, num_prompts=4, api=api,
+        spec = WorkloadSpec(input_len=24, output_len=6, num_prompts=6, api=api,
                             ignore_eos=False, warmup=1)  # fmt: skip
         for c in (1, 2):
             raw = f"raw/{api}-tp1-c{c}.jsonl"
@@ -106,7 +106,7 @@ def test_cli_report_and_compare(run_dir: Path, tmp_path: Path) -> None:
     cells = {c.key: c for c in load_results(run_dir)}
     tok_s = cells["chat/tp1/c2"].value("output_throughput")
     assert f"{tok_s:.1f} → {tok_s:.1f}  ×1.00 ≈" in out.output  # A, B, ratio, within noise
-    assert "4/4" in out.output  # the requests behind each side
+    assert "6/6" in out.output  # the requests behind each side
     out = runner.invoke(compare, [str(run_dir), str(run_dir), "--json"])
     assert len(json.loads(out.output)["cells"]) == 4
 
@@ -230,3 +230,28 @@ def test_compare_flags_noise_and_real_differences(steady_run: Path, tmp_path: Pa
     out = CliRunner().invoke(compare, [str(run_dir), str(tmp_path)])
     assert out.exit_code == 0 and "16/16" in out.output
     assert "×0.10 " in out.output and "×0.10 ≈" not in out.output
+
+
+def test_a_single_request_a_side_is_never_called_a_real_difference(steady_run: Path) -> None:
+    """One request per cell (a c=1 cell of one wave, as on the H200): a bootstrap of one
+    record resamples to itself, so its 'interval' is the ratio alone. Compare says it
+    cannot tell ('?') instead of calling a one-sample difference real."""
+    (row,) = [json.loads(x) for x in (steady_run / "results.jsonl").read_text().splitlines()]
+    records = _raw_records(steady_run, row["raw"])
+    run_id = row["measurement"]["client"]["run_id"]
+    runs = []
+    for name, scale in (("a", 1.0), ("b", 1.3)):
+        one = replace(records[0], ttft_s=records[0].ttft_s * scale)
+        run = steady_run.parent / f"one-{name}"
+        (run / "raw").mkdir(parents=True)
+        (run / row["raw"]).write_text(json.dumps({"run_id": run_id, **one.to_json()}) + "\n")
+        measurement = {**row["measurement"], "metrics": compute_metrics([one], 1.0),
+                       "completed": 1}  # fmt: skip
+        (run / "results.jsonl").write_text(json.dumps({**row, "measurement": measurement}) + "\n")
+        runs.append(run)
+    (cell,) = compare_runs(*runs).cells
+    assert cell.requests_a == cell.requests_b == 1
+    assert cell.ratios["median_ttft_ms"] == pytest.approx(1.3)
+    assert all(cell.within_noise[m] is None for m in noise.BOOTSTRAPPED)
+    out = CliRunner().invoke(compare, [str(runs[0]), str(runs[1])])
+    assert out.exit_code == 0 and "×1.30 ?" in out.output

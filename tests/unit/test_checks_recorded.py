@@ -145,6 +145,23 @@ def test_broken_proc_explains_cuinit_304():
     assert "304 CUDA_ERROR_OPERATING_SYSTEM (caused by proc.usable)" in cuda.message
 
 
+def test_no_proc_at_all_is_not_called_a_missing_driver_and_cuinit_still_runs():
+    """A CT without any /proc (LXC's "Failed to mount temporary procfs", seen on the H200):
+    driver.loaded cannot read the module's version, which proves nothing about the module,
+    so it WARNs (not "load the module on the host") and cuda.init still runs and shows 304."""
+    host = h200_host()
+    for path in [p for p in host.files if p.startswith("/proc/")]:
+        del host.files[path]
+    host.probe_lines = healthy_probe(cuda_rc=304)
+    report = run(host)
+    assert report.result("proc.usable").status == Status.FAIL  # type: ignore[union-attr]
+    driver = findings(report, "driver.loaded", Status.WARN)[0]
+    assert driver.caused_by == ("proc.usable",)
+    assert "modprobe" not in driver.remediation
+    cuda = findings(report, "cuda.init", Status.FAIL)[0]
+    assert "304 CUDA_ERROR_OPERATING_SYSTEM (caused by proc.usable)" in cuda.message
+
+
 @pytest.mark.parametrize(
     "capture",
     [

@@ -135,6 +135,7 @@ def test_the_fact_cache_adopts_the_early_child_instead_of_running_another(tmp_pa
     fake = build_fake_libcuda(tmp_path)
     monkeypatch.setenv("LD_LIBRARY_PATH", str(fake))
     monkeypatch.setenv("FAKE_CUDA_DEVICES", "1")
+    monkeypatch.setenv("GPUDOCTOR_EARLY_PROBE", "spawn")  # a fork keeps pytest's library path
     monkeypatch.setattr(early_probe, "nvidia_registered", lambda: True)
     early_probe.start(["gpudoctor", "check", "--json"])
     assert len(early_probe._PENDING) == 1
@@ -197,3 +198,124 @@ def test_early_probe_off_starts_nothing(monkeypatch):
     monkeypatch.setenv("GPUDOCTOR_EARLY_PROBE", "0")
     early_probe.start(["gpudoctor", "check"])
     assert early_probe._PENDING == []
+
+
+def probe_code(body: str) -> list[str]:
+    """argv of a probe whose source defines ``main(stages)`` running ``body``."""
+    source = "import os, sys, time\n\ndef main(stages):\n" + "".join(
+        f"    {line}\n" for line in body.splitlines()
+    )
+    return [sys.executable, "-I", "-S", "-c", source, "env", "cuda"]
+
+
+def stages_of(stdout: str) -> dict[str, dict]:
+    """The probe's final line per stage, timing fields dropped (they differ run to run)."""
+    timing = {"elapsed_s", "init_s"}
+    found = {}
+    for line in stdout.splitlines():
+        data = json.loads(line)
+        if not data.get("started"):
+            found[data["stage"]] = {k: v for k, v in data.items() if k not in timing}
+    return found
+
+
+BOTH_WAYS = """
+import json, sys
+from gpudoctor import early_probe
+argv = early_probe.probe_argv(sys.executable)
+outcomes = []
+for start in (early_probe.spawn, early_probe.fork_probe):
+    early_probe._PENDING.append(start(argv))
+    outcomes.append(early_probe.adopt(argv, timeout_s=60))
+print(json.dumps(outcomes))
+"""
+
+
+def test_the_forked_probe_prints_what_the_spawned_interpreter_prints(tmp_path):
+    """The real probe source against the fake driver, run both ways from one process that
+    started with the driver on its library path (the loader reads it at start, as on a
+    GPU host): the same stages, the same values; the fork only saves the new
+    interpreter's start-up."""
+    fake = build_fake_libcuda(tmp_path)
+    env = {**os.environ, "LD_LIBRARY_PATH": str(fake), "FAKE_CUDA_DEVICES": "2",
+           "PYTHONPATH": str(REPO)}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", BOTH_WAYS], capture_output=True, text=True,
+                          env=env, timeout=120, check=True)  # fmt: skip
+    spawned, forked = json.loads(done.stdout)
+    assert (forked["returncode"], forked["stderr"]) == (0, "")
+    assert stages_of(forked["stdout"]) == stages_of(spawned["stdout"])
+    cuda = stages_of(forked["stdout"])["cuda"]
+    assert cuda["init"] == 0 and cuda["device_count"] == 2
+
+
+def test_a_forked_probe_hung_in_cuinit_is_killed_at_its_timeout():
+    """The forked child leads its own session: at the deadline its whole process group
+    (a grandchild too) is SIGKILLed and the stage it announced is returned."""
+    argv = probe_code(
+        'print(\'{"stage": "cuda", "started": true}\', flush=True)\n'
+        "os.fork() or time.sleep(60)\n"
+        "time.sleep(60)"
+    )
+    early_probe._PENDING.append(early_probe.fork_probe(argv))
+    outcome = early_probe.adopt(argv, timeout_s=0.5)
+    assert outcome is not None and outcome["timed_out"] is True
+    assert outcome["returncode"] == -9
+    assert outcome["stdout"] == '{"stage": "cuda", "started": true}\n'
+
+
+def test_a_forked_probe_that_raises_exits_1_with_its_traceback():
+    argv = probe_code("print('half', flush=True)\nraise RuntimeError('driver said no')")
+    early_probe._PENDING.append(early_probe.fork_probe(argv))
+    outcome = early_probe.adopt(argv, timeout_s=60)
+    assert outcome is not None and outcome["returncode"] == 1
+    assert outcome["stdout"] == "half\n"
+    assert "RuntimeError: driver said no" in outcome["stderr"]
+
+
+@pytest.mark.parametrize(("mode", "forked"), [(None, True), ("spawn", False)])
+def test_the_mode_picks_fork_or_a_new_interpreter(mode, forked, monkeypatch):
+    """Default: fork; GPUDOCTOR_EARLY_PROBE=spawn: a new interpreter (the latency A/B)."""
+    monkeypatch.setattr(early_probe, "nvidia_registered", lambda: True)
+    if mode:
+        monkeypatch.setenv("GPUDOCTOR_EARLY_PROBE", mode)
+    else:
+        monkeypatch.delenv("GPUDOCTOR_EARLY_PROBE", raising=False)
+    early_probe.start(["gpudoctor", "check"])
+    (pending,) = early_probe._PENDING
+    exe = os.path.realpath(f"/proc/{pending.pid}/exe")
+    cmdline = Path(f"/proc/{pending.pid}/cmdline").read_bytes().split(b"\0")
+    assert exe == os.path.realpath(sys.executable)
+    # a fork keeps this process's command line; a new interpreter has the probe's own
+    assert (b"-S" not in cmdline) is forked
+
+
+def test_quick_exit_only_after_a_plain_local_check_with_no_live_worker():
+    """The teardown is skipped only where nothing can be lost: a plain local `check` (its
+    files are closed by `with` blocks) and no non-daemon thread still at work."""
+    import threading
+
+    from gpudoctor.cli import quick_exit_allowed
+
+    assert quick_exit_allowed(["check", "--json"])
+    assert not quick_exit_allowed(["fix", "--host", "local"])
+    assert not quick_exit_allowed(["bench", "plan.toml"])
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait)
+    worker.start()
+    try:
+        assert not quick_exit_allowed(["check", "--json"])
+    finally:
+        release.set()
+        worker.join()
+
+
+def test_a_quickly_exiting_check_writes_its_whole_output(tmp_path):
+    """`check --json -o FILE` through the quick exit: stdout and the file are complete."""
+    out = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "check", "--json", "-o", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode in (0, 3, 4), done.stderr
+    assert json.loads(out.read_text())["checks"]

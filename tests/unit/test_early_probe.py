@@ -107,20 +107,6 @@ def test_adopt_refuses_another_command_and_reaps_the_child():
         os.kill(pending.pid, 0)  # killed and reaped, not a zombie
 
 
-def test_a_hung_probe_is_killed_at_its_timeout_with_what_it_printed():
-    """A probe hung in cuInit: its process group is SIGKILLed at the deadline, and the
-    stage it announced is still returned (the parent names the hung stage)."""
-    argv = child(
-        'import os, time; print(\'{"stage": "cuda", "started": true}\', flush=True); '
-        "os.fork() or time.sleep(60); time.sleep(60)"
-    )
-    early_probe._PENDING.append(early_probe.spawn(argv))
-    outcome = early_probe.adopt(argv, timeout_s=0.5)
-    assert outcome is not None and outcome["timed_out"] is True
-    assert outcome["returncode"] == -9
-    assert outcome["stdout"] == '{"stage": "cuda", "started": true}\n'
-
-
 def test_discard_kills_a_child_nobody_adopted():
     pending = early_probe.spawn(child("import time; time.sleep(60)"))
     early_probe._PENDING.append(pending)
@@ -201,9 +187,12 @@ def test_early_probe_off_starts_nothing(monkeypatch):
 
 
 def probe_code(body: str) -> list[str]:
-    """argv of a probe whose source defines ``main(stages)`` running ``body``."""
-    source = "import os, sys, time\n\ndef main(stages):\n" + "".join(
-        f"    {line}\n" for line in body.splitlines()
+    """argv of a probe whose source defines ``main(stages)`` running ``body`` (and runs it
+    when started as a script, as a spawned probe is)."""
+    source = (
+        "import os, sys, time\n\ndef main(stages):\n"
+        + "".join(f"    {line}\n" for line in body.splitlines())
+        + "\nif __name__ == '__main__':\n    main(sys.argv[1:])\n"
     )
     return [sys.executable, "-I", "-S", "-c", source, "env", "cuda"]
 
@@ -248,15 +237,18 @@ def test_the_forked_probe_prints_what_the_spawned_interpreter_prints(tmp_path):
     assert cuda["init"] == 0 and cuda["device_count"] == 2
 
 
-def test_a_forked_probe_hung_in_cuinit_is_killed_at_its_timeout():
-    """The forked child leads its own session: at the deadline its whole process group
-    (a grandchild too) is SIGKILLed and the stage it announced is returned."""
+@pytest.mark.parametrize("start", [early_probe.spawn, early_probe.fork_probe])
+def test_a_probe_hung_in_cuinit_is_killed_at_its_timeout_with_what_it_printed(start):
+    """A probe hung in cuInit, spawned or forked: it leads its own session, so at the
+    deadline its whole process group (the grandchild holding the pipe too, else the read
+    would wait 60 s) is SIGKILLed, and the stage it announced is still returned (the
+    parent names the hung stage)."""
     argv = probe_code(
         'print(\'{"stage": "cuda", "started": true}\', flush=True)\n'
         "os.fork() or time.sleep(60)\n"
         "time.sleep(60)"
     )
-    early_probe._PENDING.append(early_probe.fork_probe(argv))
+    early_probe._PENDING.append(start(argv))
     outcome = early_probe.adopt(argv, timeout_s=0.5)
     assert outcome is not None and outcome["timed_out"] is True
     assert outcome["returncode"] == -9

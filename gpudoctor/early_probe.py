@@ -143,8 +143,8 @@ def _probe_in_child(argv: list[str], out_w: int, err_w: int, parent_ends: tuple[
         exec(compile(argv[source_at], "gpu_probe.py", "exec"), namespace)
         namespace["main"](argv[source_at + 1 :])
         status = 0
-    except SystemExit as exc:
-        status = exc.code if isinstance(exc.code, int) else 1
+    except SystemExit as exc:  # sys.exit() / sys.exit(None) is 0, as for a script
+        status = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
     except BaseException:
         import traceback
 

@@ -1,10 +1,10 @@
 """Self-contained GPU probe: NVML and CUDA driver API through ctypes, one JSON line per stage.
 
-Runs as a CHILD process (``python3 -I -S gpu_probe.py``, or, for a local ``gpudoctor check``,
-a fork of the just-started gpudoctor that runs this source: gpudoctor/early_probe.py) so that
-a hung driver can never hang gpudoctor, and the parent never creates a CUDA context. Stdlib only, so it also
-runs inside a container that has nothing of gpudoctor installed (its source is sent
-over stdin/argv). Each stage prints ``{"stage": NAME, "started": true}`` before it starts
+Runs as a CHILD process (``python3 -I -S gpu_probe.py``, or, for a local ``gpudoctor
+check``, a fork of the just-started gpudoctor that runs this source: gpudoctor/early_probe.py)
+so that a hung driver can never hang gpudoctor, and the parent never creates a CUDA context.
+Stdlib only, so it also runs inside a container that has nothing of gpudoctor installed (its
+source is sent over stdin/argv). Each stage prints ``{"stage": NAME, "started": true}`` before it starts
 and ``{"stage": NAME, ...result}`` when done, flushed at once: when the probe is killed
 at its timeout, the parent still knows which stage hung.
 

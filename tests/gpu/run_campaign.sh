@@ -19,8 +19,9 @@
 #   incident  tests/gpu/run_incident.sh (the LXC incident, incl. step 2c: cuInit 304)
 #
 # Usage (repo root): bash tests/gpu/run_campaign.sh PHASE... (all = setup check model weights
-# incident2c matrix wbench rerun report, in one call; or prep = setup check model weights wbench,
-# then matrix, then finish = rerun report incident). DEADLINE=<epoch s> makes the later phases
+# incident2c matrix wbench rerun report, in one call; or, as run 4 did on one warm machine,
+# first = setup check model weights incident2c matrix wbench, then second = what the first
+# left + rerun report incident; or prep / matrix / finish). DEADLINE=<epoch s> makes the later phases
 # shrink or skip themselves so that the call ends in time (the lease is short). Every phase is idempotent and re-creates what it
 # needs when the machine is fresh (model, wheels). Results go to $WORK/results; `pack` tars
 # them into $OUT/<name>.tar.gz (the device tool brings back at most 8 files a call).

@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from weights_restore import dd_ranges_cmd, drop_caches, make_model, run_timed
+from weights_restore import clear_workdir, dd_ranges_cmd, drop_caches, make_model, run_timed
 
 from gpudoctor.weights import copier
 from gpudoctor.weights.progress import Progress
@@ -73,8 +73,8 @@ VARIANTS: dict[str, Callable] = {
 
 
 def copy_with(chunk_copy: Callable, src: Path, dest: Path, sizes: dict[str, int]) -> float:
-    """Return the seconds ``copy_files`` takes with ``chunk_copy`` as its per-chunk copy."""
-    shutil.rmtree(dest, ignore_errors=True)
+    """Return the seconds ``copy_files`` takes with ``chunk_copy`` as its per-chunk copy
+    into ``dest`` (absent: the run loop removes it after every run)."""
     drop_caches()
     copier._copy_chunk = chunk_copy
     try:
@@ -95,9 +95,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     work = args.workdir
-    if os.path.ismount(work / "shm"):
-        subprocess.run(["umount", "-l", str(work / "shm")], check=False)
-    shutil.rmtree(work, ignore_errors=True)
+    clear_workdir(work)
     src = args.model_dir or work / "model"
     if not args.model_dir:
         make_model(src, int(args.size_gb * 1e9), args.shards)
@@ -117,7 +115,6 @@ def main() -> None:
             run_timed(dd_ranges_cmd(src, sizes, STREAMS, None)),
         )[-1],
         "16 parallel dd ranges into tmpfs": lambda: (
-            shutil.rmtree(shm / "dd", ignore_errors=True),
             (shm / "dd").mkdir(),
             drop_caches(),
             run_timed(dd_ranges_cmd(src, sizes, STREAMS, shm / "dd")),

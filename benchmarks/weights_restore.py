@@ -124,6 +124,14 @@ def link_model(source: Path, directory: Path) -> None:
             os.symlink(path.resolve(), directory / rel)
 
 
+def clear_workdir(work: Path) -> None:
+    """Remove ``work``, unmounting first the tmpfs at ``work/shm`` that a run killed at its
+    deadline left mounted (``umount -l work/shm; rm -rf work``)."""
+    if os.path.ismount(work / "shm"):
+        subprocess.run(["umount", "-l", str(work / "shm")], check=False)
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def drop_caches() -> bool:
     """``sync; echo 3 > /proc/sys/vm/drop_caches``; return False where that is refused."""
     subprocess.run(["sync"], check=False)
@@ -219,9 +227,7 @@ def main() -> None:
     if os.geteuid() != 0:
         sys.exit("needs root (mount -t tmpfs, drop_caches)")
     work = args.workdir
-    if os.path.ismount(work / "shm"):  # left mounted by a run killed at its deadline
-        subprocess.run(["umount", "-l", str(work / "shm")], check=False)
-    shutil.rmtree(work, ignore_errors=True)
+    clear_workdir(work)
     model_dir = work / "mirror" / REPO
     print(f"preparing the model under {work} ...", file=sys.stderr, flush=True)
     if args.model_dir:

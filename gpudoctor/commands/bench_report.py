@@ -120,8 +120,10 @@ def compare(run_a: Path, run_b: Path, as_json: bool) -> None:
                      f"{cell.requests_a}/{cell.requests_b}", *values))  # fmt: skip
     click.echo(f"A = {run_a}\nB = {run_b}\neach metric: A → B  ×B/A")
     click.echo(format_table(header, rows))
+    from gpudoctor.bench.noise import MIN_REQUESTS
+
     click.echo("≈ within the noise (the 95 % bootstrap interval of B/A contains 1); "
-               "? cannot tell (< 5 requests a side, or no raw records)")  # fmt: skip
+               f"? cannot tell (< {MIN_REQUESTS} requests a side, or no raw records)")  # fmt: skip
     for label, keys in (("only in A", result.only_a), ("only in B", result.only_b)):
         if keys:
             click.echo(f"{label}: {', '.join(keys)}")

@@ -333,8 +333,9 @@ for phase in "$@"; do
     # first left, and starts over on a fresh machine)
     first) for p in setup check model weights incident2c matrix wbench; do "phase_$p"; done ;;
     second)
-      if [ ! -s "$RES/latency.json" ]; then phase_setup; phase_check; phase_weights; fi
-      phase_setup; phase_matrix; phase_wbench; phase_rerun; phase_report; phase_incident ;;
+      phase_setup  # a fresh machine (the first call's lost): check and weights again
+      if [ ! -s "$RES/latency.json" ]; then phase_check; phase_weights; fi
+      phase_matrix; phase_wbench; phase_rerun; phase_report; phase_incident ;;
     prep) for p in setup check model weights wbench; do "phase_$p"; done ;;
     finish) phase_rerun; phase_report; phase_incident ;;
     pack:*) pack "${phase#pack:}" ;;

@@ -6,14 +6,12 @@ at the final name (``O_NOFOLLOW``) or as the directory itself is never followed.
 Policies a caller may loosen or tighten, each a keyword argument:
 
 - ``follow_dir_link``: accept a directory that is itself a symlink (default: refuse);
-- ``require_trusted_dir``: refuse a directory (or an ancestor) that another user owns or
-  can write without the sticky bit (default: off; ``weights`` always applies it);
-- ``refuse_non_regular``: refuse to replace a symlink, FIFO or device at the final path
-  (default: refuse);
+- ``require_trusted_dir``: refuse a directory (or an ancestor) another user owns or can
+  write without the sticky bit (default: off);
+- ``refuse_non_regular``: refuse a symlink, FIFO or device at the final path (default);
 - ``follow_link`` (append only): append through a symlink at the final path.
 
-Every refusal is one :class:`FsioError` (an ``OSError``) whose message names the path,
-its owner where that matters, and the fix.
+Every refusal is one :class:`FsioError` (an ``OSError``): one line with path, owner, fix.
 """
 
 from __future__ import annotations
@@ -27,14 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-_KINDS = {
-    stat.S_IFLNK: "a symlink",
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFDIR: "a directory",
-}
+_KINDS = {stat.S_IFLNK: "a symlink", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}  # fmt: skip
 
 
 class FsioError(OSError):
@@ -180,10 +172,6 @@ def _refuse(path: Path, st: os.stat_result) -> None:
     )
 
 
-def _bytes(data: bytes | str) -> bytes:
-    return data.encode("utf-8") if isinstance(data, str) else data
-
-
 def atomic_replace(
     path: Path | str,
     data: bytes | str,
@@ -205,7 +193,7 @@ def atomic_replace(
     ``keep_mode``, else ``create_mode`` less the umask. Text is written as UTF-8.
     """
     path = Path(path)
-    blob = _bytes(data)
+    blob = data.encode("utf-8") if isinstance(data, str) else data
     with _parent(path, follow_dir_link, require_trusted_dir) as dir_fd:
         old = _lstat_at(dir_fd, path.name)
         if old is not None and refuse_non_regular and not stat.S_ISREG(old.st_mode):
@@ -308,7 +296,7 @@ def durable_append(
         if lock:
             fcntl.flock(fd, fcntl.LOCK_EX)
         cut = _cut_torn_tail(fd) if repair_torn_tail else 0
-        _write_all(fd, _bytes(data))
+        _write_all(fd, (data.encode("utf-8") if isinstance(data, str) else data))
         if sync:
             _fsync(fd)
     finally:
@@ -365,7 +353,7 @@ def create_new(
                 f" remove it (rm {path}) or choose another path"
             ) from None
         try:
-            _write_all(fd, _bytes(data))
+            _write_all(fd, (data.encode("utf-8") if isinstance(data, str) else data))
             if sync:
                 _fsync(fd)
         finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
+from gpudoctor import fsio
 from gpudoctor.bench import accept_length as spec
 from gpudoctor.bench.client import ClientOptions, make_client, run_requests
 from gpudoctor.bench.metrics import compute_metrics, count_errors, max_in_flight
@@ -156,7 +158,8 @@ def measure_cell(
     raw_file: IO[str] | None = None
     if target.raw_path is not None:
         Path(target.raw_path).parent.mkdir(parents=True, exist_ok=True)
-        raw_file = open(target.raw_path, "a", encoding="utf-8")  # noqa: SIM115 (closed below)
+        raw_fd = fsio.open_append(target.raw_path, follow_dir_link=True)
+        raw_file = os.fdopen(raw_fd, "a", encoding="utf-8")  # closed below
     done = 0
 
     def on_record(record: RequestRecord) -> RequestRecord:

@@ -9,7 +9,6 @@ table, so the next run (any run directory) skips it until ``--retry-crashed``.
 
 from __future__ import annotations
 
-import fcntl
 import fnmatch
 import json
 import os
@@ -17,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudoctor import fsio
 from gpudoctor.bench.plan import ServerConfig
 
 try:  # Python 3.11+
@@ -154,13 +154,7 @@ def record_crash(
         f"config = {_toml_value(config.label)}\nargs = {{ {args} }}\nreason = {_toml_value(reason)}\n"
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, block.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsio.durable_append(path, block, lock=True, follow_link=True, follow_dir_link=True)
     return quirk
 
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpudoctor import fsio
+
 RESULTS = "results.jsonl"
 PLAN = "plan.toml"
 
@@ -57,23 +59,15 @@ class Opened:
     corrupt_lines: tuple[int, ...] = ()
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temp file, fsync, rename, fsync dir)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
-    _fsync_dir(path.parent)
+    """Write ``text`` to ``path`` atomically (temp file, fsync, rename, fsync dir) with
+    :func:`gpudoctor.fsio.atomic_replace`; raise RunDirError (one line) on a refusal."""
+    try:
+        fsio.atomic_replace(
+            path, text, keep_mode=False, refuse_non_regular=False, follow_dir_link=True
+        )
+    except fsio.FsioError as exc:
+        raise RunDirError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -117,10 +111,10 @@ def scan_records(path: Path, repair: bool = False) -> RecordScan:
             corrupt.append(number)
     dropped = len(data) - good_end
     if dropped and repair:
-        with open(path, "r+b") as fh:
-            fh.truncate(good_end)
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            fsio.truncate_file(path, good_end, follow_dir_link=True)
+        except fsio.FsioError as exc:
+            raise RunDirError(str(exc)) from None
     return RecordScan(records, dropped, tuple(corrupt))
 
 
@@ -153,7 +147,10 @@ class RunDir:
 
     def __enter__(self) -> RunDir:
         self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = fsio.open_lock(self.path / ".lock", follow_dir_link=True)
+        except fsio.FsioError as exc:
+            raise RunDirError(str(exc)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
@@ -202,7 +199,7 @@ class RunDir:
         for name in (PLAN, RESULTS, "run.json", "preflight.jsonl", "logs", "raw"):
             if (self.path / name).exists():
                 shutil.move(str(self.path / name), str(dest / name))
-        _fsync_dir(self.path)
+        fsio.fsync_dir(self.path, follow_dir_link=True)
         return str(dest)
 
     def drop_records(self, keys: set[str]) -> int:
@@ -221,14 +218,10 @@ class RunDir:
 
     def _append_lines(self, path: Path, records: list[dict[str, Any]]) -> None:
         blob = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records).encode()
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            view = memoryview(blob)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            fsio.durable_append(path, blob, follow_dir_link=True)
+        except fsio.FsioError as exc:
+            raise RunDirError(str(exc)) from None
 
     def append(self, record: dict[str, Any]) -> None:
         """Append one cell record to results.jsonl and fsync it (``echo JSON >> results.jsonl``)."""

@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gpudoctor import fsio
+
 TAG_VAR = "GPUDOCTOR_BENCH_TAG"
 _PR_SET_PDEATHSIG = 1
 
@@ -115,7 +117,7 @@ class ServerProcess:
         self.log_path = log_path
         self.tag = tag
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
+        with os.fdopen(fsio.open_append(log_path, follow_dir_link=True), "ab") as log:
             log.write(f"\n### gpudoctor bench: {' '.join(argv)}\n".encode())
             log.flush()
             self.started_at = time.monotonic()

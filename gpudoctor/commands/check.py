@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
-from pathlib import Path
 
 import click
 
+from gpudoctor import fsio
 from gpudoctor.cli import EXIT_FAIL, EXIT_NOTHING_CHECKED, EXIT_OK
 from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
@@ -39,13 +38,9 @@ def split_ids(values: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def write_atomically(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file + rename (node_exporter never reads half)."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, target)
+    """Write ``text`` to ``path`` via a temp file + rename (node_exporter never reads half),
+    mode 0644 (:func:`gpudoctor.fsio.atomic_replace`); returns None."""
+    fsio.atomic_replace(path, text, mode=0o644, refuse_non_regular=False, follow_dir_link=True)
 
 
 def exit_code(reports: list[Report]) -> int:

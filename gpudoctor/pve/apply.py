@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudoctor import fsio
 from gpudoctor.hosts.base import CommandResult, Host
 from gpudoctor.pve.config import LXC, PVE, Config
 from gpudoctor.pve.hostprog import (
@@ -330,18 +331,9 @@ def save_client_copy(layout: Layout, host_name: str, relative: str, data: bytes)
     the caller writes nothing then."""
     safe_host = "".join(c if c.isalnum() or c in "-_.@" else "_" for c in host_name)
     path = Path(layout.client_backup_dir) / safe_host / relative
-    part = path.with_name(path.name + ".part")
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        part.rename(path)
+        fsio.atomic_replace(path, data, mode=0o600, refuse_non_regular=False, follow_dir_link=True)
     except OSError as exc:
         why = exc.strerror or str(exc)
         raise ApplyError(

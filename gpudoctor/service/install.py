@@ -5,11 +5,11 @@ or a test directory, as ``systemctl --root=ROOT enable`` would."""
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudoctor import fsio
 from gpudoctor.service.unitfile import UNIT_DIR
 
 
@@ -33,15 +33,7 @@ def write_file(target: Path, text: str, mode: int) -> None:
     """Write ``text`` to ``target`` atomically (temp file + rename), with ``mode``;
     create the parent directories (``install -D -m MODE``)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    fsio.atomic_replace(target, text, mode=mode, refuse_non_regular=False, follow_dir_link=True)
 
 
 def enable(root: str | os.PathLike[str], unit_path: str, wanted_by: str) -> Path:

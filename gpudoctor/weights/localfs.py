@@ -14,6 +14,7 @@ import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from gpudoctor import fsio
 from gpudoctor.weights.errors import WeightsError
 from gpudoctor.weights.manifest import MANIFEST_NAME, Manifest, parse_manifest
 
@@ -70,14 +71,16 @@ def read_manifest(directory: Path) -> Manifest | None:
 
 
 def write_private(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write ``text`` to ``path`` atomically: a new temp file (``O_EXCL|O_NOFOLLOW``) + rename."""
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    """Write ``text`` to ``path`` atomically: a new temp file (``O_EXCL|O_NOFOLLOW``) + rename
+    (:func:`gpudoctor.fsio.atomic_replace`); a new file gets ``mode`` less the umask."""
+    fsio.atomic_replace(
+        path,
+        text,
+        create_mode=mode,
+        keep_mode=False,
+        refuse_non_regular=False,
+        follow_dir_link=True,
+    )
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:
@@ -141,18 +144,9 @@ def make_dirs(root: Path, rel_dir: str | Path, mode: int = 0o755) -> Path:
     """``mkdir -p root/rel_dir``, refusing to pass through a symlink; return the directory.
 
     Each part is created with ``mode`` or, when it exists, checked with ``lstat``
-    to be a real directory (a planted symlink raises NotADirectoryError).
+    to be a real directory (a planted symlink raises FsioError, errno ENOTDIR).
     """
-    current = root
-    for part in Path(rel_dir).parts:
-        current = current / part
-        try:
-            os.mkdir(current, mode)
-        except FileExistsError:
-            st = os.lstat(current)
-            if (st.st_mode & 0o170000) != 0o040000:
-                raise NotADirectoryError(f"{current} exists and is not a directory") from None
-    return current
+    return fsio.make_dirs(root, rel_dir, mode)
 
 
 def private_subdir(root: Path, name: str) -> Path:
@@ -204,7 +198,7 @@ def locked(target: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``target``'s lock file; fail at once if another run has it."""
     path = lock_path(target)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = fsio.open_lock(path, mode=0o600, follow_dir_link=True)
     except PermissionError:
         raise WeightsError(f"permission denied: cannot write in {path.parent}") from None
     try:

@@ -16,6 +16,9 @@ import os
 import stat
 from pathlib import Path
 
+from gpudoctor import fsio
+from gpudoctor.fsio import trusted_uids as trusted_uids  # re-exported
+from gpudoctor.fsio import user_name as user_name
 from gpudoctor.weights.errors import WeightsError
 
 RESERVED_PREFIXES = (".gpudoctor-", ".gpudoctor.")
@@ -29,21 +32,6 @@ class UntrustedError(WeightsError):
     """A path another user could have written (or planted) is in the way."""
 
 
-def trusted_uids() -> frozenset[int]:
-    """Return the owners whose files we trust: the invoking user and root."""
-    return frozenset({os.geteuid(), 0})
-
-
-def user_name(uid: int) -> str:
-    """Return the login name of ``uid`` (``getent passwd UID``), or ``uid N``."""
-    import pwd
-
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
-
-
 def reserved_name(path: str) -> bool:
     """Return True when a repository path collides with gpudoctor's or hf's bookkeeping."""
     first = path.split("/", 1)[0]
@@ -51,16 +39,10 @@ def reserved_name(path: str) -> bool:
 
 
 def _judge(path: Path, st: os.stat_result, what: str, fix: str) -> None:
-    if st.st_uid not in trusted_uids():
-        raise UntrustedError(
-            f"{path} ({what}) belongs to {user_name(st.st_uid)}, not to"
-            f" {user_name(os.geteuid())}: another user may have planted it; {fix}"
-        )
-    if st.st_mode & 0o022:
-        raise UntrustedError(
-            f"{path} ({what}) is writable by others (mode {stat.S_IMODE(st.st_mode):04o}):"
-            f" another user may have changed it; {fix}"
-        )
+    try:
+        fsio.judge_owner(path, st, what, fix)
+    except fsio.FsioError as exc:
+        raise UntrustedError(str(exc)) from None
 
 
 def check_dir(path: Path, what: str) -> bool:
@@ -139,22 +121,10 @@ def check_ancestors(directory: Path, option: str) -> Path:
 
     Each must belong to the user or root, and be sticky when others may write it.
     """
-    existing = Path(os.path.realpath(directory))
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    for ancestor in (existing, *existing.parents):
-        st = os.lstat(ancestor)
-        if st.st_uid not in trusted_uids():
-            raise UntrustedError(
-                f"{ancestor} (above {option}) belongs to {user_name(st.st_uid)}: that user could"
-                f" swap files under gpudoctor; choose a {option} whose parents belong to you or root"
-            )
-        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-            raise UntrustedError(
-                f"{ancestor} (above {option}) is writable by others and not sticky (mode"
-                f" {stat.S_IMODE(st.st_mode):04o}); choose another {option} or chmod o-w,+t {ancestor}"
-            )
-    return existing
+    try:
+        return fsio.check_ancestors(directory, option)
+    except fsio.FsioError as exc:
+        raise UntrustedError(str(exc)) from None
 
 
 def _check_filesystem(existing: Path, target: Path) -> None:

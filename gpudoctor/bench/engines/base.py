@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from gpudoctor import fsio
 from gpudoctor.bench.plan import ArgValue, EngineSpec, ModelSpec, ServerConfig
 
 _FLAG = re.compile(r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_-]*)")
@@ -189,9 +190,9 @@ class Engine(abc.ABC):
             raise EngineError(f"{self.name}: `{' '.join(self.help_argv())}` failed: {tail}")
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(".tmp")
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(cache)
+            fsio.atomic_replace(
+                cache, text, keep_mode=False, refuse_non_regular=False, follow_dir_link=True
+            )
         return text
 
     def check_flags(

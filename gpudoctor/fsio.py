@@ -1,0 +1,401 @@
+"""The one way gpudoctor writes a file: atomic replace, durable append, safe creation.
+
+Every write opens its directory first (``O_DIRECTORY|O_NOFOLLOW``, checked) and then
+works relative to that directory fd (``openat``), so a symlink planted at a temp name,
+at the final name (``O_NOFOLLOW``) or as the directory itself is never followed.
+Policies a caller may loosen or tighten, each a keyword argument:
+
+- ``follow_dir_link``: accept a directory that is itself a symlink (default: refuse);
+- ``require_trusted_dir``: refuse a directory (or an ancestor) another user owns or can
+  write without the sticky bit (default: off);
+- ``refuse_non_regular``: refuse a symlink, FIFO or device at the final path (default);
+- ``follow_link`` (append only): append through a symlink at the final path.
+
+Every refusal is one :class:`FsioError` (an ``OSError``): one line with path, owner, fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_KINDS = {stat.S_IFLNK: "a symlink", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}  # fmt: skip
+
+
+class FsioError(OSError):
+    """A write gpudoctor refuses (or cannot do): one line naming the path and the fix."""
+
+    def __str__(self) -> str:
+        return self.strerror or (str(self.args[0]) if self.args else "file system error")
+
+
+def trusted_uids() -> frozenset[int]:
+    """Return the owners whose files and directories we trust: the caller and root."""
+    return frozenset({os.geteuid(), 0})
+
+
+def user_name(uid: int) -> str:
+    """Return the login name of ``uid`` as ``name (uid N)``, or ``uid N`` when unknown."""
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def kind_of(mode: int) -> str:
+    """Return what a non-regular file is, in words (``a symlink``, ``a FIFO``...)."""
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def judge_owner(path: Path | str, st: os.stat_result, what: str, fix: str) -> None:
+    """Raise FsioError when ``st`` (of ``path``) belongs to another user or others can
+    write it (group/other write, sticky or not); return None when it is trusted."""
+    if st.st_uid not in trusted_uids():
+        raise FsioError(
+            f"{path} ({what}) belongs to {user_name(st.st_uid)}, not to"
+            f" {user_name(os.geteuid())}: another user may have planted it; {fix}"
+        )
+    if st.st_mode & 0o022:
+        raise FsioError(
+            f"{path} ({what}) is writable by others (mode {stat.S_IMODE(st.st_mode):04o}):"
+            f" another user may have changed it; {fix}"
+        )
+
+
+def check_ancestors(directory: Path | str, option: str) -> Path:
+    """Check ``directory`` (resolved) and its ancestors; return the nearest one that exists.
+
+    Each must belong to the caller or root and, when others may write it, be sticky
+    (like /tmp); raise FsioError naming the directory, its owner or mode, and the fix.
+    """
+    existing = Path(os.path.realpath(directory))
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    for ancestor in (existing, *existing.parents):
+        st = os.lstat(ancestor)
+        if st.st_uid not in trusted_uids():
+            raise FsioError(
+                f"{ancestor} (above {option}) belongs to {user_name(st.st_uid)}: that user could"
+                f" swap files under gpudoctor; choose a {option} whose parents belong to you or root"
+            )
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise FsioError(
+                f"{ancestor} (above {option}) is writable by others and not sticky (mode"
+                f" {stat.S_IMODE(st.st_mode):04o}); choose another {option} or chmod o-w,+t {ancestor}"
+            )
+    return existing
+
+
+def open_dir(
+    directory: Path | str, *, follow_dir_link: bool = False, require_trusted_dir: bool = False
+) -> int:
+    """Return an fd of ``directory`` (``O_DIRECTORY``, ``O_NOFOLLOW`` unless
+    ``follow_dir_link``); the caller closes it. Raise FsioError for a symlink, a
+    non-directory, or (``require_trusted_dir``) a directory chain another user controls."""
+    directory = Path(directory or ".")
+    flags = _DIR_FLAGS | (0 if follow_dir_link else os.O_NOFOLLOW)
+    try:
+        fd = os.open(directory, flags)
+    except OSError as exc:
+        if os.path.islink(directory):
+            raise FsioError(
+                f"{directory} is a symlink (to {os.readlink(directory)}): gpudoctor never"
+                f" writes through one; give the real directory ({os.path.realpath(directory)})"
+            ) from None
+        if exc.errno == 20:  # ENOTDIR
+            raise FsioError(f"{directory} is not a directory; choose another path") from None
+        raise
+    if require_trusted_dir:
+        try:
+            check_ancestors(directory, str(directory))
+        except BaseException:
+            os.close(fd)
+            raise
+    return fd
+
+
+@contextlib.contextmanager
+def _parent(path: Path, follow_dir_link: bool, require_trusted_dir: bool) -> Iterator[int]:
+    fd = open_dir(
+        path.parent, follow_dir_link=follow_dir_link, require_trusted_dir=require_trusted_dir
+    )
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(directory: Path | str, *, follow_dir_link: bool = False) -> None:
+    """Flush ``directory``'s entries to disk (a rename or a create survives a power cut);
+    return None."""
+    fd = open_dir(directory, follow_dir_link=follow_dir_link)
+    try:
+        _fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _fsync(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    except OSError as exc:  # a filesystem without fsync (EINVAL/ENOSYS/EOPNOTSUPP)
+        if exc.errno not in (22, 38, 95):
+            raise
+
+
+def _refuse(path: Path, st: os.stat_result) -> None:
+    raise FsioError(
+        f"{path} is {kind_of(st.st_mode)}: gpudoctor writes only to a regular file or a new"
+        f" path; remove it (rm {path}) or choose another path"
+    )
+
+
+def atomic_replace(
+    path: Path | str,
+    data: bytes | str,
+    *,
+    mode: int | None = None,
+    create_mode: int = 0o666,
+    keep_mode: bool = True,
+    refuse_non_regular: bool = True,
+    follow_dir_link: bool = False,
+    require_trusted_dir: bool = False,
+    sync: bool = True,
+) -> None:
+    """Replace ``path`` with ``data`` atomically; return None.
+
+    A temp file is created ``O_EXCL|O_NOFOLLOW`` next to it, written, fsync'ed and
+    renamed over ``path``; then the directory is fsync'ed. A reader sees the old bytes
+    or the new ones, never half; on any failure the old file is untouched and the temp
+    file removed. Mode: ``mode`` exactly when given, else the old file's when
+    ``keep_mode``, else ``create_mode`` less the umask. Text is written as UTF-8.
+    """
+    path = Path(path)
+    blob = data.encode("utf-8") if isinstance(data, str) else data
+    with _parent(path, follow_dir_link, require_trusted_dir) as dir_fd:
+        old = _lstat_at(dir_fd, path.name)
+        if old is not None and refuse_non_regular and not stat.S_ISREG(old.st_mode):
+            _refuse(path, old)
+        tmp = f".{path.name[:200]}.{secrets.token_hex(4)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        if mode is None and keep_mode and old is not None and stat.S_ISREG(old.st_mode):
+            mode = stat.S_IMODE(old.st_mode)
+        fd = os.open(tmp, flags, create_mode if mode is None else 0o600, dir_fd=dir_fd)
+        try:
+            try:
+                if mode is not None:
+                    os.fchmod(fd, mode)
+                _write_all(fd, blob)
+                if sync:
+                    _fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        if sync:
+            _fsync(dir_fd)
+
+
+def open_append(
+    path: Path | str,
+    *,
+    create_mode: int = 0o644,
+    follow_link: bool = False,
+    refuse_non_regular: bool = True,
+    follow_dir_link: bool = False,
+    require_trusted_dir: bool = False,
+    readable: bool = False,
+) -> int:
+    """Return a write (``readable``: read-write) fd of ``path`` opened ``O_APPEND|O_CREAT`` (``O_NOFOLLOW`` unless
+    ``follow_link``) relative to its checked directory; the caller closes it. Raise
+    FsioError for a symlink (or, ``refuse_non_regular``, a FIFO or device) there."""
+    path = Path(path)
+    flags = (os.O_RDWR if readable else os.O_WRONLY) | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    flags |= 0 if follow_link else os.O_NOFOLLOW
+    if refuse_non_regular:
+        flags |= os.O_NONBLOCK  # a FIFO without a reader must not hang the open
+    with _parent(path, follow_dir_link, require_trusted_dir) as dir_fd:
+        try:
+            fd = os.open(path.name, flags, create_mode, dir_fd=dir_fd)
+        except OSError as exc:
+            st = _lstat_at(dir_fd, path.name)
+            if exc.errno == 40 and st is not None and stat.S_ISLNK(st.st_mode):  # ELOOP
+                _refuse(path, st)
+            if refuse_non_regular and exc.errno == 6 and st is not None:  # ENXIO: FIFO
+                _refuse(path, st)
+            raise
+    st = os.fstat(fd)
+    if refuse_non_regular and not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        _refuse(path, st)
+    if flags & os.O_NONBLOCK:
+        os.set_blocking(fd, True)
+    return fd
+
+
+def _cut_torn_tail(fd: int) -> int:
+    size = os.fstat(fd).st_size
+    if not size:
+        return 0
+    start = max(0, size - (1 << 20))
+    while True:
+        chunk = os.pread(fd, size - start, start)
+        cut = chunk.rfind(b"\n")
+        if cut >= 0 or start == 0:
+            keep = start + cut + 1
+            break
+        start = max(0, start - (1 << 20))
+    if keep < size:
+        os.ftruncate(fd, keep)
+    return size - keep
+
+
+def durable_append(
+    path: Path | str,
+    data: bytes | str,
+    *,
+    lock: bool = False,
+    repair_torn_tail: bool = False,
+    sync: bool = True,
+    **policy: bool | int,
+) -> int:
+    """Append ``data`` to ``path`` in one ``O_APPEND`` write loop, then fsync; return how
+    many bytes of a torn last line were cut first (``repair_torn_tail``: the bytes after
+    the last newline, left by a writer killed mid-line), else 0.
+
+    ``lock`` holds an exclusive ``flock`` while writing; ``policy`` is
+    :func:`open_append`'s keywords (symlinks at the final path are refused by default).
+    """
+    fd = open_append(path, readable=repair_torn_tail, **policy)  # type: ignore[arg-type]
+    try:
+        if lock:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        cut = _cut_torn_tail(fd) if repair_torn_tail else 0
+        _write_all(fd, (data.encode("utf-8") if isinstance(data, str) else data))
+        if sync:
+            _fsync(fd)
+    finally:
+        os.close(fd)
+    return cut
+
+
+def truncate_file(
+    path: Path | str, length: int, *, follow_link: bool = False, follow_dir_link: bool = False
+) -> None:
+    """Cut the regular file ``path`` to ``length`` bytes and fsync it (never through a
+    symlink unless ``follow_link``); return None. Raise FsioError for a non-regular file."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow_link else os.O_NOFOLLOW)
+    with _parent(path, follow_dir_link, False) as dir_fd:
+        try:
+            fd = os.open(path.name, flags, dir_fd=dir_fd)
+        except OSError as exc:
+            st = _lstat_at(dir_fd, path.name)
+            if exc.errno == 40 and st is not None:
+                _refuse(path, st)
+            raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            _refuse(path, st)
+        os.ftruncate(fd, length)
+        _fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def create_new(
+    path: Path | str,
+    data: bytes | str = b"",
+    *,
+    create_mode: int = 0o644,
+    follow_dir_link: bool = False,
+    require_trusted_dir: bool = False,
+    sync: bool = True,
+) -> None:
+    """Create ``path`` (``O_CREAT|O_EXCL|O_NOFOLLOW``: never an existing file or link)
+    holding ``data``; return None. Raise FsioError when anything is already there."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with _parent(path, follow_dir_link, require_trusted_dir) as dir_fd:
+        try:
+            fd = os.open(path.name, flags, create_mode, dir_fd=dir_fd)
+        except FileExistsError:
+            st = _lstat_at(dir_fd, path.name)
+            what = "a file" if st is None or stat.S_ISREG(st.st_mode) else kind_of(st.st_mode)
+            raise FsioError(
+                f"{path} already exists ({what}): gpudoctor creates it only as a new file;"
+                f" remove it (rm {path}) or choose another path"
+            ) from None
+        try:
+            _write_all(fd, (data.encode("utf-8") if isinstance(data, str) else data))
+            if sync:
+                _fsync(fd)
+        finally:
+            os.close(fd)
+        if sync:
+            _fsync(dir_fd)
+
+
+def open_lock(path: Path | str, *, mode: int = 0o644, follow_dir_link: bool = False) -> int:
+    """Return a read-write fd of the lock file ``path`` (created, ``O_NOFOLLOW``: a planted
+    symlink is refused, never followed); the caller flocks and closes it."""
+    path = Path(path)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    with _parent(path, follow_dir_link, False) as dir_fd:
+        try:
+            fd = os.open(path.name, flags, mode, dir_fd=dir_fd)
+        except OSError as exc:
+            st = _lstat_at(dir_fd, path.name)
+            if exc.errno in (6, 40) and st is not None:
+                _refuse(path, st)
+            raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        _refuse(path, st)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def make_dirs(root: Path | str, rel_dir: str | Path, mode: int = 0o755) -> Path:
+    """``mkdir -p root/rel_dir`` without passing through a symlink; return the directory.
+
+    Each part is created with ``mode`` or, when it exists, checked with ``lstat`` to be a
+    real directory; raise FsioError (a NotADirectoryError's errno) for anything else.
+    """
+    current = Path(root)
+    for part in Path(rel_dir).parts:
+        current = current / part
+        try:
+            os.mkdir(current, mode)
+        except FileExistsError:
+            st = os.lstat(current)
+            if not stat.S_ISDIR(st.st_mode):
+                raise FsioError(20, f"{current} exists and is not a directory") from None
+    return current

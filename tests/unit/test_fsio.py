@@ -1,0 +1,195 @@
+"""gpudoctor.fsio against the real file system: each test performs what its guard blocks."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from gpudoctor import fsio
+from gpudoctor.fsio import FsioError
+
+NOBODY = 65534
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to nobody needs root")
+
+
+def test_atomic_replace_writes_bytes_and_leaves_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "out.prom"
+    fsio.atomic_replace(target, "one\n")
+    fsio.atomic_replace(target, "two\n")
+    assert target.read_text() == "two\n"
+    assert sorted(os.listdir(tmp_path)) == ["out.prom"]
+
+
+def test_atomic_replace_keeps_old_bytes_when_the_write_fails_midway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer killed (here: an error) half-way must not leave a half file at the path."""
+    target = tmp_path / "run.json"
+    target.write_text("old bytes\n")
+
+    def half_then_fail(fd: int, data: bytes) -> None:
+        os.write(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fsio, "_write_all", half_then_fail)
+    with pytest.raises(OSError, match="No space"):
+        fsio.atomic_replace(target, "new bytes that will not fit\n")
+    assert target.read_text() == "old bytes\n"
+    assert sorted(os.listdir(tmp_path)) == ["run.json"]  # the temp file was removed
+
+
+def test_atomic_replace_keeps_the_old_mode_or_sets_the_given_one(tmp_path: Path) -> None:
+    kept, given = tmp_path / "kept", tmp_path / "given"
+    kept.write_text("x")
+    kept.chmod(0o640)
+    fsio.atomic_replace(kept, "y")
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o640
+    fsio.atomic_replace(given, "y", mode=0o751)
+    assert stat.S_IMODE(given.stat().st_mode) == 0o751
+
+
+def test_a_symlink_at_the_final_path_is_never_followed(tmp_path: Path) -> None:
+    """Attack: a planted ``out -> /victim`` must not turn a write into one of /victim."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    link = tmp_path / "out"
+    link.symlink_to(victim)
+    with pytest.raises(FsioError, match="is a symlink"):
+        fsio.atomic_replace(link, "mine\n")
+    assert link.is_symlink()
+    with pytest.raises(FsioError, match="is a symlink"):
+        fsio.durable_append(link, "mine\n")
+    with pytest.raises(FsioError, match="is a symlink"):
+        fsio.truncate_file(link, 0)
+    with pytest.raises(FsioError, match="is a symlink"):
+        os.close(fsio.open_lock(link))
+    assert victim.read_text() == "precious\n"
+    fsio.atomic_replace(link, "mine\n", refuse_non_regular=False)  # replaces the link itself
+    assert not link.is_symlink() and link.read_text() == "mine\n"
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
+    fifo = tmp_path / "results.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(FsioError, match="is a FIFO"):
+        fsio.durable_append(fifo, "line\n")
+    with pytest.raises(FsioError, match="is a FIFO"):
+        fsio.atomic_replace(fifo, "x")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_symlinked_parent_directory_is_refused(tmp_path: Path) -> None:
+    """Attack: ``run -> /etc`` as the directory makes every write land in /etc."""
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "run"
+    link.symlink_to(real)
+    for write in (
+        lambda: fsio.atomic_replace(link / "plan.toml", "x"),
+        lambda: fsio.durable_append(link / "results.jsonl", "x\n"),
+        lambda: fsio.create_new(link / "done", ""),
+    ):
+        with pytest.raises(FsioError, match=r"run is a symlink .*never writes through one"):
+            write()
+    assert os.listdir(real) == []
+    fsio.atomic_replace(link / "plan.toml", "x", follow_dir_link=True)  # a caller may allow it
+    assert (real / "plan.toml").read_text() == "x"
+
+
+@as_root
+def test_a_directory_owned_by_nobody_is_refused(tmp_path: Path) -> None:
+    """Attack: ``nobody`` made the directory and can swap files in it under root."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, NOBODY, NOBODY)
+    with pytest.raises(FsioError, match=r"theirs .*belongs to nobody \(uid 65534\)"):
+        fsio.atomic_replace(theirs / "plan.toml", "x", require_trusted_dir=True)
+    with pytest.raises(FsioError, match="belongs to nobody"):
+        fsio.durable_append(theirs / "results.jsonl", "x\n", require_trusted_dir=True)
+    assert os.listdir(theirs) == []
+
+
+def test_a_directory_others_can_write_is_refused_unless_sticky(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(FsioError, match=r"writable by others and not sticky \(mode 0777\)"):
+        fsio.create_new(shared / "marker", "x", require_trusted_dir=True)
+    assert os.listdir(shared) == []
+    shared.chmod(0o1777)  # like /tmp: others cannot rename or remove our files
+    fsio.create_new(shared / "marker", "x", require_trusted_dir=True)
+    assert (shared / "marker").read_text() == "x"
+
+
+@as_root
+def test_weights_trust_uses_the_same_rule(tmp_path: Path) -> None:
+    from gpudoctor.weights.trust import UntrustedError, check_ancestors
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, NOBODY, NOBODY)
+    with pytest.raises(UntrustedError, match="belongs to nobody"):
+        check_ancestors(theirs / "model", "--to")
+
+
+def test_durable_append_appends_and_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "results.jsonl"
+    target.write_text('{"key": "a"}\n')
+    synced: list[tuple[int, int]] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        info = os.fstat(fd)
+        synced.append((info.st_dev, info.st_ino))
+        real_fsync(fd)
+
+    monkeypatch.setattr(fsio.os, "fsync", spy)
+    assert fsio.durable_append(target, '{"key": "b"}\n') == 0
+    assert target.read_text() == '{"key": "a"}\n{"key": "b"}\n'
+    info = target.stat()
+    assert (info.st_dev, info.st_ino) in synced
+
+
+def test_durable_append_cuts_a_torn_tail_when_asked(tmp_path: Path) -> None:
+    target = tmp_path / "results.jsonl"
+    target.write_bytes(b'{"key": "a"}\n{"ke')
+    assert fsio.durable_append(target, b'{"key": "b"}\n', repair_torn_tail=True) == 4
+    assert target.read_bytes() == b'{"key": "a"}\n{"key": "b"}\n'
+
+
+def test_create_new_refuses_an_existing_path(tmp_path: Path) -> None:
+    existing = tmp_path / "done"
+    existing.write_text("theirs")
+    with pytest.raises(FsioError, match="already exists"):
+        fsio.create_new(existing, "ours")
+    assert existing.read_text() == "theirs"
+    dangling = tmp_path / "marker"
+    dangling.symlink_to(tmp_path / "created-through-link")
+    with pytest.raises(FsioError, match=r"already exists \(a symlink\)"):
+        fsio.create_new(dangling, "ours")
+    assert not (tmp_path / "created-through-link").exists()
+    fsio.create_new(tmp_path / "fresh", "ours")
+    assert (tmp_path / "fresh").read_text() == "ours"
+
+
+def test_make_dirs_never_passes_through_a_symlink(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "sub").symlink_to(elsewhere)
+    with pytest.raises(FsioError, match="exists and is not a directory"):
+        fsio.make_dirs(root, "sub/deeper")
+    assert os.listdir(elsewhere) == []
+    assert fsio.make_dirs(root, "a/b", 0o700) == root / "a" / "b"
+    assert stat.S_IMODE((root / "a").stat().st_mode) == 0o700 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

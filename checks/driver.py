@@ -1,16 +1,24 @@
-"""driver.loaded: the NVIDIA kernel module is loaded (shared by the host and its containers)."""
+"""driver.loaded and driver.userspace_match: the NVIDIA kernel module is loaded (shared by the
+host and its containers), and the user-space libraries are its exact version."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from gpudoctor.context import CheckContext
+from gpudoctor.facts.gpu import NO_PYTHON, python_missing
 from gpudoctor.facts.nodes import nvidia_majors
 from gpudoctor.facts.procfs import parse_driver_version
 from gpudoctor.model import Finding, Severity
 from gpudoctor.registry import check
 
 VERSION_FILE = "/proc/driver/nvidia/version"
+MISMATCH_REMEDY = (
+    "Make the user-space libraries match the kernel module: on the host reboot after a driver "
+    "upgrade (or reload the module); in a CT install the host's exact version "
+    "(NVIDIA-Linux-*.run --no-kernel-module, or libnvidia-compute-<branch>=<version>)."
+)
 
 
 @check(
@@ -69,5 +77,67 @@ def driver_loaded(ctx: CheckContext) -> Iterator[Finding]:
     yield ctx.passed(
         "kernel module",
         f"NVIDIA kernel module {version.version} ({version.flavor}) is loaded.",
+        evidence=evidence,
+    )
+
+
+def lib_version(path: str | None) -> str | None:
+    """Return ``580.159.04`` from ``/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04``."""
+    if not path:
+        return None
+    match = re.search(r"\.so\.(\d+\.\d+(?:\.\d+)?)$", path)
+    return match.group(1) if match else None
+
+
+@check(
+    id="driver.userspace_match",
+    title="The user-space driver libraries match the kernel module version",
+    severity=Severity.CRITICAL,
+    proves="libcuda and libnvidia-ml are the loaded kernel module's exact version "
+    "(no 'Driver/library version mismatch')",
+    remediation=MISMATCH_REMEDY,
+    requires=("driver.loaded",),
+    uses_gpu_probe=True,
+)
+def userspace_match(ctx: CheckContext) -> Iterator[Finding]:
+    """Yield PASS when libcuda/libnvidia-ml versions equal /proc/driver/nvidia/version's."""
+    if python_missing(ctx.host):
+        yield ctx.skip("driver versions", f"{NO_PYTHON}: the library probe needs it.")
+        return
+    text = ctx.facts.read_optional("/proc/driver/nvidia/version") or ""
+    kernel = parse_driver_version(text)
+    probe = ctx.facts.gpu_probe()
+    libs: dict[str, str] = {}
+    for stage_name, label in (("cuda", "libcuda"), ("nvml", "libnvidia-ml")):
+        version = lib_version(probe.stage(stage_name).data.get("lib_path"))
+        if version:
+            libs[label] = version
+    nvml = probe.stage("nvml").data
+    if nvml.get("init") == 18:
+        libs.setdefault("libnvidia-ml", "?")
+    if kernel is None:
+        yield ctx.skip("driver versions", "The kernel module version is unknown.")
+        return
+    if not libs:
+        yield ctx.skip(
+            "driver versions",
+            "No NVIDIA user-space library was found to compare (see cuda.init / nvml.init).",
+        )
+        return
+    evidence = [f"kernel module: {kernel.version}"] + [f"{k}: {v}" for k, v in libs.items()]
+    wrong = {k: v for k, v in libs.items() if v != kernel.version}
+    if wrong or nvml.get("init") == 18:
+        yield ctx.fail(
+            "driver versions",
+            "Driver/library version mismatch: "
+            + ", ".join(f"{k} {v}" for k, v in wrong.items())
+            + f" vs kernel module {kernel.version}.",
+            evidence=evidence,
+            remediation=MISMATCH_REMEDY,
+        )
+        return
+    yield ctx.passed(
+        "driver versions",
+        f"{', '.join(sorted(libs))} match the kernel module {kernel.version}.",
         evidence=evidence,
     )

@@ -15,9 +15,8 @@ import sys
 import click
 
 from gpudoctor import __version__, errors
+from gpudoctor.exit_codes import ExitCode
 from gpudoctor.terminal import enforce_plain_output
-
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_FAIL, EXIT_NOTHING_CHECKED = 0, 1, 2, 3, 4
 
 # name -> (module:attribute, one-line help shown by `gpudoctor --help`)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -106,42 +105,42 @@ def main(argv: list[str] | None = None) -> int:
         if type(exc).__name__ == "NoArgsIsHelpError":  # `gpudoctor`, `gpudoctor bench`: help
             click.echo(exc.format_message())
             what = "no command given"
-            return errors.report(what, "pick one of the commands above", EXIT_USAGE, args)
+            return errors.report(what, "pick one of the commands above", ExitCode.USAGE, args)
         path = exc.ctx.command_path if exc.ctx is not None else "gpudoctor"
         hint = errors.USAGE_HINT.format(command=path)
-        return errors.report(exc.format_message(), hint, EXIT_USAGE, args)
+        return errors.report(exc.format_message(), hint, ExitCode.USAGE, args)
     except click.ClickException as exc:
-        code = exc.exit_code if exc.exit_code not in (None, 0) else EXIT_ERROR
-        if code == errors.EXIT_INTERRUPTED:
+        code = exc.exit_code if exc.exit_code not in (None, 0) else ExitCode.ERROR
+        if code == ExitCode.INTERRUPTED:
             return errors.report(exc.format_message(), "", code, args)
         return errors.report(exc.format_message(), errors.ERROR_HINT, code, args)
     except click.Abort as exc:  # click turns Ctrl-C (and EOF at a prompt) into Abort
         if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
             what = "interrupted"
-            return errors.report(what, "run the same command again", errors.EXIT_INTERRUPTED, args)
-        return errors.report("aborted", "nothing more was done; run it again", EXIT_ERROR, args)
+            return errors.report(what, "run the same command again", ExitCode.INTERRUPTED, args)
+        return errors.report("aborted", "nothing more was done; run it again", ExitCode.ERROR, args)
     except KeyboardInterrupt:
         what = "interrupted"
-        return errors.report(what, "run the same command again", errors.EXIT_INTERRUPTED, args)
+        return errors.report(what, "run the same command again", ExitCode.INTERRUPTED, args)
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no "Exception ignored" at exit
-        return EXIT_OK
+        return ExitCode.OK
     except Exception as exc:
         if errors.debug_enabled():
             import traceback
 
             traceback.print_exc()
         what, todo = errors.describe(exc)
-        return errors.report(what, todo, EXIT_ERROR, args)
-    return code if isinstance(code, int) else EXIT_OK
+        return errors.report(what, todo, ExitCode.ERROR, args)
+    return code if isinstance(code, int) else ExitCode.OK
 
 
 def run() -> None:
     """Console-script entry point: exit with :func:`main`'s code (at once after Ctrl-C,
     without waiting for worker threads; at once after a plain local ``check`` too)."""
     code = main()
-    if code == errors.EXIT_INTERRUPTED:
+    if code == ExitCode.INTERRUPTED:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

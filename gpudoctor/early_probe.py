@@ -4,9 +4,9 @@
 starts before the parent's own start-up work (click, the command modules, the catalogue,
 the entry-point scan): that work then overlaps the child's ``cuInit`` instead of
 preceding it (docs/performance.md). So the console script and ``python -m gpudoctor``
-call :func:`start` with ``sys.argv`` before anything else; it peeks at the arguments and,
-for a plain local ``gpudoctor check`` on a machine whose ``/proc/devices`` registers an
-NVIDIA driver, spawns the very command :func:`gpudoctor.facts.gpu.run_gpu_probe` would run
+(:func:`gpudoctor.entry.main`) call :func:`start` with ``sys.argv`` before anything else;
+it peeks at the arguments and, for a plain local ``gpudoctor check`` on a machine whose
+``/proc/devices`` registers an NVIDIA driver, spawns the very command :func:`gpudoctor.facts.gpu.run_gpu_probe` would run
 later. That function then :func:`adopt`s the running child instead of starting another:
 same argv, same timeout (counted from the child's start), same result.
 
@@ -15,7 +15,8 @@ imports (locale, re, enum). The child is a ``fork`` of this still-small, single-
 process that runs the probe's source itself: a new interpreter (``posix_spawn`` of
 ``python3 -I -S``) would put its own start-up (15-25 ms) on the critical path. The result is
 the same bytes either way (tests/unit/test_early_probe.py). A child that nobody adopts (the
-command took another path) is killed when the process exits.
+command took another path) is killed when the process exits. This module imports nothing
+of gpudoctor: the CLI imports it, never the other way round.
 ``GPUDOCTOR_EARLY_PROBE=0`` turns this off (the probe then starts where the runner starts it);
 ``GPUDOCTOR_EARLY_PROBE=spawn`` starts it as a new interpreter (benchmarks/check_latency.py's
 A/B).
@@ -236,12 +237,3 @@ def _collect(pending: Pending, timeout_s: float) -> dict:
         "timed_out": timed_out,
         "duration_s": time.monotonic() - pending.started,
     }
-
-
-def run() -> None:
-    """Console-script entry point (``gpudoctor``): start the probe if it is wanted, then run
-    the CLI (:func:`gpudoctor.cli.run`), which exits with the command's code."""
-    start(sys.argv)
-    from gpudoctor.cli import run as cli_run
-
-    cli_run()

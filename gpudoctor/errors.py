@@ -4,7 +4,7 @@ The documented form, always the last line on stderr::
 
     gpudoctor: error: <what failed>; <what to do>
 
-Exit codes: 1 gpudoctor could not do its job (a host unreachable, a file unreadable),
+Exit codes (:class:`gpudoctor.exit_codes.ExitCode`): 1 gpudoctor could not do its job (a host unreachable, a file unreadable),
 2 the invocation is wrong (usage), 130 interrupted (Ctrl-C). A traceback is printed only
 with the root ``--debug`` flag or ``GPUDOCTOR_DEBUG=1``. Only the standard library and
 click are imported here: ``gpudoctor --help`` stays fast.
@@ -21,7 +21,6 @@ from collections.abc import Sequence
 
 import click
 
-EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 PREFIX = "gpudoctor: error: "
 # What the line says to do when the message itself does not say it (it has no "; ").
 USAGE_HINT = "see '{command} --help'"

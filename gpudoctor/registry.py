@@ -13,19 +13,23 @@ metadata beside its logic::
     )
     def device_open(ctx: CheckContext) -> Iterable[Finding]: ...
 
-:func:`load_catalogue` imports the shipped modules (``checks.CATALOGUE``) and every module
-registered under the ``gpudoctor.checks`` entry-point group, collects their CheckSpecs and
-validates the metadata at load: ids unique and well formed, titles that state the healthy
-condition, a remediation, known dependencies and no cycles.
+:func:`load_catalogue` imports the shipped modules (one per family of ``checks.CATALOGUE``,
+``gpudoctor.checks.<family>``) and every module registered under the ``gpudoctor.checks``
+entry-point group, collects their CheckSpecs and validates the metadata at load: a check's
+module is its family (a shipped module's name, a plug-in's entry-point name: ``acme =
+"acme_checks"`` registers ``acme.*`` checks only, and no plug-in adds to a shipped family),
+ids unique and well formed, titles that state the healthy condition, a remediation, known
+dependencies and no cycles.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import pkgutil
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -179,20 +183,79 @@ def topological(specs: list[CheckSpec]) -> list[CheckSpec]:
 
 
 def load_catalogue(include_plugins: bool = True) -> list[CheckSpec]:
-    """Return every check (shipped + ``gpudoctor.checks`` entry points), validated and ordered."""
+    """Return every check (shipped + ``gpudoctor.checks`` entry points), validated and ordered:
+    the shipped ones in ``checks.CATALOGUE``'s order, then each plug-in's."""
     from gpudoctor import checks
 
-    modules = [importlib.import_module(f"gpudoctor.checks.{name}") for name in checks.CATALOGUE]
+    specs = shipped_specs(checks.CATALOGUE, checks.__path__, checks.__name__)
     if include_plugins:
-        modules += plugin_modules(tuple(sys.path))
-    return validate([spec for module in modules for spec in specs_in(module)])
+        shipped = {s.family for s in specs}
+        for name, module in plugin_modules(tuple(sys.path)):
+            specs += plugin_specs(name, module, shipped)
+    return validate(specs)
+
+
+def require_family(spec: CheckSpec, family: str, where: str) -> None:
+    """Raise CatalogueError unless ``spec``'s id is of ``family`` (its module's name, or a
+    plug-in's entry-point name). Returns nothing."""
+    if spec.family != family:
+        raise CatalogueError(
+            f"{spec.module}.{spec.func.__name__}: id {spec.id!r} does not belong in {where}: "
+            f"a check's module is its family (define it in the {spec.family!r} module, "
+            f"or name it '{family}.*')"
+        )
+
+
+def shipped_specs(catalogue: Sequence[str], path: Iterable[str], package: str) -> list[CheckSpec]:
+    """Return the shipped checks in ``catalogue``'s order. Each id's module is
+    ``<package>.<family>``; raise CatalogueError when a module holds a check of another
+    family, defines a check the catalogue does not list, or a listed id (or a module of the
+    package) has no counterpart."""
+    families = list(dict.fromkeys(i.split(".", 1)[0] for i in catalogue))
+    found: dict[str, CheckSpec] = {}
+    for family in families:
+        module = importlib.import_module(f"{package}.{family}")
+        for spec in specs_in(module):
+            require_family(spec, family, f"{module.__name__}")
+            if spec.id not in catalogue:
+                raise CatalogueError(
+                    f"{spec.module}.{spec.func.__name__}: id {spec.id!r} is not listed in "
+                    f"{package}.CATALOGUE (add it there, in report order)"
+                )
+            found[spec.id] = spec
+    missing = [i for i in catalogue if i not in found]
+    if missing:
+        raise CatalogueError(f"{package}.CATALOGUE lists {', '.join(missing)}, defined nowhere")
+    strays = [n for _, n, _ in pkgutil.iter_modules(path) if not n.startswith("_")]
+    strays = [n for n in strays if n not in families]
+    if strays:
+        raise CatalogueError(
+            f"{package}: module(s) {', '.join(strays)} hold no check of CATALOGUE: a module "
+            "of the catalogue is one family (list its checks, or name a helper '_name')"
+        )
+    return [found[i] for i in dict.fromkeys(catalogue)]
+
+
+def plugin_specs(name: str, module: ModuleType, shipped: set[str]) -> list[CheckSpec]:
+    """Return the checks of the plug-in registered as entry point ``name``: every id must be
+    ``name.*`` (the entry-point name is the family, as a shipped module's name is), and no
+    plug-in may add to a shipped family; raise CatalogueError otherwise."""
+    if name in shipped:
+        raise CatalogueError(
+            f"entry point {name!r} ({module.__name__}): {name!r} is a shipped check family; "
+            "a plug-in names its own family"
+        )
+    specs = specs_in(module)
+    for spec in specs:
+        require_family(spec, name, f"the {name!r} entry point's module {module.__name__}")
+    return specs
 
 
 @functools.lru_cache(maxsize=4)
-def plugin_modules(search_path: tuple[str, ...]) -> list[ModuleType]:
-    """Return the modules of the ``gpudoctor.checks`` entry points, found once per
-    ``sys.path`` (scanning every installed distribution costs ~5 ms; a fleet run loads
+def plugin_modules(search_path: tuple[str, ...]) -> list[tuple[str, ModuleType]]:
+    """Return (entry-point name, module) of each ``gpudoctor.checks`` entry point, found once
+    per ``sys.path`` (scanning every installed distribution costs ~5 ms; a fleet run loads
     the catalogue once per container)."""
     from importlib.metadata import entry_points
 
-    return [ep.load() for ep in entry_points(group="gpudoctor.checks")]
+    return [(ep.name, ep.load()) for ep in entry_points(group="gpudoctor.checks")]

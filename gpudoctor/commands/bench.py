@@ -13,8 +13,7 @@ from pathlib import Path
 import click
 
 from gpudoctor.commands.options import require_writable_dir
-
-EXIT_ERROR, EXIT_FAIL, EXIT_INTERRUPTED = 1, 3, 130
+from gpudoctor.exit_codes import ExitCode
 
 
 class DefaultRunGroup(click.Group):
@@ -145,7 +144,7 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
                 result = {"ok": False, "error": result["problems"][0], **result}
             click.echo(launcher.dumps(result))
             if result["problems"]:
-                click.get_current_context().exit(EXIT_ERROR)
+                click.get_current_context().exit(ExitCode.ERROR)
             return
         click.echo(_dry_run_text(result))
         if result["problems"]:
@@ -155,13 +154,13 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
         summary = launcher.run_campaign(plan, options, make_reporter())
     except launcher.CampaignError as exc:
         err = click.ClickException(str(exc))
-        err.exit_code = EXIT_FAIL if str(exc).startswith("preflight") else EXIT_ERROR
+        err.exit_code = ExitCode.FAILED if str(exc).startswith("preflight") else ExitCode.ERROR
         raise err from exc
     except KeyboardInterrupt as exc:
         err = click.ClickException(
             f"interrupted; every server is stopped. Resume: gpudoctor bench {plan_path} --out {options.out}"
         )
-        err.exit_code = EXIT_INTERRUPTED
+        err.exit_code = ExitCode.INTERRUPTED
         raise err from exc
     if as_json:
         import dataclasses

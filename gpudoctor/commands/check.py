@@ -8,7 +8,6 @@ import sys
 import click
 
 from gpudoctor import fsio
-from gpudoctor.cli import EXIT_FAIL, EXIT_NOTHING_CHECKED, EXIT_OK
 from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
     FLAVOR,
@@ -20,6 +19,7 @@ from gpudoctor.commands.options import (
     require_writable_file,
 )
 from gpudoctor.context import CheckOptions, DeviceRequest
+from gpudoctor.exit_codes import ExitCode
 from gpudoctor.model import Report, Status
 from gpudoctor.output import Format, render
 
@@ -49,19 +49,19 @@ def exit_code(reports: list[Report]) -> int:
     bad = {Status.FAIL, Status.ERROR}
     findings = [f for r in reports for f in r.findings]
     if any(f.status in bad for f in findings):
-        return EXIT_FAIL
+        return ExitCode.FAILED
     if all(f.status is Status.SKIP for f in findings):
-        return EXIT_NOTHING_CHECKED
-    return EXIT_OK
+        return ExitCode.NOTHING_DONE
+    return ExitCode.OK
 
 
 def nothing_checked_line(reports: list[Report]) -> str:
-    """Return the stderr line of a run whose every check SKIPped (exit 4)."""
+    """Return the stderr line of a run whose every check SKIPped (exit NOTHING_DONE, 4)."""
     findings = [f for r in reports for f in r.findings]
     why = f" (first: {findings[0].check_id}: {findings[0].message})" if findings else ""
     return (
         f"gpudoctor: nothing was checked: all {len(findings)} finding(s) are SKIP{why}; run "
-        "it where the GPU is, or widen --only (exit 4)"
+        f"it where the GPU is, or widen --only (exit {ExitCode.NOTHING_DONE})"
     )
 
 
@@ -272,7 +272,7 @@ def check(
         raise
     emit([report], fmt_enum, output, verbose)
     code = exit_code([report])
-    if code == EXIT_NOTHING_CHECKED:
+    if code == ExitCode.NOTHING_DONE:
         click.echo(nothing_checked_line([report]), err=True)
     ctx.exit(code)
 

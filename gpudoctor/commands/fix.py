@@ -19,8 +19,7 @@ from gpudoctor.commands.options import (
     inventory_option,
     require_writable_dir,
 )
-
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_FAILED, EXIT_PENDING = 0, 1, 2, 3, 4
+from gpudoctor.exit_codes import ExitCode
 
 
 def _say(text: str) -> None:
@@ -288,16 +287,16 @@ def _fail(message: str, code: str, as_json: bool) -> int:
         click.echo(json.dumps(doc, indent=2))
     click.echo(line, err=True)  # the documented one-line form (gpudoctor/errors.py)
     if code == "usage":
-        return EXIT_USAGE
+        return ExitCode.USAGE
     errors = ("io", "not_pve", "unknown_ct", "api", "missing", "backup")
-    return EXIT_ERROR if code in errors else EXIT_FAILED
+    return ExitCode.ERROR if code in errors else ExitCode.FAILED
 
 
 def _confirm(plan: Any) -> bool:
     if not sys.stdin.isatty():
         _say(
             "not applied: stdin is not a terminal; pass --yes to apply without asking "
-            f"(exit {EXIT_PENDING}: changes pending)"
+            f"(exit {ExitCode.NOTHING_DONE}: changes pending)"
         )
         return False
     return click.confirm("Apply this change (backup first, then restart the CT)?", default=False)

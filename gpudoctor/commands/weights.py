@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import click
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+from gpudoctor.exit_codes import ExitCode
 
 
 class _ScrubbingStream:
@@ -50,7 +50,7 @@ def _fail(message: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"ok": False, "error": line.removeprefix(PREFIX)}))
     click.echo(line, err=True)
-    sys.exit(EXIT_ERROR)
+    sys.exit(ExitCode.ERROR)
 
 
 def _run(as_json: bool, action: Any) -> Any:
@@ -215,7 +215,7 @@ def status(target: Path, verify: str, as_json: bool) -> None:
             click.echo(f"  {problem.problem}: {text}")
         if result.partial:
             click.echo(f"  interrupted run left {result.partial}: `ensure` resumes from it")
-    sys.exit(EXIT_OK if result.complete else EXIT_INCOMPLETE)
+    sys.exit(ExitCode.OK if result.complete else ExitCode.FAILED)
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpudoctor.exit_codes import ExitCode
 from gpudoctor.fleet.execute import FleetSettings, error_text, open_node
 from gpudoctor.fleet.inventory import CtSpec, Inventory, NodeSpec
 from gpudoctor.fleet.pool import DeadlinePool, Job
@@ -120,12 +121,13 @@ class ClusterFixResult:
     @property
     def exit_code(self) -> int:
         """Return 0 when every CT is fixed or needed nothing (or only planned), else 3."""
-        return 0 if all(f.exit_code == 0 for f in self.fixes) else 3
+        ok = all(f.exit_code == ExitCode.OK for f in self.fixes)
+        return ExitCode.OK if ok else ExitCode.FAILED
 
     def to_dict(self) -> dict[str, Any]:
         """Return the whole result as JSON-ready data."""
         return {
-            "status": "ok" if self.exit_code == 0 else "failed",
+            "status": "ok" if self.exit_code == ExitCode.OK else "failed",
             "exit_code": self.exit_code,
             "stopped_by": self.stopped_by,
             "cts": [f.to_dict() for f in self.fixes],
@@ -153,7 +155,7 @@ def fix_cluster(
             return ClusterFixResult(tuple(planned))
         if not settings.yes and not confirm(changes):
             declined = [
-                replace(f, status="declined", exit_code=0, message="not applied: declined")
+                replace(f, status="declined", exit_code=ExitCode.OK, message="not applied: declined")
                 if f.status == NEEDS_CHANGE else f
                 for f in planned
             ]  # fmt: skip
@@ -200,13 +202,16 @@ def _fix_options(ct: CtSpec, node: NodeSpec, settings: ClusterFixSettings, **kw:
 
 def _from_outcome(ct: CtSpec, outcome: FixOutcome, began: float, ended: float) -> CtFix:
     diff = outcome.plan.diff if outcome.plan is not None and outcome.plan.changed else ""
-    code = 0 if outcome.status == NEEDS_CHANGE else outcome.exit_code  # planned, not a failure
+    planned = outcome.status == NEEDS_CHANGE  # planned, not a failure
+    code = ExitCode.OK if planned else outcome.exit_code
     return CtFix(ct.node, ct.ct, outcome.status, code, outcome.message, diff,
                  outcome, began, ended)  # fmt: skip
 
 
 def _failed(ct: CtSpec, status: str, message: str, began: float = 0.0, ended: float = 0.0) -> CtFix:
-    return CtFix(ct.node, ct.ct, status, 3, message, started_s=began, finished_s=ended)
+    return CtFix(
+        ct.node, ct.ct, status, ExitCode.FAILED, message, started_s=began, finished_s=ended
+    )
 
 
 def _plan_all(inventory: Inventory, settings: ClusterFixSettings, hosts: _NodeHosts,

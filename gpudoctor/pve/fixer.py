@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpudoctor.exit_codes import ExitCode
 from gpudoctor.hosts.base import Host
 from gpudoctor.pve import facts as facts_mod
 from gpudoctor.pve import hostprep
@@ -33,10 +34,6 @@ from gpudoctor.pve.inside import container_host, device_checks, safe_probe, wors
 from gpudoctor.pve.planner import DEVN, Plan, PlanOptions, paths_of_interest, plan
 from gpudoctor.pve.restart import Controller, controller_for
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_FAILED = 3
-EXIT_PENDING = 4  # changes pending, nothing written (dry run, declined, no terminal)
 PENDING = ("dry_run", "declined")
 
 
@@ -199,7 +196,7 @@ def run_fix(
     target, snap, the_plan = make_plan(host, options)
     why_not = refusal(snap.config, target)
     if why_not:
-        return FixOutcome("refused", EXIT_FAILED, why_not, target, the_plan)
+        return FixOutcome("refused", ExitCode.FAILED, why_not, target, the_plan)
     prep = _host_prep_offer(host, target, options, the_plan)
     if not the_plan.changed and prep is None:
         if the_plan.nothing_to_pass:
@@ -207,22 +204,24 @@ def run_fix(
                 "nothing to pass through: the host has no /dev/nvidia* node (is the NVIDIA "
                 "driver loaded? `nvidia-smi` on the host) and no --device was given"
             )
-            return FixOutcome("nothing_to_pass", EXIT_FAILED, message, target, the_plan)
-        return FixOutcome("nothing_to_change", EXIT_OK, "nothing to change", target, the_plan)
+            return FixOutcome("nothing_to_pass", ExitCode.FAILED, message, target, the_plan)
+        return FixOutcome("nothing_to_change", ExitCode.OK, "nothing to change", target, the_plan)
     for shown in (the_plan, prep):
         if shown is not None and (shown.changed or shown.explanation):
             on_plan(shown)
     pending = {"target": target, "plan": the_plan, "host_prep": prep}
     if options.dry_run:
-        return FixOutcome("dry_run", EXIT_PENDING, "dry run: nothing written", **pending)
+        return FixOutcome("dry_run", ExitCode.NOTHING_DONE, "dry run: nothing written", **pending)
     if not options.yes and not confirm(the_plan):
-        return FixOutcome("declined", EXIT_PENDING, "not applied: nothing written", **pending)
+        return FixOutcome(
+            "declined", ExitCode.NOTHING_DONE, "not applied: nothing written", **pending
+        )
     if prep is not None:
         progress(f"installing {hostprep.UNIT_NAME} (creates /dev/nvidia-uvm before guests)")
         _install_host_prep(host, options.layout, progress)
     if not the_plan.changed:
         message = f"{hostprep.UNIT_NAME} installed; the CT config needed no change"
-        return FixOutcome("applied", EXIT_OK, message, **pending)
+        return FixOutcome("applied", ExitCode.OK, message, **pending)
     return _write_and_restart(host, options, target, snap, the_plan, prep, progress, host_label)
 
 
@@ -297,7 +296,7 @@ def _write_and_restart(
         message = "applied; the CT is stopped: the new rules apply at its next start"
         if running:
             message = "applied; restart the CT for the new rules to take effect"
-        return FixOutcome("applied_not_running", EXIT_OK, message, before=before, **base)
+        return FixOutcome("applied_not_running", ExitCode.OK, message, before=before, **base)
     return _restart_and_verify(host, ctl, options, snap, before, old_pid, base, progress)
 
 
@@ -319,7 +318,7 @@ def _restart_and_verify(
         _check_unlocked(host, target, options.layout)
     except ApplyError as exc:
         message = f"applied, but not restarted: {exc}; restart the CT when the task is done"
-        return FixOutcome("applied_not_running", EXIT_FAILED, message, before=before, **base)
+        return FixOutcome("applied_not_running", ExitCode.FAILED, message, before=before, **base)
     try:
         ctl.restart()
         new_pid = ctl.wait_running(old_pid)
@@ -328,7 +327,9 @@ def _restart_and_verify(
         _rollback(
             host, ctl, target, options.layout, result, snap, f"the CT did not come back ({exc})"
         )
-        return FixOutcome("rolled_back", EXIT_FAILED, f"rolled back: {exc}", before=before, **base)
+        return FixOutcome(
+            "rolled_back", ExitCode.FAILED, f"rolled back: {exc}", before=before, **base
+        )
     inside = container_host(host, target, options.layout)
     try:
         progress("re-checking the devices inside the CT")
@@ -342,15 +343,15 @@ def _restart_and_verify(
         progress(f"{', '.join(lost)} opened before and not now; rolling back")
         _rollback(host, ctl, target, options.layout, result, snap, f"{', '.join(lost)} broke")
         message = f"rolled back: {', '.join(lost)} could be opened before the change, not after"
-        return FixOutcome("rolled_back", EXIT_FAILED, message, before=before, after=after,
+        return FixOutcome("rolled_back", ExitCode.FAILED, message, before=before, after=after,
                           init_pids=pids, checks=checks, **base)  # fmt: skip
     failing = [p for p, e in after if e != "OK"]
     if failing:
         message = f"applied, but {', '.join(failing)} still cannot be opened inside the CT"
-        return FixOutcome("not_fixed", EXIT_FAILED, message, before=before, after=after,
+        return FixOutcome("not_fixed", ExitCode.FAILED, message, before=before, after=after,
                           init_pids=pids, checks=checks, **base)  # fmt: skip
     message = f"fixed: CT {target.ct} restarted and every device opens inside it"
-    return FixOutcome("applied", EXIT_OK, message, before=before, after=after,
+    return FixOutcome("applied", ExitCode.OK, message, before=before, after=after,
                       init_pids=pids, checks=checks, **base)  # fmt: skip
 
 

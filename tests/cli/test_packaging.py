@@ -79,3 +79,20 @@ def test_installed_wheel_loads_its_catalogue_and_plugins(wheel, tmp_path):
         str(site / "gpudoctor" / "checks")
     )
     assert flags == "False True True"
+
+
+def test_console_script_is_the_entry_that_starts_the_probe_then_the_cli(wheel, tmp_path):
+    """The wheel's ``gpudoctor`` script is ``gpudoctor.entry:main`` (not a function of
+    early_probe, which imports nothing of the CLI), and it runs from the unpacked wheel."""
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    (points,) = site.glob("gpudoctor-*.dist-info/entry_points.txt")
+    text = points.read_text()
+    scripts = text.split("[console_scripts]", 1)[1].split("\n[", 1)[0]
+    assert scripts.split() == ["gpudoctor", "=", "gpudoctor.entry:main"]
+    code = f"import sys; sys.path.insert(0, {str(site)!r}); sys.argv = ['gpudoctor', '-V']\n"
+    code += "from gpudoctor.entry import main; main()"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("gpudoctor, version ")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gpudoctor.checks.ct_rules import device_rules
+from gpudoctor.checks.ct import device_rules
 
 from gpudoctor.context import CheckOptions
 from gpudoctor.hosts.local import LocalHost

@@ -83,6 +83,6 @@ def test_help_and_docs_list_the_same_exit_codes() -> None:
     docs = (ROOT / "docs" / "fix.md").read_text()
     table = docs.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     assert _codes(section) == _codes(table) == {"0", "1", "2", "3", "4"}
-    from gpudoctor.pve.fixer import EXIT_PENDING
+    from gpudoctor.exit_codes import ExitCode
 
-    assert f"{EXIT_PENDING}  changes pending" in section
+    assert f"{ExitCode.NOTHING_DONE}  changes pending" in section

@@ -227,7 +227,7 @@ def test_pve_ct_that_does_not_start_after_the_fix_is_rolled_back(lab, lab_sshd, 
 def test_ct_device_rules_over_ssh_catches_the_drift_then_passes_after_fix(
     lab, lab_sshd, pve_ct, monkeypatch
 ) -> None:
-    from gpudoctor.checks.ct_rules import device_rules
+    from gpudoctor.checks.ct import device_rules
 
     from gpudoctor.context import CheckOptions, DeviceRequest
     from gpudoctor.model import Status

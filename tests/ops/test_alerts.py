@@ -106,7 +106,7 @@ def recorded_fragile_textfile(monkeypatch: pytest.MonkeyPatch) -> str:
     /proc/devices: nvidia-uvm 238, nvswitch 239, nvlink 240) with a community config that
     pins those dynamic majors (tests/fix/test_ct_rules.py's stand-in): three "fragile
     config" WARNs about one config file, written by the real writer."""
-    from checks.ct_rules import device_rules
+    from checks.ct import device_rules
     from gpudoctor.context import CheckOptions
     from gpudoctor.output.prometheus import textfile
     from gpudoctor.registry import validate

@@ -311,3 +311,43 @@ def test_a_quickly_exiting_check_writes_its_whole_output(tmp_path):
     )  # fmt: skip
     assert done.returncode in (0, 3, 4), done.stderr
     assert json.loads(out.read_text())["checks"]
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Return every module ``path`` imports (at module level or inside functions)."""
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_early_probe_imports_nothing_of_gpudoctor():
+    """No circle: the CLI imports early_probe (cli -> early_probe), never the other way."""
+    imported = imported_modules(REPO / "gpudoctor" / "early_probe.py")
+    assert not {m for m in imported if m.split(".")[0] in ("gpudoctor", "click")}, imported
+    assert "gpudoctor.early_probe" in imported_modules(REPO / "gpudoctor" / "entry.py")
+
+
+ENTRY_ORDER = """
+import sys
+from gpudoctor import early_probe
+early_probe.start = lambda argv: print("start", argv[1:], "click" in sys.modules, flush=True)
+sys.argv = ["gpudoctor", "--version"]
+from gpudoctor.entry import main
+main()
+"""
+
+
+def test_the_console_entry_starts_the_probe_before_click_then_runs_the_cli():
+    """gpudoctor.entry.main (the console script and ``python -m gpudoctor``) calls
+    early_probe.start with argv while click is not imported yet, then runs the CLI."""
+    done = subprocess.run([sys.executable, "-c", ENTRY_ORDER], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["start ['--version'] False", "gpudoctor, version 0.1.0"]

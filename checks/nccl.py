@@ -1,27 +1,31 @@
-"""gpu.count and nccl.p2p: the GPUs tensor parallelism needs, and the paths between them.
+"""nccl.p2p and nccl.allreduce: the paths between the GPUs, and NCCL itself over them.
 
-TP4/TP8 runs fail in containers and VMs for reasons one GPU never shows: GPUs missing from
-the container, peer-to-peer copies blocked or silently corrupted by PCIe ACS / an IOMMU.
-These checks find each before a benchmark does; ``checks/allreduce.py`` (nccl.allreduce,
-``--deep``) then runs NCCL itself.
+TP4/TP8 runs fail in containers and VMs for reasons one GPU never shows: peer-to-peer copies
+blocked or silently corrupted by PCIe ACS / an IOMMU. nccl.p2p finds that before a benchmark
+does; nccl.allreduce (``--deep``: one process per GPU, a real NCCL all-reduce through torch)
+then runs NCCL itself. It hangs on its first all-reduce when peer-to-peer is broken, or dies
+when /dev/shm is too small: the check runs the all-reduce probe
+(:mod:`gpudoctor.probes.allreduce_probe`) and, when it fails, once more with
+NCCL_P2P_DISABLE=1 to tell a broken P2P path from everything else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from gpudoctor.checks.gpu import inventory
+
 from gpudoctor.context import CheckContext
+from gpudoctor.facts.allreduce import AllreduceRun, run_allreduce_probe
 from gpudoctor.facts.multigpu import (
-    GpuInventory,
     P2PProbe,
     PairResult,
     bandwidth_matrix,
-    gpu_inventory,
     nccl_shm_bytes,
     run_p2p_probe,
     slow_pairs,
 )
-from gpudoctor.model import Finding, Severity
+from gpudoctor.model import Finding, Severity, Status
 from gpudoctor.registry import check
 
 MIB = 1 << 20
@@ -43,111 +47,6 @@ NO_PEER_REMEDY = (
     "the path (`iommu=pt`, ACS off on the bridges). Consumer GPUs and GPUs behind different "
     "root complexes may legitimately lack it."
 )
-
-
-def inventory(ctx: CheckContext) -> GpuInventory:
-    """Return the shared GpuInventory of this run (GPU probe + /dev + /proc/driver/nvidia)."""
-    return ctx.facts.get(
-        "gpu_inventory",
-        lambda: gpu_inventory(ctx.facts.gpu_probe(), ctx.host.list_dir, ctx.facts.read_optional),
-    )
-
-
-@check(
-    id="gpu.count",
-    title="As many GPUs are visible as the workload needs",
-    severity=Severity.HIGH,
-    proves="CUDA enumerates at least --expect-gpus GPUs here (with no expectation: reports the "
-    "count), and they are all of one model",
-    remediation="Pass every GPU into the container (a /dev/nvidiaN node + its bind mount per GPU) "
-    "and check CUDA_VISIBLE_DEVICES; or lower the tensor parallelism to the GPUs present.",
-    requires=("driver.loaded",),
-    after=("nvml.init", "cuda.init"),
-    uses_gpu_probe=True,
-)
-def gpu_count(ctx: CheckContext) -> Iterator[Finding]:
-    """Yield the GPU count verdict (``nvidia-smi -L | wc -l`` vs ``--expect-gpus N``)."""
-    inv = inventory(ctx)
-    evidence = inv.evidence()
-    visible, want = inv.visible, ctx.options.expect_gpus
-    if visible is None:
-        yield ctx.fail(
-            "GPUs",
-            "Neither CUDA nor NVML could count the GPUs (see cuda.init and nvml.init).",
-            evidence=evidence,
-            remediation="Fix cuda.init / nvml.init first.",
-            caused_by=tuple(c for c in ("cuda.init", "nvml.init") if ctx.failed(c)),
-        )
-        return
-    names = ", ".join(dict.fromkeys(inv.names)) or "?"
-    if want is not None and visible < want:
-        yield ctx.fail(
-            "GPUs",
-            f"{visible} GPU(s) visible, but the workload needs {want}{why_fewer(inv)}.",
-            evidence=evidence,
-            remediation=fewer_remedy(ctx, inv),
-        )
-        return
-    if visible == 0:
-        yield ctx.fail(
-            "GPUs",
-            "No GPU is visible to CUDA here.",
-            evidence=evidence,
-            remediation=fewer_remedy(ctx, inv),
-        )
-        return
-    if len(set(inv.names)) > 1:
-        yield ctx.warn(
-            "GPUs",
-            f"{visible} GPUs of different models ({names}): tensor parallelism runs at the "
-            "pace of the slowest and may not fit the smallest.",
-            evidence=evidence,
-            remediation="Pin the job to identical GPUs with CUDA_VISIBLE_DEVICES.",
-        )
-        return
-    need = f"; {want} needed" if want is not None else ""
-    yield ctx.passed("GPUs", f"{visible} GPU(s) visible ({names}){need}.", evidence=evidence)
-
-
-def why_fewer(inv: GpuInventory) -> str:
-    """Return the clause explaining where the missing GPUs are (may be empty)."""
-    if inv.cuda_visible_devices is not None and inv.nvml is not None and inv.nvml > (inv.cuda or 0):
-        return (
-            f": NVML sees {inv.nvml} but CUDA_VISIBLE_DEVICES={inv.cuda_visible_devices} hides some"
-        )
-    if inv.missing_nodes:
-        return (
-            f": the host's driver has {inv.kernel} GPUs but "
-            + ", ".join(f"/dev/nvidia{n}" for n in inv.missing_nodes)
-            + " are not in this system"
-        )
-    if inv.kernel is not None and inv.visible is not None and inv.kernel > inv.visible:
-        return (
-            f": the kernel driver lists {inv.kernel} GPUs, so the others are hidden or failed "
-            "(a GPU that fell off the bus stays listed: `dmesg | grep -i xid`)"
-        )
-    return ""
-
-
-def fewer_remedy(ctx: CheckContext, inv: GpuInventory) -> str:
-    """Return the remedy when fewer GPUs are visible than needed."""
-    if inv.cuda_visible_devices is not None and inv.nvml and inv.nvml > (inv.cuda or 0):
-        return "Unset or widen CUDA_VISIBLE_DEVICES (and NVIDIA_VISIBLE_DEVICES for Docker)."
-    if inv.missing_nodes:
-        lines = "; ".join(
-            f"lxc.mount.entry: /dev/nvidia{n} dev/nvidia{n} none bind,optional,create=file"
-            for n in inv.missing_nodes
-        )
-        return (
-            f"Add to {ctx.options.config_path()} on the host (the GPUs' major 195 must be "
-            f"allowed: lxc.cgroup2.devices.allow: c 195:* rwm): {lines}; then restart the CT."
-        )
-    if inv.kernel is not None and inv.visible is not None and inv.kernel > inv.visible:
-        return (
-            "Check NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES, and `dmesg | grep -i -e xid "
-            "-e nvrm` for a GPU that failed (Xid 79: fallen off the bus; reset or reboot)."
-        )
-    return "Give the machine/VM more GPUs, or plan a smaller tensor parallelism (--tp)."
 
 
 @check(
@@ -412,3 +311,120 @@ def pair_list(pairs: list[PairResult]) -> str:
     """Return ``0->2, 2->0, ...`` (at most 12)."""
     text = ", ".join(f"{p.src}->{p.dst}" for p in pairs[:12])
     return text + (", ..." if len(pairs) > 12 else "")
+
+
+@check(
+    id="nccl.allreduce",
+    title="An NCCL all-reduce across all GPUs completes with the right sum",
+    severity=Severity.HIGH,
+    proves="one process per GPU initialises NCCL through torch.distributed and an int32 "
+    "all-reduce returns the exact sum on every rank within the timeout (NVLink multicast off)",
+    remediation="If it hangs: re-run with NCCL_P2P_DISABLE=1; if that works, P2P is broken "
+    "(ACS/IOMMU, see nccl.p2p). If NCCL WARNs about /dev/shm: grow /dev/shm.",
+    requires=("driver.loaded", "cuda.init"),
+    after=("gpu.count", "nccl.p2p", "shm.capacity"),
+    uses_gpu_probe=True,
+)
+def nccl_allreduce(ctx: CheckContext) -> Iterator[Finding]:
+    """Yield the all-reduce verdict (``torchrun --nproc-per-node N`` + ``dist.all_reduce``;
+    nccl-tests' ``all_reduce_perf -g N``). Opt-in: only with ``--deep``."""
+    if not ctx.options.deep:
+        yield ctx.skip(
+            "all-reduce",
+            "Opt-in: run with --deep (starts one torch process per GPU "
+            "and an NCCL all-reduce; 10-30 s).",
+        )
+        return
+    count = inventory(ctx).visible or 0
+    if count < 2:
+        yield ctx.skip(
+            "all-reduce",
+            f"Only {count} GPU visible to CUDA here: an all-reduce across GPUs needs two or more.",
+        )
+        return
+    budget = ctx.options.timeout_s + ctx.options.probe_timeout_s - 5
+    first = run_allreduce_probe(ctx.host, count, max(budget * 0.6, 5.0))
+    if first.error == "no_torch":
+        yield ctx.skip(
+            "all-reduce",
+            f"{first.error_detail}: install torch there, or run "
+            "gpudoctor with a Python that has it (the check needs torch.distributed).",
+        )
+        return
+    if first.ok:
+        yield allreduce_passed(ctx, first)
+        return
+    retry = None
+    left = budget - first.elapsed_s - 1
+    if not first.error and left >= 5:
+        retry = run_allreduce_probe(ctx.host, count, left, extra_env=("NCCL_P2P_DISABLE=1",))
+    yield allreduce_failed(ctx, first, retry, count)
+
+
+def allreduce_passed(ctx: CheckContext, run: AllreduceRun) -> Finding:
+    """Return the finding of a correct all-reduce: PASS, or WARN when NCCL was kept off P2P
+    (``NCCL_P2P_DISABLE=1`` left in the environment, or P2P unused although nccl.p2p passed)."""
+    r0 = run.ranks[0].result
+    busbw = min((r.result.get("busbw_gbps") or 0.0) for r in run.ranks)
+    via = ", ".join(run.transports) or "not logged"
+    message = (
+        f"NCCL {r0.get('nccl_version', '?')} all-reduce over {run.world_size} GPUs gave the exact "
+        f"sum on every rank (init {r0.get('init_s', 0):.1f} s); bus bandwidth {busbw:.0f} GB/s "
+        f"at {int(r0.get('bw_bytes', 0)) // MIB} MiB; transports: {via}."
+    )
+    p2p = ctx.result("nccl.p2p")
+    no_p2p_used = bool(run.transports) and not any(t.startswith("P2P") for t in run.transports)
+    if run.env.get("NCCL_P2P_DISABLE") == "1":
+        return ctx.warn(
+            "all-reduce",
+            message + " NCCL_P2P_DISABLE=1 is set in this environment: NCCL avoids the GPUs' "
+            "direct path, which is slower.",
+            evidence=run.evidence(),
+            remediation="Unset NCCL_P2P_DISABLE once nccl.p2p passes.",
+        )
+    if no_p2p_used and p2p is not None and p2p.status == Status.PASS:
+        return ctx.warn(
+            "all-reduce",
+            message + " NCCL did not use P2P although every GPU pair has it (nccl.p2p).",
+            evidence=run.evidence(),
+            remediation="Look for NCCL_P2P_LEVEL / NCCL_P2P_DISABLE / NCCL_TOPO_FILE in the "
+            "environment and /etc/nccl.conf.",
+        )
+    return ctx.passed("all-reduce", message, evidence=run.evidence())
+
+
+def allreduce_failed(
+    ctx: CheckContext, first: AllreduceRun, retry: AllreduceRun | None, count: int
+) -> Finding:
+    """Return the FAIL finding of a failed all-reduce, with the NCCL_P2P_DISABLE=1 retry's
+    outcome deciding whether the P2P path is to blame."""
+    what = first.describe_failure()
+    evidence = first.evidence()
+    causes = tuple(c for c in ("nccl.p2p", "shm.capacity") if ctx.failed(c))
+    if retry is not None:
+        evidence += ["retry with NCCL_P2P_DISABLE=1:", *retry.evidence()]
+    if retry is not None and retry.ok:
+        return ctx.fail(
+            "all-reduce",
+            f"{what} With NCCL_P2P_DISABLE=1 the same all-reduce gives the right sum: the GPUs' "
+            "peer-to-peer path is broken.",
+            evidence=evidence,
+            remediation=P2P_REMEDY,
+            caused_by=causes,
+        )
+    shm = any("shm" in w.lower() for w in first.warnings)
+    if shm:
+        need = nccl_shm_bytes(count)
+        remedy = (
+            f"NCCL could not allocate in /dev/shm: give it at least {need // MIB} MiB free for "
+            f"{count} GPUs (`mount -o remount,size=16G /dev/shm`; Docker: --shm-size=16g)."
+        )
+    else:
+        remedy = (
+            "Re-run by hand with NCCL_DEBUG=INFO to see where it stops; if it hangs, try "
+            "NCCL_P2P_DISABLE=1 then NCCL_SHM_DISABLE=1. " + P2P_REMEDY
+        )
+    tried = " A retry with NCCL_P2P_DISABLE=1 failed too." if retry is not None else ""
+    return ctx.fail(
+        "all-reduce", what + tried, evidence=evidence, remediation=remedy, caused_by=causes
+    )

@@ -39,8 +39,9 @@ def split_ids(values: tuple[str, ...]) -> tuple[str, ...]:
 
 def write_atomically(path: str, text: str) -> None:
     """Write ``text`` to ``path`` via a temp file + rename (node_exporter never reads half),
-    mode 0644 (:func:`gpudoctor.fsio.atomic_replace`); returns None."""
-    fsio.atomic_replace(path, text, mode=0o644, refuse_non_regular=False, follow_dir_link=True)
+    mode 0644; a symlink, FIFO or device there is refused (:func:`gpudoctor.fsio.write_output`);
+    returns None."""
+    fsio.write_output(path, text)
 
 
 def exit_code(reports: list[Report]) -> int:

@@ -10,6 +10,27 @@ import click
 
 Decorator = Callable[[Any], Any]
 
+
+class Seconds(click.FloatRange):
+    """A duration in seconds: a number above 0 and at most a day (``1e400`` is inf, which
+    no clock takes; ``nan`` compares false with every bound, so it is refused by name)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """Return the value as a float in (0, 86400]; fail (usage error) otherwise."""
+        import math
+
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return number
+
+
+SECONDS = Seconds(min=0, min_open=True, max=86400)
+# A count option (GPUs, targets at once): at most this many.
+COUNT_MAX = 4096
+
 FLAVOR = click.option(
     "--flavor",
     type=click.Choice(["pve", "lxc"]),

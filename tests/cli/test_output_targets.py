@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.cli.support import ERROR_LINE, gpudoctor, last_line
+from tests.cli.support import ERROR_LINE, REPO, gpudoctor, last_line
 
 
 def planted(tmp_path: Path, kind: str) -> tuple[Path, Path]:
@@ -93,3 +95,26 @@ def test_list_markdown_never_replaces_a_page_it_did_not_write(tmp_path):
     page.write_text(page.read_text() + "stale line\n")
     assert gpudoctor("list", "--markdown", str(own)).returncode == 0  # its own page: replaced
     assert "stale line" not in page.read_text()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "--json", "--only", "proc"],
+        ["bench", "report", "{empty}", "--json"],
+        ["bench", "docs/examples/cpu-tiny.toml", "--dry-run", "--no-validate", "--json"],
+        ["list", "--json"],
+    ],
+    ids=["check", "bench-report", "bench-dry-run", "list"],
+)
+def test_a_full_stdout_is_one_line_not_a_traceback(tmp_path, args):
+    """`gpudoctor ... --json > /dev/full`: the write to stdout fails (ENOSPC); the error
+    JSON cannot go there either, so stderr gets the one line and the exit code is 1."""
+    args = [a.replace("{empty}", str(tmp_path)) for a in args]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "gpudoctor", *args], stdout=full,
+                              stderr=subprocess.PIPE, text=True, cwd=REPO, timeout=120)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert ERROR_LINE.match(last_line(done.stderr)), done.stderr

@@ -7,6 +7,7 @@ failure, so CI can never go green with the real-system tests silently skipped.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,43 @@ def lab_unavailable(reason: str) -> None:
     if REQUIRE_LAB:
         pytest.fail(f"lab required (GPUDOCTOR_REQUIRE_LAB=1) but unavailable: {reason}")
     pytest.skip(reason)
+
+
+REAL_WEIGHTS_RECORD = Path("/var/lib/gpudoctor/weights-targets.json")
+"""gpudoctor's system state on this machine: the suite must never write it (issue 26.12)."""
+
+
+def _file_state(path: Path) -> tuple[int, int, int] | None:
+    """Return (inode, size, mtime in ns) of ``path``, None when absent."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point ``GPUDOCTOR_STATE_DIR`` (gpudoctor's ``/var/lib/gpudoctor``) at a temporary
+    directory for the whole session, in this process and every child it starts; at the
+    end, fail when the machine's real weights record changed anyway."""
+    before = _file_state(REAL_WEIGHTS_RECORD)
+    state = tmp_path_factory.mktemp("gpudoctor-state")
+    saved = os.environ.get("GPUDOCTOR_STATE_DIR")
+    os.environ["GPUDOCTOR_STATE_DIR"] = str(state)
+    try:
+        yield state
+    finally:
+        if saved is None:
+            os.environ.pop("GPUDOCTOR_STATE_DIR", None)
+        else:
+            os.environ["GPUDOCTOR_STATE_DIR"] = saved
+    after = _file_state(REAL_WEIGHTS_RECORD)
+    assert after == before, (
+        f"the test suite wrote the machine's real {REAL_WEIGHTS_RECORD}"
+        f" (before {before}, after {after}): a test ran gpudoctor without the"
+        " temporary GPUDOCTOR_STATE_DIR"
+    )
 
 
 @pytest.fixture(scope="session")

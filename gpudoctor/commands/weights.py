@@ -42,13 +42,13 @@ def _guard_token() -> None:
         sys.stderr = _ScrubbingStream(sys.stderr, token)  # type: ignore[assignment]
 
 
-def _fail(message: str, as_json: bool) -> None:
+def _fail(message: str, as_json: bool, extra: dict[str, Any] | None = None) -> None:
     from gpudoctor.errors import ERROR_HINT, PREFIX, error_line
     from gpudoctor.weights.hub import scrub
 
     line = error_line(scrub(message), ERROR_HINT)
     if as_json:
-        click.echo(json.dumps({"ok": False, "error": line.removeprefix(PREFIX)}))
+        click.echo(json.dumps({"ok": False, "error": line.removeprefix(PREFIX), **(extra or {})}))
     click.echo(line, err=True)
     sys.exit(ExitCode.ERROR)
 
@@ -60,7 +60,8 @@ def _run(as_json: bool, action: Any) -> Any:
     try:
         return action()
     except WeightsError as exc:
-        _fail(str(exc), as_json)
+        problem = getattr(exc, "mirror_problem", None)
+        _fail(str(exc), as_json, {"mirror_problem": problem} if problem else None)
     except KeyboardInterrupt:
         click.echo("gpudoctor: error: interrupted; run the same command again to resume", err=True)
         sys.stdout.flush()
@@ -113,6 +114,12 @@ def weights() -> None:
     "filled after a download (hard links on the same filesystem, else a copy).",
 )
 @click.option(
+    "--mirror-only",
+    is_flag=True,
+    help="Never download: when --mirror cannot serve (missing, no manifest, no such repo "
+    "or revision, incomplete), exit 1 saying why. Without it the Hub is the fallback.",
+)
+@click.option(
     "--verify",
     type=click.Choice(["quick", "full"]),
     default="quick",
@@ -133,6 +140,7 @@ def ensure(
     target: Path,
     revision: str | None,
     mirror: Path | None,
+    mirror_only: bool,
     verify: str,
     max_workers: int,
     as_json: bool,
@@ -145,9 +153,15 @@ def ensure(
     space, and RAM for tmpfs) -> restore from --mirror, else download from the Hub
     (HF_ENDPOINT, token from HF_TOKEN or `hf auth login`) -> verify -> write the
     manifest -> atomic rename -> fill the mirror.
-    Interrupted? Run it again: every finished file is kept (the unit of resume is a file).
+    When --mirror cannot serve, a warning line on stderr says why before any download
+    (and `mirror_problem` in --json); --mirror-only makes that an error instead.
+    Interrupted (Ctrl-C: exit 130 at once)? Run it again: every finished file is kept
+    (the unit of resume is a file), from the mirror as from the Hub.
     """
     from gpudoctor.commands.options import require_writable_dir
+
+    if mirror_only and mirror is None:
+        raise click.UsageError("--mirror-only needs --mirror M")
 
     require_writable_dir(target, "--to")
     _guard_token()
@@ -155,9 +169,10 @@ def ensure(
     from gpudoctor.weights.ensure import ensure as run_ensure
     from gpudoctor.weights.progress import make_progress
 
-    request = EnsureRequest(repo_id, target, revision, mirror, verify, max_workers)
+    request = EnsureRequest(repo_id, target, revision, mirror, verify, max_workers, mirror_only)
     progress = make_progress(quiet=quiet or (as_json and not sys.stderr.isatty()))
-    result = _run(as_json, lambda: run_ensure(request, progress))
+    notify = lambda line: click.echo(f"warning: {line}", err=True)  # noqa: E731
+    result = _run(as_json, lambda: run_ensure(request, progress, notify))
     if as_json:
         click.echo(json.dumps({"ok": True, **result.to_dict()}))
         return

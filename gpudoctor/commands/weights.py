@@ -84,6 +84,7 @@ def weights() -> None:
     \b
     gpudoctor weights ensure Qwen/Qwen3-8B --to /dev/shm/qwen3 --mirror /var/lib/models
     gpudoctor weights status /dev/shm/qwen3
+    gpudoctor weights mirror Qwen/Qwen3-8B --to /var/lib/models
 
     A directory is complete when its .gpudoctor-manifest.json lists every file, each
     has the listed size (quick) or sha256 (full), and no unfinished download is left in
@@ -231,6 +232,103 @@ def status(target: Path, verify: str, as_json: bool) -> None:
         if result.partial:
             click.echo(f"  interrupted run left {result.partial}: `ensure` resumes from it")
     sys.exit(ExitCode.OK if result.complete else ExitCode.FAILED)
+
+
+@weights.command()
+@click.argument("repo_id", required=False)
+@click.option(
+    "--to",
+    "root",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Mirror root to fill (the model goes to M/ORG/NAME), e.g. /var/lib/models.",
+)
+@click.option(
+    "--from",
+    "source",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    help="Take the files from this complete local copy (a directory `weights ensure` made, "
+    "checked by sha256 first) instead of the Hub.",
+)
+@click.option("--revision", default=None, help="Branch, tag or commit sha (default: main).")
+@click.option(
+    "--verify",
+    "verify_root",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Check the mirror M instead: re-hash every file of every model (or of REPO_ID) "
+    "against its manifest.",
+)
+@click.option(
+    "--max-workers",
+    type=click.IntRange(1, 64),
+    default=16,
+    show_default=True,
+    help="Parallel downloads (from the Hub).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def mirror(
+    repo_id: str | None,
+    root: Path | None,
+    source: Path | None,
+    revision: str | None,
+    verify_root: Path | None,
+    max_workers: int,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Make a disk mirror of REPO_ID for `ensure --mirror`, or check one.
+
+    \b
+    gpudoctor weights mirror Qwen/Qwen3-8B --to /var/lib/models
+    gpudoctor weights mirror Qwen/Qwen3-8B --to /var/lib/models --from /dev/shm/qwen3
+    gpudoctor weights mirror --verify /var/lib/models
+
+    The mirror gets M/ORG/NAME with a manifest that holds the sha256 of every file
+    (the Hub's for LFS files, hashed here for the rest), every file flushed to disk.
+    The same trust rules as `ensure` apply (no symlinks, no directory another user
+    owns or can write). Exit 0 done (--verify: intact), 1 error, 2 usage, 3 (--verify)
+    a file is missing, of the wrong size or the wrong sha256 (each one is listed).
+    """
+    from gpudoctor.weights.progress import human_bytes, make_progress
+
+    if verify_root is not None and (root is not None or source is not None):
+        raise click.UsageError("--verify M checks a mirror; it takes no --to or --from")
+    if verify_root is None and (repo_id is None or root is None):
+        raise click.UsageError("give REPO_ID --to M (make a mirror) or --verify M (check one)")
+    _guard_token()
+    progress = make_progress(quiet=quiet or (as_json and not sys.stderr.isatty()))
+    if verify_root is not None:
+        from gpudoctor.weights.mirror_make import verify_mirror
+
+        copies = _run(as_json, lambda: verify_mirror(verify_root, progress, repo_id))
+        intact = all(c.intact for c in copies)
+        if as_json:
+            click.echo(
+                json.dumps({"ok": True, "intact": intact, "models": [c.to_dict() for c in copies]})
+            )
+        for c in [] if as_json else copies:
+            what = f"{c.repo_id}@{c.revision[:12]}" if c.repo_id else "(no manifest)"
+            state = "intact" if c.intact else "NOT intact"
+            click.echo(
+                f"{state}: {what} in {c.path} ({c.files_total} files, {human_bytes(c.bytes_total)})"
+            )
+            for p in c.problems:
+                click.echo(f"  {p.problem}: {p.path} {p.detail}")
+        sys.exit(ExitCode.OK if intact else ExitCode.FAILED)
+    from gpudoctor.weights.mirror_make import make_mirror
+
+    assert repo_id is not None and root is not None
+    made = _run(
+        as_json,
+        lambda: make_mirror(repo_id, root, progress, source, revision, max_workers),
+    )
+    if as_json:
+        click.echo(json.dumps({"ok": True, **made.to_dict()}))
+    else:
+        click.echo(
+            f"mirrored: {made.repo_id}@{made.revision[:12]} in {made.path}"
+            f" ({made.files_total} files, {human_bytes(made.bytes_total)}, every sha256 in the manifest)"
+        )
 
 
 def main() -> None:

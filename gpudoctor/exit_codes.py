@@ -28,7 +28,7 @@ class ExitCode(IntEnum):
     FAILED = 3
     """The job ran and the answer is no. check: at least one FAIL or ERROR; fix: not
     applied, failed, rolled back, or nothing to pass through; weights status: the directory
-    is not complete; bench run: a preflight check FAILed."""
+    is not complete; weights mirror --verify: a file is missing or wrong; bench run: a preflight check FAILed."""
 
     NOTHING_DONE = 4
     """The run proved or changed nothing, and must not read as success. check: nothing
@@ -49,6 +49,7 @@ BY_COMMAND: dict[str, tuple[ExitCode, ...]] = {
     "fix": (E.OK, E.ERROR, E.USAGE, E.FAILED, E.NOTHING_DONE, E.INTERRUPTED),
     "weights ensure": (E.OK, E.ERROR, E.USAGE, E.INTERRUPTED),
     "weights status": (E.OK, E.ERROR, E.USAGE, E.FAILED),
+    "weights mirror": (E.OK, E.ERROR, E.USAGE, E.FAILED),
     "bench run": (E.OK, E.ERROR, E.USAGE, E.FAILED, E.INTERRUPTED),
     "bench report": (E.OK, E.ERROR, E.USAGE),
     "list": (E.OK, E.ERROR, E.USAGE),

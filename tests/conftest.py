@@ -6,7 +6,9 @@ failure, so CI can never go green with the real-system tests silently skipped.
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,47 @@ def lab_unavailable(reason: str) -> None:
     if REQUIRE_LAB:
         pytest.fail(f"lab required (GPUDOCTOR_REQUIRE_LAB=1) but unavailable: {reason}")
     pytest.skip(reason)
+
+
+REAL_WEIGHTS_RECORD = Path("/var/lib/gpudoctor/weights-targets.json")
+"""gpudoctor's system state on this machine: the suite must never write it (issue 26.12)."""
+
+
+def _targets_under(record: Path, root: Path) -> list[str]:
+    """Return the targets in the weights ``record`` that lie under ``root`` ([] when absent)."""
+    try:
+        doc = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return []
+    targets = doc.get("targets") if isinstance(doc, dict) else None
+    return sorted(t for t in targets or () if t.startswith(f"{root}/"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point ``GPUDOCTOR_STATE_DIR`` (gpudoctor's ``/var/lib/gpudoctor``) at a temporary
+    directory for the whole session, in this process and every child it starts; at the
+    end, fail when the machine's real weights record names a directory of this session.
+
+    (The record's content, not its mtime, is compared: on a shared machine another
+    checkout's suite may write it at the same time.)"""
+    root = tmp_path_factory.getbasetemp()
+    before = _targets_under(REAL_WEIGHTS_RECORD, root)
+    state = tmp_path_factory.mktemp("gpudoctor-state")
+    saved = os.environ.get("GPUDOCTOR_STATE_DIR")
+    os.environ["GPUDOCTOR_STATE_DIR"] = str(state)
+    try:
+        yield state
+    finally:
+        if saved is None:
+            os.environ.pop("GPUDOCTOR_STATE_DIR", None)
+        else:
+            os.environ["GPUDOCTOR_STATE_DIR"] = saved
+    leaked = [t for t in _targets_under(REAL_WEIGHTS_RECORD, root) if t not in before]
+    assert not leaked, (
+        f"the test suite wrote the machine's real {REAL_WEIGHTS_RECORD} ({leaked[0]}, ...):"
+        " a test ran gpudoctor without the temporary GPUDOCTOR_STATE_DIR"
+    )
 
 
 @pytest.fixture(scope="session")

@@ -42,13 +42,13 @@ def _guard_token() -> None:
         sys.stderr = _ScrubbingStream(sys.stderr, token)  # type: ignore[assignment]
 
 
-def _fail(message: str, as_json: bool) -> None:
+def _fail(message: str, as_json: bool, extra: dict[str, Any] | None = None) -> None:
     from gpudoctor.errors import ERROR_HINT, PREFIX, error_line
     from gpudoctor.weights.hub import scrub
 
     line = error_line(scrub(message), ERROR_HINT)
     if as_json:
-        click.echo(json.dumps({"ok": False, "error": line.removeprefix(PREFIX)}))
+        click.echo(json.dumps({"ok": False, "error": line.removeprefix(PREFIX), **(extra or {})}))
     click.echo(line, err=True)
     sys.exit(ExitCode.ERROR)
 
@@ -60,7 +60,8 @@ def _run(as_json: bool, action: Any) -> Any:
     try:
         return action()
     except WeightsError as exc:
-        _fail(str(exc), as_json)
+        problem = getattr(exc, "mirror_problem", None)
+        _fail(str(exc), as_json, {"mirror_problem": problem} if problem else None)
     except KeyboardInterrupt:
         click.echo("gpudoctor: error: interrupted; run the same command again to resume", err=True)
         sys.stdout.flush()
@@ -83,6 +84,7 @@ def weights() -> None:
     \b
     gpudoctor weights ensure Qwen/Qwen3-8B --to /dev/shm/qwen3 --mirror /var/lib/models
     gpudoctor weights status /dev/shm/qwen3
+    gpudoctor weights mirror Qwen/Qwen3-8B --to /var/lib/models
 
     A directory is complete when its .gpudoctor-manifest.json lists every file, each
     has the listed size (quick) or sha256 (full), and no unfinished download is left in
@@ -113,6 +115,12 @@ def weights() -> None:
     "filled after a download (hard links on the same filesystem, else a copy).",
 )
 @click.option(
+    "--mirror-only",
+    is_flag=True,
+    help="Never download: when --mirror cannot serve (missing, no manifest, no such repo "
+    "or revision, incomplete), exit 1 saying why. Without it the Hub is the fallback.",
+)
+@click.option(
     "--verify",
     type=click.Choice(["quick", "full"]),
     default="quick",
@@ -133,6 +141,7 @@ def ensure(
     target: Path,
     revision: str | None,
     mirror: Path | None,
+    mirror_only: bool,
     verify: str,
     max_workers: int,
     as_json: bool,
@@ -145,9 +154,15 @@ def ensure(
     space, and RAM for tmpfs) -> restore from --mirror, else download from the Hub
     (HF_ENDPOINT, token from HF_TOKEN or `hf auth login`) -> verify -> write the
     manifest -> atomic rename -> fill the mirror.
-    Interrupted? Run it again: every finished file is kept (the unit of resume is a file).
+    When --mirror cannot serve, a warning line on stderr says why before any download
+    (and `mirror_problem` in --json); --mirror-only makes that an error instead.
+    Interrupted (Ctrl-C: exit 130 at once)? Run it again: every finished file is kept
+    (the unit of resume is a file), from the mirror as from the Hub.
     """
     from gpudoctor.commands.options import require_writable_dir
+
+    if mirror_only and mirror is None:
+        raise click.UsageError("--mirror-only needs --mirror M")
 
     require_writable_dir(target, "--to")
     _guard_token()
@@ -155,9 +170,10 @@ def ensure(
     from gpudoctor.weights.ensure import ensure as run_ensure
     from gpudoctor.weights.progress import make_progress
 
-    request = EnsureRequest(repo_id, target, revision, mirror, verify, max_workers)
+    request = EnsureRequest(repo_id, target, revision, mirror, verify, max_workers, mirror_only)
     progress = make_progress(quiet=quiet or (as_json and not sys.stderr.isatty()))
-    result = _run(as_json, lambda: run_ensure(request, progress))
+    notify = lambda line: click.echo(f"warning: {line}", err=True)  # noqa: E731
+    result = _run(as_json, lambda: run_ensure(request, progress, notify))
     if as_json:
         click.echo(json.dumps({"ok": True, **result.to_dict()}))
         return
@@ -216,6 +232,103 @@ def status(target: Path, verify: str, as_json: bool) -> None:
         if result.partial:
             click.echo(f"  interrupted run left {result.partial}: `ensure` resumes from it")
     sys.exit(ExitCode.OK if result.complete else ExitCode.FAILED)
+
+
+@weights.command()
+@click.argument("repo_id", required=False)
+@click.option(
+    "--to",
+    "root",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Mirror root to fill (the model goes to M/ORG/NAME), e.g. /var/lib/models.",
+)
+@click.option(
+    "--from",
+    "source",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    help="Take the files from this complete local copy (a directory `weights ensure` made, "
+    "checked by sha256 first) instead of the Hub.",
+)
+@click.option("--revision", default=None, help="Branch, tag or commit sha (default: main).")
+@click.option(
+    "--verify",
+    "verify_root",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Check the mirror M instead: re-hash every file of every model (or of REPO_ID) "
+    "against its manifest.",
+)
+@click.option(
+    "--max-workers",
+    type=click.IntRange(1, 64),
+    default=16,
+    show_default=True,
+    help="Parallel downloads (from the Hub).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def mirror(
+    repo_id: str | None,
+    root: Path | None,
+    source: Path | None,
+    revision: str | None,
+    verify_root: Path | None,
+    max_workers: int,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Make a disk mirror of REPO_ID for `ensure --mirror`, or check one.
+
+    \b
+    gpudoctor weights mirror Qwen/Qwen3-8B --to /var/lib/models
+    gpudoctor weights mirror Qwen/Qwen3-8B --to /var/lib/models --from /dev/shm/qwen3
+    gpudoctor weights mirror --verify /var/lib/models
+
+    The mirror gets M/ORG/NAME with a manifest that holds the sha256 of every file
+    (the Hub's for LFS files, hashed here for the rest), every file flushed to disk.
+    The same trust rules as `ensure` apply (no symlinks, no directory another user
+    owns or can write). Exit 0 done (--verify: intact), 1 error, 2 usage, 3 (--verify)
+    a file is missing, of the wrong size or the wrong sha256 (each one is listed).
+    """
+    from gpudoctor.weights.progress import human_bytes, make_progress
+
+    if verify_root is not None and (root is not None or source is not None):
+        raise click.UsageError("--verify M checks a mirror; it takes no --to or --from")
+    if verify_root is None and (repo_id is None or root is None):
+        raise click.UsageError("give REPO_ID --to M (make a mirror) or --verify M (check one)")
+    _guard_token()
+    progress = make_progress(quiet=quiet or (as_json and not sys.stderr.isatty()))
+    if verify_root is not None:
+        from gpudoctor.weights.mirror_make import verify_mirror
+
+        copies = _run(as_json, lambda: verify_mirror(verify_root, progress, repo_id))
+        intact = all(c.intact for c in copies)
+        if as_json:
+            click.echo(
+                json.dumps({"ok": True, "intact": intact, "models": [c.to_dict() for c in copies]})
+            )
+        for c in [] if as_json else copies:
+            what = f"{c.repo_id}@{c.revision[:12]}" if c.repo_id else "(no manifest)"
+            state = "intact" if c.intact else "NOT intact"
+            click.echo(
+                f"{state}: {what} in {c.path} ({c.files_total} files, {human_bytes(c.bytes_total)})"
+            )
+            for p in c.problems:
+                click.echo(f"  {p.problem}: {p.path} {p.detail}")
+        sys.exit(ExitCode.OK if intact else ExitCode.FAILED)
+    from gpudoctor.weights.mirror_make import make_mirror
+
+    assert repo_id is not None and root is not None
+    made = _run(
+        as_json,
+        lambda: make_mirror(repo_id, root, progress, source, revision, max_workers),
+    )
+    if as_json:
+        click.echo(json.dumps({"ok": True, **made.to_dict()}))
+    else:
+        click.echo(
+            f"mirrored: {made.repo_id}@{made.revision[:12]} in {made.path}"
+            f" ({made.files_total} files, {human_bytes(made.bytes_total)}, every sha256 in the manifest)"
+        )
 
 
 def main() -> None:

@@ -15,27 +15,40 @@ flight (cold page cache) and many memory copies running (warm page cache).
   buffer was 10-15% slower, ``copy_file_range`` fails across filesystems (EXDEV), and
   filling a mapped destination (mmap + preadv, no inode lock) was 2-4x slower.
 
-Destination files are created with ``O_NOFOLLOW`` (a symlink planted in the
-destination is never followed). Equivalent shell: ``cp -r SRC/. DST/``, run as N
-parallel ``cp`` streams.
+Each file is built in ``DEST/.gpudoctor-incomplete/`` (created ``O_NOFOLLOW``: a symlink
+planted in the destination is never followed) and renamed to its path only once every
+chunk is in, so the unit of resume is a finished file: an interrupted copy leaves whole
+files and temp files, never a file of the right size with a hole in it.
+
+Ctrl-C stops at once (:mod:`gpudoctor.weights.pool`): the signal reaches the main thread
+in its wait, which sets a stop flag that every thread checks between two ``sendfile``
+calls, cancels the chunks not started and re-raises without joining the threads
+(``weights ensure`` then exits 130). Equivalent shell: ``cp -r SRC/. DST/``,
+run as N parallel ``cp`` streams.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
-from gpudoctor.weights.localfs import make_dirs
+from gpudoctor.weights import pool as pools
+from gpudoctor.weights.localfs import INCOMPLETE_DIR, move_into, private_subdir
 from gpudoctor.weights.progress import Progress
 
 MIN_CHUNK = 16 << 20
 MAX_CHUNK = 256 << 20
 STEP_BYTES = 64 << 20
 ALIGN = 2 << 20
+
+
+class CopyStopped(Exception):
+    """A chunk gave up because the copy is being stopped (another chunk failed, or Ctrl-C)."""
 
 
 @dataclass(frozen=True)
@@ -98,11 +111,20 @@ def plan_chunks(sizes: dict[str, int], chunk_bytes: int) -> list[CopyJob]:
     return jobs
 
 
-def _copy_chunk(in_fd: int, out_fd: int, job: CopyJob, on_bytes: Callable[[int], None]) -> None:
-    """Copy one chunk with sendfile(2) into ``out_fd`` at the chunk's offset."""
+def _copy_chunk(
+    in_fd: int,
+    out_fd: int,
+    job: CopyJob,
+    on_bytes: Callable[[int], None],
+    stop: threading.Event | None = None,
+) -> None:
+    """Copy one chunk with sendfile(2) into ``out_fd`` at the chunk's offset, ``STEP_BYTES``
+    a call; raise CopyStopped between two calls once ``stop`` is set."""
     offset, end = job.offset, job.offset + job.length
     os.lseek(out_fd, offset, os.SEEK_SET)  # own fd per chunk: the file position is ours
     while offset < end:
+        if stop is not None and stop.is_set():
+            raise CopyStopped(job.rel)
         sent = os.sendfile(out_fd, in_fd, offset, min(STEP_BYTES, end - offset))
         if sent == 0:
             raise OSError(f"source ended early at byte {offset} (expected {end})")
@@ -113,15 +135,21 @@ def _copy_chunk(in_fd: int, out_fd: int, job: CopyJob, on_bytes: Callable[[int],
 _OPEN_DEST = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def prepare_destination(dest: Path, rel: str, size: int) -> None:
-    """Create ``dest/rel`` (parents 0755, never through a symlink), ``size`` bytes long."""
-    target = dest / rel
-    make_dirs(dest, Path(rel).parent)
+def temp_path(dest: Path, rel: str) -> Path:
+    """Return where ``rel`` is built before it is renamed into ``dest``:
+    ``DEST/.gpudoctor-incomplete/<rel, quoted>.incomplete``."""
+    return dest / INCOMPLETE_DIR / (quote(rel, safe="") + ".incomplete")
+
+
+def prepare_destination(dest: Path, rel: str, size: int) -> Path:
+    """Create the temp file of ``rel`` (``O_NOFOLLOW``, 0644), ``size`` bytes long; return it."""
+    target = temp_path(dest, rel)
     fd = os.open(target, _OPEN_DEST, 0o644)
     try:
         os.ftruncate(fd, size)
     finally:
         os.close(fd)
+    return target
 
 
 def copy_files(
@@ -135,28 +163,32 @@ def copy_files(
     """Copy ``sizes``' files (relative paths) from ``source`` to ``dest`` in parallel.
 
     ``workers``: threads (default: :func:`default_workers`). ``sync``: flush each
-    file to disk (``fsync``) once written.
-    Returns None; raises OSError on the first failure (the destination is a
-    ``.partial`` directory, so a half copy is never mistaken for a complete model).
+    file to disk (``fsync``) before it is renamed into place.
+    Returns None; raises OSError on the first failure and KeyboardInterrupt at once on
+    Ctrl-C. Either way every file already renamed into ``dest`` is complete, and the
+    rest are temp files in ``DEST/.gpudoctor-incomplete`` (deleted by the next run).
     """
     workers = workers or default_workers()
     chunk = chunk_size(sum(sizes.values()), workers)
     dest.mkdir(parents=True, exist_ok=True)
-    for rel, size in sizes.items():
-        prepare_destination(dest, rel, size)
+    private_subdir(dest, INCOMPLETE_DIR)
+    temps = {rel: prepare_destination(dest, rel, size) for rel, size in sizes.items()}
     jobs = plan_chunks(sizes, chunk)
     remaining = dict(sizes)
     lock = threading.Lock()
+    stop = threading.Event()
     src_flags = os.O_RDONLY | os.O_CLOEXEC
     dst_flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
     def run(job: CopyJob) -> None:
+        if stop.is_set():
+            raise CopyStopped(job.rel)
         if job.length:
             in_fd = os.open(source / job.rel, src_flags)
             try:
-                out_fd = os.open(dest / job.rel, dst_flags)
+                out_fd = os.open(temps[job.rel], dst_flags)
                 try:
-                    _copy_chunk(in_fd, out_fd, job, lambda n: progress.advance(job.rel, n))
+                    _copy_chunk(in_fd, out_fd, job, lambda n: progress.advance(job.rel, n), stop)
                 finally:
                     os.close(out_fd)
             finally:
@@ -168,18 +200,21 @@ def copy_files(
                 remaining[job.rel] = -1  # report once
         if finished:
             if sync:
-                _fsync(dest / job.rel)
+                _fsync(temps[job.rel])
+            move_into(temps[job.rel], dest, job.rel)
             progress.file_done(job.rel)
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="copy") as pool:
-        futures = [pool.submit(run, job) for job in jobs]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        for future in done:
-            error = future.exception()
-            if error is not None:
-                for other in futures:
-                    other.cancel()
-                raise error
+    pool = pools.new_pool(workers, "copy")
+    error: BaseException | None = None
+    try:
+        pools.wait_all([pool.submit(run, job) for job in jobs], stop)
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        pools.shutdown(pool, error)
+    with contextlib.suppress(OSError):
+        os.rmdir(dest / INCOMPLETE_DIR)
 
 
 def _fsync(path: Path) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -19,10 +19,11 @@ from gpudoctor.weights import localfs, trust
 from gpudoctor.weights.complete import FileProblem, unfinished_problems
 from gpudoctor.weights.errors import VerifyError, WeightsError
 from gpudoctor.weights.manifest import Manifest, ManifestFile, utc_now_iso
+from gpudoctor.weights.mirror import fill_mirror, mirror_state, revision_problem
 from gpudoctor.weights.plan import WorkPlan, plan_work, revision_matches
 from gpudoctor.weights.progress import Progress
 from gpudoctor.weights.space import bytes_on_disk, check_fits, measure_space, same_filesystem
-from gpudoctor.weights.verify import directory_problems, full_verify, quick_verify
+from gpudoctor.weights.verify import directory_problems, full_verify
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 
@@ -38,6 +39,7 @@ class EnsureRequest:
         mirror: root of a local disk mirror (``MIRROR/org/name``), or None.
         verify: ``quick`` (sizes) or ``full`` (sha256 of LFS files too).
         max_workers: parallel downloads.
+        mirror_only: never download: fail (saying why) when the mirror cannot serve.
     """
 
     repo_id: str
@@ -46,6 +48,7 @@ class EnsureRequest:
     mirror: Path | None = None
     verify: str = "quick"
     max_workers: int = 16
+    mirror_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,8 @@ class EnsureResult:
         mirror_updated: True when the mirror received this revision.
         seconds: wall time of the run.
         warnings: non-fatal problems (one line each).
+        mirror_problem: why ``--mirror`` could not serve this run (None: it served, or
+            there was no ``--mirror``, or the target was already complete).
     """
 
     repo_id: str
@@ -81,6 +86,7 @@ class EnsureResult:
     mirror_updated: bool = False
     seconds: float = 0.0
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    mirror_problem: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         """Return the result as a JSON-ready dict."""
@@ -131,12 +137,16 @@ def _complete_result(req: EnsureRequest, m: Manifest, t0: float) -> EnsureResult
     )
 
 
-def ensure(req: EnsureRequest, progress: Progress) -> EnsureResult:
+def ensure(
+    req: EnsureRequest, progress: Progress, notify: Callable[[str], None] | None = None
+) -> EnsureResult:
     """Return an :class:`EnsureResult` once ``req.target`` holds the complete model.
 
+    ``notify(line)`` is told, before any download starts, why ``--mirror`` cannot serve.
     Raises :class:`WeightsError` (one-line message) on any failure, file-system
-    errors included; a failed run leaves ``TARGET.partial`` for the next run to
-    resume from.
+    errors included; its ``mirror_problem`` attribute (and its message) say why the
+    mirror could not serve, when it could not. A failed run leaves ``TARGET.partial``
+    for the next run to resume from.
     """
     t0 = time.monotonic()
     _check_request(req)
@@ -151,18 +161,28 @@ def ensure(req: EnsureRequest, progress: Progress) -> EnsureResult:
         and not directory_problems(req.target, local.files)
     ):
         return _complete_result(req, local, t0)
+    notes: dict[str, str | None] = {"mirror_problem": None}
     try:
         with localfs.locked(req.target):
-            return _ensure_locked(req, progress, t0)
-    except WeightsError:
-        raise
-    except OSError as exc:
+            return _ensure_locked(req, progress, t0, notes, notify or (lambda line: None))
+    except (WeightsError, OSError) as exc:
         from gpudoctor.weights.hub import translate_error
 
-        raise translate_error(exc, req.repo_id, req.revision) from None
+        error = translate_error(exc, req.repo_id, req.revision)
+        problem = notes["mirror_problem"]
+        if problem and not error.args[0].startswith("--mirror-only"):
+            error = type(error)(f"{error} (--mirror could not serve: {problem})")
+        error.mirror_problem = problem  # type: ignore[attr-defined]
+        raise error from None
 
 
-def _ensure_locked(req: EnsureRequest, progress: Progress, t0: float) -> EnsureResult:
+def _ensure_locked(
+    req: EnsureRequest,
+    progress: Progress,
+    t0: float,
+    notes: dict[str, str | None],
+    notify: Callable[[str], None],
+) -> EnsureResult:
     from gpudoctor.weights import hub
 
     target, partial = req.target, localfs.partial_dir(req.target)
@@ -171,18 +191,22 @@ def _ensure_locked(req: EnsureRequest, progress: Progress, t0: float) -> EnsureR
         raise WeightsError(
             f"{target} holds {local.repo_id}, not {req.repo_id}: choose another --to"
         )
-    mirror_path = localfs.mirror_dir(req.mirror, req.repo_id) if req.mirror else None
-    mirrored = None
-    if mirror_path is not None:
-        trust.check_ancestors(mirror_path.parent, "--mirror")
-    if mirror_path is not None and trust.check_dir(mirror_path, "the mirror"):
-        mirrored = localfs.read_manifest(mirror_path)
-    if mirrored is not None and (
-        mirrored.repo_id != req.repo_id
-        or quick_verify(mirror_path, mirrored.files, follow_symlinks=True)
-    ):
-        mirrored = None
+    state = mirror_state(req.mirror, req.repo_id) if req.mirror else None
+    mirror_path = state.path if state else None
+    mirrored = state.manifest if state else None
+    notes["mirror_problem"] = state.problem if state else None
+    if req.mirror_only and state is not None and state.problem:
+        raise WeightsError(f"--mirror-only: {state.problem}; nothing was downloaded")
     source = _choose_source(req, local, mirrored)
+    if state is not None and source.kind != "mirror":
+        if state.problem is None:
+            notes["mirror_problem"] = revision_problem(state, req.revision or source.revision)
+        if req.mirror_only:
+            raise WeightsError(f"--mirror-only: {notes['mirror_problem']}; nothing was downloaded")
+        notify(
+            f"--mirror {req.mirror} cannot serve {req.repo_id}: {notes['mirror_problem']};"
+            " fetching from the Hub"
+        )
     reserved = [f.path for f in source.files if trust.reserved_name(f.path)]
     if reserved:
         raise WeightsError(
@@ -225,6 +249,11 @@ def _ensure_locked(req: EnsureRequest, progress: Progress, t0: float) -> EnsureR
     problems = _problems(partial, source.files, req.verify, progress)
     if problems:
         warnings.append(f"{len(problems)} file(s) failed {req.verify} verify and were re-fetched")
+        if req.mirror_only:
+            raise VerifyError(
+                f"--mirror-only: {problems[0].path} from the mirror failed verify"
+                f" ({problems[0].detail}); nothing was downloaded. Kept in {partial}"
+            )
         bad_paths = {p.path for p in problems}
         localfs.remove_files(partial, bad_paths)
         refetch = [f for f in source.files if f.path in bad_paths]
@@ -257,7 +286,7 @@ def _ensure_locked(req: EnsureRequest, progress: Progress, t0: float) -> EnsureR
     mirror_updated = False
     if mirror_path is not None and (mirrored is None or mirrored.revision != source.revision):
         try:
-            _fill_mirror(target, mirror_path, manifest, progress)
+            fill_mirror(target, mirror_path, manifest, progress)
             mirror_updated = True
         except OSError as exc:
             warnings.append(hub.scrub(f"mirror not updated: {exc}"))
@@ -282,6 +311,7 @@ def _ensure_locked(req: EnsureRequest, progress: Progress, t0: float) -> EnsureR
         mirror_updated=mirror_updated,
         seconds=time.monotonic() - t0,
         warnings=tuple(warnings),
+        mirror_problem=notes["mirror_problem"],
     )
 
 
@@ -374,27 +404,3 @@ def _fetch(
         return
     with progress.phase("download", sizes):
         hub.download_files(snapshot, files, partial, progress, workers=req.max_workers)
-
-
-def _fill_mirror(target: Path, mirror_path: Path, manifest: Manifest, progress: Progress) -> None:
-    """Put the model into the mirror: hard links on the same filesystem, else a synced copy."""
-    from gpudoctor.weights.copier import copy_files
-
-    paths = [f.path for f in manifest.files]
-    staging = localfs.partial_dir(mirror_path)
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    if same_filesystem(target, staging):
-        localfs.link_or_copy_tree(target, staging, paths, use_links=True)
-    else:
-        with progress.phase("copy to mirror", {f.path: f.size for f in manifest.files}):
-            copy_files(
-                target, staging, {f.path: f.size for f in manifest.files}, progress, sync=True
-            )
-    localfs.write_manifest(staging, manifest)
-    old = mirror_path.with_name(mirror_path.name + ".old")
-    if mirror_path.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.rename(mirror_path, old)
-    os.rename(staging, mirror_path)
-    shutil.rmtree(old, ignore_errors=True)

@@ -21,11 +21,11 @@ import os
 import ssl
 import threading
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urljoin, urlsplit
 
+from gpudoctor.weights import pool as pools
 from gpudoctor.weights.errors import WeightsError
 from gpudoctor.weights.localfs import INCOMPLETE_DIR as INCOMPLETE_DIR
 
@@ -231,18 +231,18 @@ class RangedDownloader:
                 os.close(fds.pop(job.path))
                 on_file(job.path, temps[job.path])
 
+        pool = pools.new_pool(self._connections, "range")
+        error: BaseException | None = None
         try:
-            with ThreadPoolExecutor(self._connections, thread_name_prefix="range") as pool:
-                futures = [pool.submit(run, job) for job in plan_ranges(sizes)]
-                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-                for future in done:
-                    if future.exception() is not None:
-                        for other in futures:
-                            other.cancel()
-                        raise future.exception()  # type: ignore[misc]
+            pools.wait_all([pool.submit(run, job) for job in plan_ranges(sizes)])
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
-            for fd in fds.values():
-                os.close(fd)
+            pools.shutdown(pool, error)  # Ctrl-C: the threads are not waited for
+            if error is None or isinstance(error, Exception):
+                for fd in fds.values():
+                    os.close(fd)
         for path in unsupported:
             temps[path].unlink(missing_ok=True)
         return sorted(unsupported)

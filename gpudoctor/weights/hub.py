@@ -203,9 +203,8 @@ def download_files(
     (each is renamed into place when complete), so an interruption keeps every
     finished file. Raises :class:`WeightsError` (one line) on the first failure.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     from gpudoctor.weights import fetch
+    from gpudoctor.weights import pool as pools
 
     files = sorted(files, key=lambda f: -f.size)
     url_of = lambda path: fetch.resolve_url(endpoint(), snapshot.repo_id, snapshot.revision, path)  # noqa: E731
@@ -214,7 +213,8 @@ def download_files(
         ranged = {}
     small = [f for f in files if f.path not in ranged]
     # small files: hf's own pace (hf download uses 8 workers); big ones: ``workers`` connections
-    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, 8)), thread_name_prefix="download")
+    pool = pools.new_pool(max(1, min(workers, 8)), "download")
+    interrupted: BaseException | None = None
     try:
         futures = [pool.submit(_hf_fetch, snapshot, f, dest, progress) for f in small]
         if ranged:
@@ -234,12 +234,15 @@ def download_files(
                 for f in files
                 if f.path in fallback
             ]
-        for future in futures:
-            error = future.exception()
-            if error is not None:
-                raise translate_error(error, snapshot.repo_id, snapshot.revision)
+        try:
+            pools.wait_all(futures)
+        except Exception as error:
+            raise translate_error(error, snapshot.repo_id, snapshot.revision) from None
+    except BaseException as exc:
+        interrupted = exc
+        raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pools.shutdown(pool, interrupted)
 
 
 def _hf_fetch(snapshot: RemoteSnapshot, f: ManifestFile, dest: Path, progress: Progress) -> str:

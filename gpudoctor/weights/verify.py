@@ -76,18 +76,25 @@ def full_verify(
     Files with no known sha256 are checked by size only. ``whole_directory``: the
     quick part is :func:`directory_problems` (unfinished downloads count too).
     """
-    from concurrent.futures import ThreadPoolExecutor
+    from gpudoctor.weights import pool as pools
 
     files = list(files)
     problems = (directory_problems if whole_directory else quick_verify)(directory, files)
     bad = {p.path for p in problems}
     hashed = [f for f in files if f.sha256 and f.path not in bad]
     workers = workers or max(1, os.cpu_count() or 1)
-    with (
-        progress.phase("verify sha256", {f.path: f.size for f in hashed}),
-        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sha256") as pool,
-    ):
-        digests = list(pool.map(lambda f: sha256_of(directory / f.path, progress, f.path), hashed))
+    with progress.phase("verify sha256", {f.path: f.size for f in hashed}):
+        pool = pools.new_pool(workers, "sha256")
+        error: BaseException | None = None
+        try:
+            futures = [pool.submit(sha256_of, directory / f.path, progress, f.path) for f in hashed]
+            pools.wait_all(futures)  # Ctrl-C is seen at once, not after the last file
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            pools.shutdown(pool, error)
+        digests = [future.result() for future in futures]
     for f, digest in zip(hashed, digests, strict=True):
         if digest != f.sha256:
             problems.append(

@@ -30,6 +30,7 @@ SOURCES: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
     ),
     "weights ensure": (("gpudoctor/commands/weights.py", ("ensure", "_fail", "_run")),),
     "weights status": (("gpudoctor/commands/weights.py", ("status", "_fail", "_run")),),
+    "weights mirror": (("gpudoctor/commands/weights.py", ("mirror", "_fail", "_run")),),
     "bench run": (("gpudoctor/commands/bench.py", ("run",)),),
     "bench report": (("gpudoctor/commands/bench_report.py", None),),
     "list": (("gpudoctor/commands/list.py", None),),

@@ -42,9 +42,21 @@ def test_rule_is_sizes_then_leftovers() -> None:
     assert unfinished_problems(["x.lock"], listed=["x.lock"]) == []
 
 
+def test_a_file_larger_than_its_manifest_size_is_not_complete() -> None:
+    """Issue 27.1: a shard that grew (appended to, or another file's bytes) is as wrong as a
+    short one; only the exact size counts."""
+    files = [ManifestFile("a.safetensors", 10), ManifestFile("b.safetensors", 0)]
+    found = completeness_problems(files, {"a.safetensors": 11, "b.safetensors": 1})
+    assert [(p.path, p.problem, p.detail) for p in found] == [
+        ("a.safetensors", "size", "is 11 bytes, manifest says 10"),
+        ("b.safetensors", "size", "is 1 bytes, manifest says 0"),
+    ]
+
+
 DAMAGE = {
     "intact": lambda d: None,
     "truncated shard": lambda d: (d / "model-00001-of-00003.safetensors").write_bytes(b"x"),
+    "grown shard": lambda d: (d / "model-00002-of-00003.safetensors").open("ab").write(b"x"),
     "missing config": lambda d: (d / "config.json").unlink(),
     "leftover .incomplete": lambda d: (d / "model-00002.safetensors.incomplete").write_bytes(b"h"),
     "hf leftover": lambda d: (

@@ -435,3 +435,30 @@ def test_no_permission_is_one_line_error(hub, cli: WeightsCli) -> None:
         assert hub.file_gets() == []
     finally:
         shutil.rmtree(base)
+
+
+def test_adopted_file_of_right_size_but_wrong_sha256_is_fetched_again(
+    hub, cli: WeightsCli, tmp_path: Path
+) -> None:
+    """Issue 27.1: a directory gpudoctor did not write (no manifest, no partial marker, as
+    `hf download` leaves it) is adopted; an LFS file of the right size is kept only when its
+    sha256 matches the Hub's, so a damaged shard of the right size is fetched again."""
+    files = make_model_files()
+    publish(hub, files)
+    target = tmp_path / "model"
+    for rel, data in files.items():
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        (target / rel).write_bytes(data)
+    bad = "model-00002-of-00003.safetensors"
+    (target / bad).write_bytes(bytes(len(files[bad])))  # right size, wrong bytes
+
+    run = cli.run("ensure", REPO, "--to", str(target), "--json")
+
+    assert run.returncode == 0, run.output
+    result = json.loads(run.stdout)
+    small = [p for p in files if not p.endswith(".safetensors")]
+    assert (result["action"], result["files_fetched"]) == ("repaired", len(small) + 1)
+    assert result["warnings"] == []  # caught by the adoption hash, not by a later verify
+    fetched = sorted(r.path.rsplit("/", 1)[-1] for r in hub.file_gets())
+    assert fetched == sorted([bad] + [p.rsplit("/", 1)[-1] for p in small])
+    assert model_part(dir_files(target)) == files

@@ -216,3 +216,36 @@ def test_mirror_under_another_users_directory_is_refused(hub, cli: WeightsCli, s
     assert_one_line_error(run, "belongs to nobody (uid 65534)")
     assert "above --mirror" in run.stderr
     assert not (shm / "model").exists() and hub.file_gets() == []
+
+
+def test_group_writable_target_ancestor_and_manifest_are_refused_like_0777(
+    hub, cli: WeightsCli, shm: Path
+) -> None:
+    """Issue 27.1: mode 0775 with a group another user is in is as open as 0777 for that
+    user. nobody (group nogroup) edits a file in a root:nogroup 0775 --to; the same group
+    write on an ancestor (not sticky) or on the manifest alone is refused too."""
+    files = make_model_files()
+    publish(hub, files)
+    target = shm / "model"
+    assert cli.run("ensure", REPO, "--to", str(target), "-q").returncode == 0
+    os.chown(target, 0, NOBODY)
+    os.chmod(target, 0o775)
+    as_nobody(f"rm -f {target}/config.json && echo '{{}}' > {target}/config.json")
+    run = cli.run("ensure", REPO, "--to", str(target))
+    assert_one_line_error(run, "is writable by others (mode 0775)")
+    status = cli.run("status", str(target), "--json")
+    assert status.returncode == 3 and json.loads(status.stdout)["state"] == "untrusted"
+
+    os.chmod(target, 0o755)
+    os.chown(target / MANIFEST_NAME, 0, NOBODY)
+    os.chmod(target / MANIFEST_NAME, 0o664)
+    run = cli.run("ensure", REPO, "--to", str(target))
+    assert_one_line_error(run, "a gpudoctor manifest) is writable by others (mode 0664)")
+
+    parent = shm / "shared"
+    parent.mkdir()
+    os.chown(parent, 0, NOBODY)
+    os.chmod(parent, 0o775)
+    run = cli.run("ensure", REPO, "--to", str(parent / "model"))
+    assert_one_line_error(run, "writable by others and not sticky (mode 0775)")
+    assert not (parent / "model").exists()

@@ -3,7 +3,7 @@
 * Keys are looked up under ``HostKeyAlias`` or ``[host]:port`` in every
   ``UserKnownHostsFile`` and ``GlobalKnownHostsFile`` (plus ``--known-hosts``).
 * A host certificate is accepted when a ``@cert-authority`` line for the host signed it
-  (signature, validity, principals checked: :mod:`gpudoctor.hosts.ssh_cert`).
+  (signature, validity, principals checked: :mod:`gpudoctor.hosts.ssh.certificates`).
 * ``StrictHostKeyChecking``: ``yes`` and ``ask`` (ssh in batch mode cannot ask) refuse an
   unknown key; ``accept-new`` (or ``--accept-new-host-key``) saves the key of a host with
   no key at all in the first known_hosts file. ``no`` is honoured like ``accept-new`` for
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.hosts.base import HostError
-from gpudoctor.hosts.known_hosts import HostKeys, append_key, lookup
-from gpudoctor.hosts.ssh_cert import check_host_certificate, parse_certificate
-from gpudoctor.hosts.ssh_target import SSHTarget
+from gpudoctor.hosts.ssh.certificates import check_host_certificate, parse_certificate
+from gpudoctor.hosts.ssh.known_hosts import HostKeys, append_key, lookup
+from gpudoctor.hosts.ssh.target import SSHTarget
 
 CERT_SUFFIX = "-cert-v01@openssh.com"
 # Host key algorithms per known_hosts key type, in OpenSSH's order of preference.

@@ -6,8 +6,8 @@ from __future__ import annotations
 import paramiko
 import pytest
 
-from gpudoctor.hosts import ssh_connect
-from gpudoctor.hosts.ssh_connect import aead_first
+from gpudoctor.hosts.ssh import connect as ssh_connect
+from gpudoctor.hosts.ssh.connect import aead_first
 from tests.lab.sshd import LabSSHD
 
 

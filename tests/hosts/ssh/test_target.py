@@ -11,7 +11,7 @@ import pytest
 from gpudoctor.hosts.base import HostError
 from gpudoctor.hosts.connect import open_host
 from gpudoctor.hosts.local import LocalHost
-from gpudoctor.hosts.ssh import SSHHost, fingerprint, resolve_target, split_spec
+from gpudoctor.hosts.ssh.host import SSHHost, fingerprint, resolve_target, split_spec
 
 
 @pytest.mark.parametrize(
@@ -135,7 +135,7 @@ def test_bad_ssh_config_is_one_clear_error(tmp_path: Path) -> None:
 def test_strict_host_key_checking_values(tmp_path: Path) -> None:
     """ssh -G spells yes/no as true/false; gpudoctor maps them back, and its policy never
     goes below accept-new (``no`` still refuses a changed key, see ssh_trust)."""
-    from gpudoctor.hosts.ssh_trust import policy_for
+    from gpudoctor.hosts.ssh.trust import policy_for
 
     config = tmp_path / "config"
     modes = {}

@@ -31,7 +31,7 @@ terminator could forge an answer, and then only about its own CT. ``run`` is not
 here: the container host runs commands with a fresh ``lxc-attach``/``pct exec`` instead.
 
 :class:`ShellConnection` is the client: it turns answers into the python agent's result
-dicts, so :class:`~gpudoctor.hosts.remote.AgentHost` serves both. Reads are bounded
+dicts, so :class:`~gpudoctor.hosts.agent.client.AgentHost` serves both. Reads are bounded
 and every call has a deadline at which the agent is killed, as for the python agent.
 """
 
@@ -43,10 +43,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpudoctor.hosts.base import HostError
-from gpudoctor.hosts.remote import MAX_LINE, MAX_STREAM, START_TIMEOUT, ByteStream
-from gpudoctor.hosts.replies import BadReply
-from gpudoctor.hosts.shell_replies import (
+from gpudoctor.hosts.agent.client import MAX_LINE, MAX_STREAM, START_TIMEOUT, ByteStream
+from gpudoctor.hosts.agent.replies import BadReply
+from gpudoctor.hosts.agent.shell_replies import (
     b64,
     check_path,
     errno_of,
@@ -55,6 +54,7 @@ from gpudoctor.hosts.shell_replies import (
     stat_result,
     usage_result,
 )
+from gpudoctor.hosts.base import HostError
 
 # Files procfs generates (short lines, readable at any offset) are read with the shell's
 # own ``read`` (no process started; it reads byte by byte); other files with ``head -c``
@@ -150,6 +150,7 @@ class ShellConnection:
     Results have the python agent's shape."""
 
     kind = "sh"
+    pipelined = True  # :meth:`call_many` sends many requests in one write
 
     def __init__(self, stream: ByteStream, label: str, has_python: bool = False) -> None:
         self.stream = stream

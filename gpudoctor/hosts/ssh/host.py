@@ -1,8 +1,8 @@
 """SSHHost: a remote machine reached over SSH (paramiko) with OpenSSH's configuration and
 trust decisions: ``ssh -G`` resolves the options (Match, Include, ProxyJump,
 ProxyCommand, IdentityFile, UserKnownHostsFile, HostKeyAlias, StrictHostKeyChecking,
-...), :mod:`gpudoctor.hosts.ssh_connect` opens the connection (every jump hop verified),
-:mod:`gpudoctor.hosts.ssh_trust` judges host keys (unknown keys are refused unless the
+...), :mod:`gpudoctor.hosts.ssh.connect` opens the connection (every jump hop verified),
+:mod:`gpudoctor.hosts.ssh.trust` judges host keys (unknown keys are refused unless the
 user asks; a CHANGED key always is). Passwords and passphrases are never logged.
 
 File operations go through the gpudoctor agent started over one exec channel
@@ -20,11 +20,11 @@ from collections.abc import Sequence
 
 import paramiko
 
+from gpudoctor.hosts.agent.client import AgentHost, ByteStream, agent_command
 from gpudoctor.hosts.base import CommandResult, ForwardingHost, HostError
-from gpudoctor.hosts.remote import AgentHost, ByteStream, agent_command
-from gpudoctor.hosts.ssh_auth import Credentials
-from gpudoctor.hosts.ssh_connect import Connection, ConnectSettings, connect, fingerprint
-from gpudoctor.hosts.ssh_target import (
+from gpudoctor.hosts.ssh.auth import Credentials
+from gpudoctor.hosts.ssh.connect import Connection, ConnectSettings, connect, fingerprint
+from gpudoctor.hosts.ssh.target import (
     DEFAULT_SSH_CONFIG,
     SSHTarget,
     resolve_target,
@@ -118,6 +118,7 @@ class SSHHost(ForwardingHost):
     """
 
     python = "python3"
+    run_opens_session = True  # each run() is a fresh exec channel (sshd session, shell)
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""Parsing the POSIX-sh agent's answers (:mod:`gpudoctor.hosts.shell_agent`) into the
+"""Parsing the POSIX-sh agent's answers (:mod:`gpudoctor.hosts.agent.shell`) into the
 python agent's result shapes: errno from strerror texts, ``stat -c`` / ``ls -lnLd`` lines,
 ``stat -f`` / ``df -Pk`` lines, raw file bytes and directory entries."""
 
@@ -10,7 +10,7 @@ import os
 import re
 from typing import Any
 
-from gpudoctor.hosts.agent import file_kind
+from gpudoctor.hosts.agent.server import file_kind
 
 # strerror texts -> errno: the C library's, plus the shells' own words (dash, busybox).
 _ERRNOS = {os.strerror(e).lower(): e for e in errno_mod.errorcode}

@@ -1,8 +1,8 @@
 """A compromised container cannot exhaust gpudoctor's memory or hold it past a deadline.
 
-Each test replaces the agent with a REAL hostile process (tests/hosts/hostile_agent.py,
+Each test replaces the agent with a REAL hostile process (tests/fakes/hostile_agent.py,
 run exactly as an agent is: a subprocess whose pipes carry the protocol) and performs one
-attack on the real client path (:class:`gpudoctor.hosts.remote.AgentHost`). gpudoctor's
+attack on the real client path (:class:`gpudoctor.hosts.agent.client.AgentHost`). gpudoctor's
 peak RSS is sampled (psutil) while the attack runs.
 """
 
@@ -17,12 +17,12 @@ from typing import Any
 import psutil
 import pytest
 
-from gpudoctor.hosts import remote
+from gpudoctor.hosts.agent import client
+from gpudoctor.hosts.agent.client import AgentHost, ProcessStream
+from gpudoctor.hosts.agent.replies import BadReply
 from gpudoctor.hosts.base import HostError
-from gpudoctor.hosts.remote import AgentHost, ProcessStream
-from gpudoctor.hosts.replies import BadReply
 
-HOSTILE = Path(__file__).with_name("hostile_agent.py")
+HOSTILE = Path(__file__).parents[2] / "fakes" / "hostile_agent.py"
 MIB = 1 << 20
 
 
@@ -104,7 +104,7 @@ def test_flood_of_lines_is_stopped_at_the_stream_bound(
 ) -> None:
     """Attack: endless valid lines for ids nobody asked about (each one small). Blocked by
     the total bound per agent (MAX_STREAM, lowered here to 8 MiB to keep the test short)."""
-    monkeypatch.setattr(remote, "MAX_STREAM", 8 * MIB)
+    monkeypatch.setattr(client, "MAX_STREAM", 8 * MIB)
     host, streams = hostile("flood")
     with PeakRss() as rss, pytest.raises(HostError, match=r"more than 8 MiB"):
         host.stat("/dev/null")
@@ -155,7 +155,7 @@ def test_reply_schema_is_enforced(hostile: Callable[..., Any], mode: str, messag
 def shell_agent(script: str, **kwargs: Any) -> tuple[AgentHost, list[ProcessStream]]:
     """An AgentHost whose CT side is a hostile REAL shell posing as the sh agent (it
     answers the hello with the client's terminator, then runs ``script``)."""
-    from gpudoctor.hosts.shell_agent import ShellConnection
+    from gpudoctor.hosts.agent.shell import ShellConnection
 
     streams: list[ProcessStream] = []
     prelude = 'read -r T; printf "%s hello $$\\n" "$T"; read -r request; '

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.hosts.base import HostError
-from gpudoctor.hosts.ssh import SSHHost
+from gpudoctor.hosts.ssh.host import SSHHost
 
 
 def serve(handler: Callable[[socket.socket], None]) -> Iterator[int]:
@@ -137,7 +137,7 @@ def test_no_paramiko_traceback_on_stderr(peer: int, tmp_path: Path) -> None:
     own line reaches stderr: paramiko's "Exception (client)" and traceback stay silent."""
     code = (
         "import sys\n"
-        "from gpudoctor.hosts.ssh import SSHHost\n"
+        "from gpudoctor.hosts.ssh.host import SSHHost\n"
         "from gpudoctor.hosts.base import HostError\n"
         f"h = SSHHost('root@127.0.0.1:{peer}', ssh_config=None, system_known_hosts=False,"
         f" known_hosts={str(tmp_path / 'kh')!r}, connect_timeout=5)\n"

@@ -16,7 +16,7 @@ from typing import Any
 import paramiko
 
 from gpudoctor.hosts.base import HostError
-from gpudoctor.hosts.ssh_target import SSHTarget
+from gpudoctor.hosts.ssh.target import SSHTarget
 
 
 @dataclass(frozen=True)

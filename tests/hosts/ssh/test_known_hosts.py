@@ -10,9 +10,9 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from gpudoctor.hosts.known_hosts import hashed_name, lookup, match_host
-from gpudoctor.hosts.ssh_cert import check_host_certificate, parse_certificate
-from gpudoctor.hosts.ssh_trust import host_key_order
+from gpudoctor.hosts.ssh.certificates import check_host_certificate, parse_certificate
+from gpudoctor.hosts.ssh.known_hosts import hashed_name, lookup, match_host
+from gpudoctor.hosts.ssh.trust import host_key_order
 
 
 def keygen(path: Path) -> Path:

@@ -1,8 +1,8 @@
 """Open an authenticated SSH connection as ``ssh -o BatchMode=yes`` would: the socket
 (direct TCP, ``ProxyCommand``, or a ``direct-tcpip`` channel through each ``ProxyJump``
 hop, every hop's host key verified), the handshake (host key algorithms ordered by what
-known_hosts holds), trust (:mod:`gpudoctor.hosts.ssh_trust`) and authentication
-(:mod:`gpudoctor.hosts.ssh_auth`). Failures are one-line :class:`HostError` texts that
+known_hosts holds), trust (:mod:`gpudoctor.hosts.ssh.trust`) and authentication
+(:mod:`gpudoctor.hosts.ssh.auth`). Failures are one-line :class:`HostError` texts that
 state the real reason and the real elapsed time."""
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import Any
 import paramiko
 
 from gpudoctor.hosts.base import HostError
-from gpudoctor.hosts.known_hosts import HostKeys
-from gpudoctor.hosts.ssh_auth import Credentials, authenticate
-from gpudoctor.hosts.ssh_target import DEFAULT_SSH_CONFIG, SSHTarget, resolve_target
-from gpudoctor.hosts.ssh_trust import host_key_order, known_keys, policy_for, verify_host_key
+from gpudoctor.hosts.ssh.auth import Credentials, authenticate
+from gpudoctor.hosts.ssh.known_hosts import HostKeys
+from gpudoctor.hosts.ssh.target import DEFAULT_SSH_CONFIG, SSHTarget, resolve_target
+from gpudoctor.hosts.ssh.trust import host_key_order, known_keys, policy_for, verify_host_key
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 # Offer AEAD ciphers first (see aead_first); False: paramiko's own order (benchmarks).

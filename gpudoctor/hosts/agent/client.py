@@ -1,8 +1,8 @@
 """AgentHost: a Host whose file operations are served by the agent over a byte stream.
 
-The stream is any pair of pipes to a process running :mod:`gpudoctor.hosts.agent`
+The stream is any pair of pipes to a process running :mod:`gpudoctor.hosts.agent.server`
 (``python3 -I -c BOOTSTRAP``): a local subprocess (:class:`ProcessStream`), an SSH
-exec channel (:class:`gpudoctor.hosts.ssh.ChannelStream`), or ``lxc-attach`` /
+exec channel (:class:`gpudoctor.hosts.ssh.host.ChannelStream`), or ``lxc-attach`` /
 ``pct exec`` run on a container's host. Requests carry ids and the agent serves them
 concurrently, so checks running in parallel threads share one agent.
 
@@ -10,7 +10,7 @@ The far side is untrusted (a compromised container, a hostile host): every read 
 is bounded (:data:`MAX_LINE` per reply line, :data:`MAX_STREAM` per agent), every call
 has a deadline at which the agent is KILLED (nothing is read from it after that), and
 every reply is checked against the shape the protocol promises
-(:mod:`gpudoctor.hosts.replies`) before it is used.
+(:mod:`gpudoctor.hosts.agent.replies`) before it is used.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.hosts import agent as agent_mod
+from gpudoctor.hosts.agent import server as agent_mod
+from gpudoctor.hosts.agent.replies import BadReply, record, typed
+from gpudoctor.hosts.agent.streams import ByteStream, ProcessStream
 from gpudoctor.hosts.base import (
     CommandResult,
     DiskUsage,
@@ -33,9 +35,7 @@ from gpudoctor.hosts.base import (
     HostError,
     OpenResult,
 )
-from gpudoctor.hosts.replies import BadReply, record, typed
 from gpudoctor.hosts.snapshot import Kept, snapshot_key
-from gpudoctor.hosts.streams import ByteStream, ProcessStream
 
 AGENT_SOURCE = Path(agent_mod.__file__).read_bytes()
 DEFAULT_CALL_TIMEOUT = 30.0
@@ -115,6 +115,8 @@ class AgentConnection:
     """
 
     kind = "python"
+    has_python = True  # the agent itself runs on the host's python
+    pipelined = False  # requests go one by one (no call_many)
 
     def __init__(self, stream: ByteStream, label: str, hello: dict[str, Any] | None = None) -> None:
         self.stream = stream
@@ -327,10 +329,9 @@ class AgentHost(Host):
         per-run snapshot of the target. Return how many answers were kept (0: nothing
         pipelined). Only for one check run: a fix's re-check must not see old answers."""
         conn = self._connection()
-        many = getattr(conn, "call_many", None)
-        if many is None or not requests:
+        if not conn.pipelined or not requests:
             return 0
-        answers = many(requests, timeout or self.call_timeout)
+        answers = conn.call_many(requests, timeout or self.call_timeout)
         kept = {}
         for (op, args), answer in zip(requests, answers, strict=True):
             if answer is not None and not isinstance(answer, BadReply):

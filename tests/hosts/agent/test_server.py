@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.hosts import agent as agent_mod
+from gpudoctor.hosts.agent import server as agent_mod
+from gpudoctor.hosts.agent.client import AgentHost, ProcessStream, agent_command, local_agent_host
 from gpudoctor.hosts.base import HostError
 from gpudoctor.hosts.local import LocalHost
-from gpudoctor.hosts.remote import AgentHost, ProcessStream, agent_command, local_agent_host
 
 OLD_PYTHON = Path("/root/.pyenv/versions/3.6.15/bin/python3.6")
 

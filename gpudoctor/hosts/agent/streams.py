@@ -1,9 +1,9 @@
 """Byte streams to an agent process: its stdin/stdout pipes and its stderr.
 
-:class:`ByteStream` is what the agent clients (:mod:`gpudoctor.hosts.remote`,
-:mod:`gpudoctor.hosts.shell_agent`) talk through; :class:`ProcessStream` is a local
+:class:`ByteStream` is what the agent clients (:mod:`gpudoctor.hosts.agent.client`,
+:mod:`gpudoctor.hosts.agent.shell`) talk through; :class:`ProcessStream` is a local
 subprocess (``lxc-attach ...``, ``python3 -I -c ...``); the SSH exec channel's is
-:class:`gpudoctor.hosts.ssh.ChannelStream`.
+:class:`gpudoctor.hosts.ssh.host.ChannelStream`.
 """
 
 from __future__ import annotations

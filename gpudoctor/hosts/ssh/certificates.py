@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpudoctor.hosts.known_hosts import glob_match
+from gpudoctor.hosts.ssh.known_hosts import glob_match
 
 HOST_CERT = 2
 # Key-type-specific public fields that follow the nonce, per certificate type.

@@ -241,8 +241,9 @@ def check(
     if fleet:
         from dataclasses import replace
 
+        from gpudoctor.commands.check_fleet import run_fleet_command
         from gpudoctor.commands.options import api_credentials
-        from gpudoctor.fleet.check_run import FleetRequest, run_fleet_command
+        from gpudoctor.fleet.request import FleetRequest
 
         request = FleetRequest(cluster, inventory_file, (ct,) if ct else (), parallel,
                                target_timeout, known_hosts=known_hosts,

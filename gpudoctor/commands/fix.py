@@ -197,7 +197,7 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
         dev_gid=dev_gid,
     )
     if cluster or inventory_file:
-        from gpudoctor.fleet.fix_run import ClusterFixRequest, run_cluster_fix
+        from gpudoctor.commands.fix_cluster import ClusterFixRequest, run_cluster_fix
 
         template = FixOptions(
             ct="",

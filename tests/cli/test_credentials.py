@@ -119,9 +119,9 @@ def test_fix_cluster_without_credentials_names_options_fix_has(tmp_path):
 
 def test_no_secret_in_any_repr():
     """No secret in a repr: a request object logged or shown in a traceback leaks nothing."""
-    from gpudoctor.fleet.check_run import FleetRequest
-    from gpudoctor.fleet.fix_run import ClusterFixRequest
+    from gpudoctor.commands.fix_cluster import ClusterFixRequest
     from gpudoctor.fleet.proxmox import ApiCredentials
+    from gpudoctor.fleet.request import FleetRequest
     from gpudoctor.pve.api import ApiSettings
 
     auth = ApiAuth("root@pam!gd", "token-secret-1234", "root@pam", "password-5678")

@@ -1,8 +1,8 @@
 """The ``gpudoctor check --cluster/--inventory`` command body (called from commands/check.py).
 
-Builds the inventory (API or file, narrowed by ``--ct``), runs the fleet check with
-progress on stderr, renders the result (human table, ``--json``, Prometheus) and
-returns the exit code (0 healthy, 3 any FAIL/ERROR).
+Builds the inventory (API or file, narrowed by ``--ct``: :mod:`gpudoctor.fleet.request`),
+runs the fleet check with progress on stderr, renders the result (human table, ``--json``,
+Prometheus) and returns the exit code (ExitCode.OK healthy, FAILED any FAIL/ERROR).
 """
 
 from __future__ import annotations
@@ -10,73 +10,19 @@ from __future__ import annotations
 import io
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TextIO
 
 import click
 
 from gpudoctor.context import CheckOptions
-from gpudoctor.credentials import ApiAuth
+from gpudoctor.exit_codes import ExitCode
 from gpudoctor.fleet.execute import FleetSettings, check_fleet
 from gpudoctor.fleet.explain import Explanation, explain
-from gpudoctor.fleet.inventory import (
-    Inventory,
-    InventoryError,
-    load_inventory_file,
-    split_patterns,
-)
+from gpudoctor.fleet.inventory import InventoryError
+from gpudoctor.fleet.request import FleetRequest, build_inventory
 from gpudoctor.fleet.results import FleetResult, Outcome
 from gpudoctor.model import Status
 from gpudoctor.output import Format
-
-
-@dataclass(frozen=True)
-class FleetRequest:
-    """What the command line asked for.
-
-    Attributes:
-        cluster: the Proxmox API host (``pve1``, ``pve1:8006``), or None.
-        inventory: the TOML inventory path, or None.
-        ct: ``--ct`` values (ids, names, globs; comma-separated allowed).
-        parallel: ``--parallel``.
-        target_timeout_s: ``--target-timeout``.
-        known_hosts, accept_new_host_key: SSH options.
-        credentials: the Proxmox API credentials and TLS trust (secrets never shown).
-    """
-
-    cluster: str | None = None
-    inventory: str | None = None
-    ct: tuple[str, ...] = ()
-    parallel: int = 8
-    target_timeout_s: float = 120.0
-    known_hosts: str | None = None
-    accept_new_host_key: bool = False
-    credentials: ApiAuth = field(default_factory=ApiAuth)
-
-
-def build_inventory(request: FleetRequest) -> tuple[Inventory, tuple[str, ...]]:
-    """Return (inventory narrowed by ``--ct``, warnings); raise InventoryError."""
-    if request.cluster and request.inventory:
-        raise InventoryError("--cluster and --inventory exclude each other: pick one source")
-    if request.inventory:
-        inventory, warnings = load_inventory_file(request.inventory), ()
-    else:
-        from gpudoctor.fleet.proxmox import ApiCredentials, cluster_inventory
-
-        auth = request.credentials
-        creds = ApiCredentials(
-            host=request.cluster or "",
-            token_id=auth.token_id,
-            token_secret=auth.token_secret,
-            user=auth.user,
-            password=auth.password,
-            verify=auth.verify,
-        )
-        inventory, warnings = cluster_inventory(creds)
-    narrowed = inventory.narrowed(split_patterns(request.ct))
-    if request.ct and not narrowed.cts:
-        raise InventoryError(f"--ct {','.join(request.ct)} matches no CT of {inventory.source}")
-    return narrowed, warnings
 
 
 def progress_printer(total: int, stream: TextIO | None = None) -> Callable[[Outcome], None]:
@@ -124,8 +70,8 @@ def render_fleet(result: FleetResult, explanations: tuple[Explanation, ...],
 
 def run_fleet_command(request: FleetRequest, options: CheckOptions, fmt: Format,
                       output: str | None, verbose: bool,
-                      write_file: Callable[[str, str], None]) -> int:  # fmt: skip
-    """Run the whole ``check --cluster/--inventory``; return the exit code (0 or 3).
+                      write_file: Callable[[str, str], None]) -> ExitCode:  # fmt: skip
+    """Run the whole ``check --cluster/--inventory``; return the exit code (OK or FAILED).
     Raise click.UsageError / ClickException with one line for bad input or a failed API."""
     if request.parallel < 1:
         raise click.UsageError("--parallel must be at least 1")
@@ -170,4 +116,4 @@ def run_fleet_command(request: FleetRequest, options: CheckOptions, fmt: Format,
     else:
         render_fleet(result, explanations, warnings, fmt, sys.stdout, verbose)
     bad = any(f.status in (Status.FAIL, Status.ERROR) for r in result.reports() for f in r.findings)
-    return 3 if bad else 0
+    return ExitCode.FAILED if bad else ExitCode.OK

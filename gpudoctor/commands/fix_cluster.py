@@ -10,25 +10,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpudoctor.credentials import ApiAuth
-from gpudoctor.fleet.check_run import FleetRequest, build_inventory
+from gpudoctor.exit_codes import ExitCode
 from gpudoctor.fleet.execute import FleetSettings
 from gpudoctor.fleet.fix import ClusterFixResult, ClusterFixSettings, CtFix, fix_cluster
 from gpudoctor.fleet.inventory import InventoryError
+from gpudoctor.fleet.request import FleetRequest, build_inventory
 from gpudoctor.pve.fixer import FixOptions
 
-EXIT_ERROR, EXIT_USAGE = 1, 2
 Echo = Callable[..., None]
 
 
-def fail(message: str, code: int, as_json: bool, echo: Echo) -> int:
+def fail(message: str, code: ExitCode, as_json: bool, echo: Echo) -> ExitCode:
     """Print the error in the documented one-line form (and as JSON on stdout with
     ``--json``); return ``code``."""
     from gpudoctor.errors import ERROR_HINT, error_line
 
-    line = error_line(message, "see 'gpudoctor fix --help'" if code == EXIT_USAGE else ERROR_HINT)
+    line = error_line(
+        message, "see 'gpudoctor fix --help'" if code == ExitCode.USAGE else ERROR_HINT
+    )
     if as_json:
         echo(json.dumps({"ok": False, "error": line.removeprefix("gpudoctor: error: "),
-                         "exit_code": code}))  # fmt: skip
+                         "exit_code": int(code)}))  # fmt: skip
     echo(line, err=True)
     return code
 
@@ -75,12 +77,13 @@ def run_cluster_fix(
     template: FixOptions,
     echo: Echo,
     ask: Callable[[str], bool],
-) -> int:
-    """Run the fleet fix; return 0 (all fixed or nothing to change), 3 (something not
-    fixed, rolled back, skipped or declined) or 1 (no inventory). ``template`` carries the
-    per-CT options (plan, layout, dry_run, yes, restart; its ``ct`` is ignored)."""
+) -> ExitCode:
+    """Run the fleet fix; return ExitCode.OK (all fixed or nothing to change), FAILED
+    (something not fixed, rolled back, skipped or declined), ERROR (no inventory) or USAGE
+    (a bad ``--max-restarts``). ``template`` carries the per-CT options (plan, layout,
+    dry_run, yes, restart; its ``ct`` is ignored)."""
     if request.max_restarts < 1:
-        return fail("--max-restarts must be at least 1", EXIT_USAGE, request.as_json, echo)
+        return fail("--max-restarts must be at least 1", ExitCode.USAGE, request.as_json, echo)
     fleet_request = FleetRequest(
         cluster=request.cluster,
         inventory=request.inventory,
@@ -92,7 +95,7 @@ def run_cluster_fix(
     try:
         inventory, warnings = build_inventory(fleet_request)
     except InventoryError as exc:
-        return fail(str(exc), EXIT_ERROR, request.as_json, echo)
+        return fail(str(exc), ExitCode.ERROR, request.as_json, echo)
     for warning in warnings:
         echo(f"gpudoctor: warning: {warning}", err=True)
     settings = ClusterFixSettings(
@@ -121,7 +124,7 @@ def run_cluster_fix(
         inventory, settings, confirm, progress=lambda text: echo(f"gpudoctor: {text}", err=True)
     )
     report(result, request.as_json, template.dry_run, echo)
-    return result.exit_code
+    return ExitCode(result.exit_code)
 
 
 def report(result: ClusterFixResult, as_json: bool, dry_run: bool, echo: Echo) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.hosts.local import LocalHost
-from gpudoctor.pve.hostprep import UNIT_NAME, run_host_prep
+from gpudoctor.pve.uvm_unit import UNIT_NAME, run_host_prep
 from tests.fix.pvetree import PveTree
 
 

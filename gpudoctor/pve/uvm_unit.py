@@ -25,7 +25,7 @@ from gpudoctor.pve.apply import (
     compare_and_swap,
     read_bytes,
 )
-from gpudoctor.pve.planner import Plan, unified_diff
+from gpudoctor.pve.planner import FixPlan, unified_diff
 
 UNIT_NAME = "gpudoctor-nvidia-uvm.service"
 WANTED_BY = "multi-user.target"
@@ -57,7 +57,7 @@ class HostPrepOutcome:
     status: str
     exit_code: int
     message: str
-    plan: Plan
+    plan: FixPlan
     unit_path: str
     backup: str = ""
 
@@ -97,7 +97,7 @@ def _paths(root: str) -> tuple[str, str]:
     return f"{base}/{UNIT_NAME}", f"{base}/{WANTED_BY}.wants/{UNIT_NAME}"
 
 
-def plan_host_prep(host: Host, root: str, layout: Layout) -> tuple[Plan, str, str]:
+def plan_host_prep(host: Host, root: str, layout: Layout) -> tuple[FixPlan, str, str]:
     """Return (plan, unit path, SHA-1 of the current unit or ``absent``), read-only:
     ``command -v nvidia-modprobe``, ``cat`` of the unit, ``test -e`` of its wants link."""
     found = host.run(["sh", "-c", "command -v nvidia-modprobe"], timeout=15)
@@ -126,7 +126,7 @@ def plan_host_prep(host: Host, root: str, layout: Layout) -> tuple[Plan, str, st
     enabled = _is_link(host, wants)
     if not enabled:
         explanation.append(f"enable {UNIT_NAME} (systemctl enable)")
-    plan = Plan(
+    plan = FixPlan(
         old_text=old,
         new_text=new,
         diff=unified_diff(old, new, unit_path),
@@ -140,7 +140,7 @@ def run_host_prep(
     host: Host,
     dry_run: bool = False,
     yes: bool = False,
-    confirm: Callable[[Plan], bool] = lambda plan: False,
+    confirm: Callable[[FixPlan], bool] = lambda plan: False,
     progress: Callable[[str], None] = lambda text: None,
     layout: Layout | None = None,
     root: str | None = None,

@@ -1,6 +1,6 @@
 """One Proxmox API credential scheme for ``check`` and ``fix``, single host and fleet.
 
-Real runs against the HTTPS stand-in for a Proxmox node's API (tests/fleet/pve_api.py:
+Real runs against the HTTPS stand-in for a Proxmox node's API (tests/fakes/pve_recorded_api.py:
 TLS with its own certificate, pveproxy's token header and ticket login), as subprocesses.
 """
 
@@ -13,7 +13,7 @@ import pytest
 
 from gpudoctor.credentials import WITHHELD, ApiAuth, redact
 from tests.cli.support import ERROR_LINE, gpudoctor, last_line
-from tests.fleet.pve_api import PveApiServer
+from tests.fakes.pve_recorded_api import PveApiServer
 from tests.fleet.test_proxmox_inventory import ssh_home
 
 

@@ -10,7 +10,7 @@ from gpudoctor.hosts.local import LocalHost
 from gpudoctor.model import Status
 from gpudoctor.registry import validate
 from gpudoctor.runner import run_checks
-from tests.fix.pvetree import PveTree
+from tests.fakes.pvetree import PveTree
 
 # /dev/null (char 1:3) stands for a GPU node: a real node whose major the test knows.
 CONF = "arch: amd64\nlxc.mount.entry: /dev/null dev/fakegpu none bind,optional,create=file\n"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fix.pvetree import PveTree
+from tests.fakes.pvetree import PveTree
 
 CONF = "arch: amd64\nlxc.mount.entry: /dev/null dev/fakegpu none bind,optional,create=file\n"
 

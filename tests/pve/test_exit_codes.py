@@ -1,5 +1,5 @@
 """``gpudoctor fix`` exit codes as scripts see them: real subprocesses, stdin from
-/dev/null (no terminal), on an /etc/pve-like tree (tests/fix/pvetree.py).
+/dev/null (no terminal), on an /etc/pve-like tree (tests/fakes/pvetree.py).
 
 0 nothing to change, 4 changes pending (``--dry-run``, or no ``--yes`` and no terminal),
 3 nothing to pass through; ``--help`` and docs/fix.md list the same codes.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fix.pvetree import PveTree
+from tests.fakes.pvetree import PveTree
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = "arch: amd64\nlxc.mount.entry: /dev/null dev/fakegpu none bind,optional,create=file\n"

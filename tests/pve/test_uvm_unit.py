@@ -11,7 +11,7 @@ import pytest
 
 from gpudoctor.hosts.local import LocalHost
 from gpudoctor.pve.uvm_unit import UNIT_NAME, run_host_prep
-from tests.fix.pvetree import PveTree
+from tests.fakes.pvetree import PveTree
 
 
 @pytest.fixture

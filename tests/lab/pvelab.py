@@ -1,5 +1,5 @@
 """A Proxmox-like host in the lab (test support): a real LXC container driven by the pct
-stand-in (tests/fakes/pct.py) from an /etc/pve-like tree (tests/fix/pvetree.py).
+stand-in (tests/fakes/pct.py) from an /etc/pve-like tree (tests/fakes/pvetree.py).
 
 The container is a real lab container (pure cgroup v2, eBPF device policy) named by its
 VMID; ``base.conf`` holds what pve-container derives from ``rootfs:``/``arch:`` and its
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudoctor.hosts.base import CommandResult
-from tests.fix.pvetree import PveTree
+from tests.fakes.pvetree import PveTree
 from tests.lab.lxc import REPO_ROOT, Lab, LabContainer
 
 PCT_STAND_IN = REPO_ROOT / "tests" / "fakes" / "pct.py"

@@ -19,7 +19,7 @@ import pytest
 
 from gpudoctor.hosts.local import LocalHost
 from gpudoctor.pve.apply import compare_and_swap, resolve_target, sha1_hex, write_command
-from tests.fix.pvetree import PveTree
+from tests.fakes.pvetree import PveTree
 
 RUNS = 120
 
@@ -85,7 +85,7 @@ def test_kill_9_at_many_points_leaves_old_or_new_bytes(tmp_path) -> None:
 
 
 def test_a_read_back_that_differs_puts_the_old_bytes_back(tmp_path) -> None:
-    """Fault injected at the read-back (tests/fix/faulty_python.py: the file is mangled
+    """Fault injected at the read-back (tests/fakes/faulty_python.py: the file is mangled
     between the rename and the verification read): the writer restores the old bytes,
     the caller gets a ``verify`` error saying nothing changed, the host backup is whole."""
     from pathlib import Path
@@ -95,7 +95,7 @@ def test_a_read_back_that_differs_puts_the_old_bytes_back(tmp_path) -> None:
     tree = PveTree(tmp_path)
     old = b"arch: amd64\nlxc.cgroup2.devices.allow: c 195:* rwm\n"
     path = tree.add_ct("200", old.decode())
-    faulty = str(Path(__file__).with_name("faulty_python.py"))
+    faulty = str(Path(__file__).resolve().parents[1] / "fakes" / "faulty_python.py")
     host, layout = LocalHost(), tree.layout(python=faulty)
     target = resolve_target(host, "pve", "200", layout)
     backup = f"{tree.backup_dir}/ct-200/x.conf"

@@ -21,7 +21,7 @@ from gpudoctor.pve.apply import (
     resolve_target,
     sha1_hex,
 )
-from tests.fix.pvetree import PveTree
+from tests.fakes.pvetree import PveTree
 
 CONF = "arch: amd64\nhostname: ct\nlxc.cgroup2.devices.allow: c 195:* rwm\n\n[snap]\narch: amd64\n"
 

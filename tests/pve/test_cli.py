@@ -10,7 +10,7 @@ import sys
 from click.testing import CliRunner
 
 from gpudoctor.cli import cli
-from tests.fix.pvetree import PveTree
+from tests.fakes.pvetree import PveTree
 
 CONF = "arch: amd64\nlxc.mount.entry: /dev/null dev/fakegpu none bind,optional,create=file\n"
 

@@ -19,7 +19,7 @@ from gpudoctor.cli import cli
 from gpudoctor.pve.apply import ApplyError, Layout
 from gpudoctor.pve.fixer import FixOptions, run_fix
 from gpudoctor.pve.planner import PlanOptions
-from tests.fix.pvelab import PveCt, make_pve_ct, unique_vmid
+from tests.lab.pvelab import PveCt, make_pve_ct, unique_vmid
 
 pytestmark = pytest.mark.lab
 

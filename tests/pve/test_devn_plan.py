@@ -19,7 +19,7 @@ from gpudoctor.pve.api import ApiSettings
 from gpudoctor.pve.fixer import FixOptions, make_plan
 from gpudoctor.pve.planner import PlanOptions
 from gpudoctor.pve.uvm_unit import UNIT_NAME
-from tests.fix.pvetree import PveTree
+from tests.fakes.pvetree import PveTree
 
 CONF = "arch: amd64\nhostname: ct\ndev0: /dev/nvidia-uvm,gid=0,mode=0666\n"
 

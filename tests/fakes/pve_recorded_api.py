@@ -1,6 +1,6 @@
 """A small HTTPS server on 127.0.0.1 that stands for a Proxmox VE node's API (pveproxy).
 
-It serves the RECORDED responses in ``tests/fleet/data/pve_api`` (see its README for where
+It serves the RECORDED responses in ``tests/data/pve_api`` (see its README for where
 each comes from) under ``/api2/json/...``, with a fresh self-signed certificate, so that
 proxmoxer's https backend (requests) really talks HTTP and TLS to it. Authentication is
 checked the way pveproxy does: an ``Authorization: PVEAPIToken=USER@REALM!ID=SECRET``
@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlparse
 
 from tests.fakes.pve_https import PveHttpsServer
 
-DATA = Path(__file__).parent / "data" / "pve_api"
+DATA = Path(__file__).resolve().parents[1] / "data" / "pve_api"
 
 
 @dataclass

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.fix.pvetree import PveTree
+from tests.fakes.pvetree import PveTree
 
 CONF = "arch: amd64\nhostname: ct\n"
 

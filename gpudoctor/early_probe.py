@@ -31,6 +31,7 @@ STAGES = ("env", "nvml", "cuda")
 # Options of `gpudoctor check` after which the whole catalogue does not run here.
 NOT_LOCAL = ("--host", "--ct", "--cluster", "--inventory", "--only", "-h", "--help")
 GLOBAL_FLAGS = ("--debug",)  # root-group flags allowed before the subcommand
+AFTER_KILL_S = 1.0  # reading after the kill at the deadline, as op_run (the spawned path) waits
 
 
 class Pending:
@@ -201,7 +202,10 @@ def discard() -> None:
 
 def _collect(pending: Pending, timeout_s: float) -> dict:
     """Read the child's output until EOF or ``timeout_s`` after its start, when its process
-    group is SIGKILLed (0: at once); reap it and return what it printed."""
+    group is SIGKILLed (0: at once); after the kill, read for at most ``AFTER_KILL_S`` more
+    (a driver helper outside the group may hold the pipes open), then stop. Reap the child
+    (for at most ``AFTER_KILL_S`` once killed: one stuck in the kernel stays unreaped, -9)
+    and return what it printed."""
     import contextlib
     import selectors
     import signal
@@ -221,7 +225,10 @@ def _collect(pending: Pending, timeout_s: float) -> dict:
                     os.killpg(pending.pid, signal.SIGKILL)
                 with contextlib.suppress(OSError):  # a fork not yet in its own session
                     os.kill(pending.pid, signal.SIGKILL)
-            for key, _ in selector.select(None if timed_out else remaining):
+            if timed_out and remaining <= -AFTER_KILL_S:
+                break  # someone outside the group holds the pipes: stop reading
+            wait = remaining + AFTER_KILL_S if timed_out else remaining
+            for key, _ in selector.select(max(wait, 0.0)):
                 data = os.read(key.fd, 1 << 16)
                 if data:
                     chunks[key.fd].append(data)
@@ -229,11 +236,28 @@ def _collect(pending: Pending, timeout_s: float) -> dict:
                     selector.unregister(key.fd)
     for fd in chunks:
         os.close(fd)
-    _, status = os.waitpid(pending.pid, 0)
+    status = _reap(pending.pid, AFTER_KILL_S if timed_out else None)
     return {
-        "returncode": os.waitstatus_to_exitcode(status),
+        "returncode": -9 if status is None else os.waitstatus_to_exitcode(status),
         "stdout": b"".join(chunks[pending.out_fd]).decode("utf-8", "replace"),
         "stderr": b"".join(chunks[pending.err_fd]).decode("utf-8", "replace"),
         "timed_out": timed_out,
         "duration_s": time.monotonic() - pending.started,
     }
+
+
+def _reap(pid: int, limit_s: float | None) -> int | None:
+    """Return ``waitpid(pid)``'s status, waiting at most ``limit_s`` (None: as long as it
+    takes); None when the child is still not reaped by then (killed, stuck in the kernel)."""
+    import time
+
+    if limit_s is None:
+        return os.waitpid(pid, 0)[1]
+    give_up = time.monotonic() + limit_s
+    while True:
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+        if reaped:
+            return status
+        if time.monotonic() >= give_up:
+            return None
+        time.sleep(0.01)

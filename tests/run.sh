@@ -2,7 +2,8 @@
 # Set up everything the test suite needs on a fresh Debian 12 machine (as root), then run it.
 #   bash tests/run.sh                 # the whole suite (what .ci/run runs)
 #   bash tests/run.sh -k incident     # extra arguments go to pytest
-# System packages: LXC + busybox (real containers for the lab), OpenSSH server (a real sshd
+# System packages: LXC + uidmap + busybox (real containers for the lab; the lab grants root
+# the subordinate ids its unprivileged CTs need and takes them back), OpenSSH server (a real sshd
 # on 127.0.0.1), util-linux (unshare/nsenter/flock), git (olah serves git repos), systemd
 # (systemd-analyze verify), prometheus (promtool, a real Prometheus) and
 # prometheus-node-exporter (the textfile collector) for tests/ops. Python
@@ -10,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(lxc busybox-static openssh-server openssh-client util-linux iproute2 procps git
+apt_packages=(lxc uidmap busybox-static openssh-server openssh-client util-linux iproute2 procps git
   systemd prometheus prometheus-node-exporter)
 missing=()
 for pkg in "${apt_packages[@]}"; do

@@ -52,7 +52,7 @@ def fix_settings(tmp_path: Path, lab_sshd: LabSSHD, **kw: object) -> ClusterFixS
                     client_backup_dir=str(tmp_path / "client-backups"))  # fmt: skip
     plan = PlanOptions(devices=(FAKE_GPU_INSIDE,), include_host_nvidia=False)
     settings: dict[str, object] = {"plan": plan, "layout": layout, "max_restarts": MAX_RESTARTS,
-                                   "connection": FleetSettings(connect_timeout_s=5)}  # fmt: skip
+                                   "connection": FleetSettings(connect_timeout_s=20)}  # fmt: skip
     settings.update(kw)
     return ClusterFixSettings(**settings)  # type: ignore[arg-type]
 
@@ -204,7 +204,9 @@ def test_fix_cluster_stops_at_the_first_rollback_then_keep_going_fixes_the_rest(
 
     # 5. no failure injected: the last CT is fixed; the whole fleet opens the device now
     last = fix_cluster(inventory, fix_settings(tmp_path, lab_sshd, yes=True))
-    assert [f.status for f in last.fixes] == ["applied"] + ["nothing_to_change"] * (len(KINDS) - 1)
+    assert [f.status for f in last.fixes] == ["applied"] + ["nothing_to_change"] * (
+        len(KINDS) - 1
+    ), [f"{f.ct}: {f.status}: {f.message}" for f in last.fixes]
     assert last.exit_code == 0
     assert set(device_statuses(inventory).values()) == {Status.PASS}
 

@@ -103,6 +103,8 @@ def busybox_container(
 ) -> BusyboxContainer:
     """Create (and by default start) a busybox-template container in the lab
     (``unprivileged``: with an lxc.idmap, root = host uid 100000)."""
+    if unprivileged:
+        lab.grant_subordinate_ids(ID_BASE, 65536)
     ct = BusyboxContainer(lab, lab.unique_name("bb"), allow, devices, extra_config, unprivileged)
     ct.create()
     lab.containers.append(ct)

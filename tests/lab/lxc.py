@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gpudoctor.hosts.base import CommandResult
 from tests.lab.namespace import LabError, LabHost, PureCgroup2Namespace, kill_container_cgroups
+from tests.lab.subids import SubordinateIds
 
 __all__ = [
     "REPO_ROOT",
@@ -296,6 +297,14 @@ class Lab:
         self.fake_gpu_major, self.fake_gpu_minor, self.fake_gpu_driver = 10, 232, "misc"
         self.fake_gpu = self.nodes_dir / "fakegpu"
         self.containers: list[LabContainer] = []
+        self.subordinate_ids: list[SubordinateIds] = []
+
+    def grant_subordinate_ids(self, base: int, count: int) -> None:
+        """Let root map ``[base, base + count)`` for an unprivileged CT (see
+        :mod:`tests.lab.subids`); taken back at :meth:`teardown`."""
+        grant = SubordinateIds(base, count)
+        if grant.grant():
+            self.subordinate_ids.append(grant)
 
     def setup(self) -> Lab:
         """Clear stale lab dirs of dead sessions, start the namespace, build the rootfs
@@ -366,6 +375,9 @@ class Lab:
         for ct in list(self.containers):
             ct.destroy()
         self.namespace.stop()
+        for grant in self.subordinate_ids:
+            grant.release()
+        self.subordinate_ids.clear()
         shutil.rmtree(self.root, ignore_errors=True)
 
 

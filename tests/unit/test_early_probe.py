@@ -8,11 +8,14 @@ say an NVIDIA driver is loaded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -335,6 +338,7 @@ def test_early_probe_imports_nothing_of_gpudoctor():
 
 ENTRY_ORDER = """
 import sys
+import threading
 from gpudoctor import early_probe
 early_probe.start = lambda argv: print("start", argv[1:], "click" in sys.modules, flush=True)
 sys.argv = ["gpudoctor", "--version"]
@@ -351,3 +355,34 @@ def test_the_console_entry_starts_the_probe_before_click_then_runs_the_cli():
                           timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["start ['--version'] False", "gpudoctor, version 0.1.0"]
+
+
+@pytest.mark.parametrize("start", [early_probe.spawn, early_probe.fork_probe])
+def test_after_the_kill_a_helper_holding_the_pipes_is_not_waited_for(start, tmp_path):
+    """Attack/fault blocked (issue 22.9): a driver helper that left the probe's session
+    (``setsid``) keeps the probe's stdout open after the probe is SIGKILLed at its
+    deadline. Reading until end-of-file would wait as long as the helper lives (``check
+    --timeout 5`` took 30 s and reported the wrong cause); the read stops about a second
+    after the kill and the probe's own output is still returned."""
+    pid_file = tmp_path / "helper.pid"
+    argv = probe_code(
+        'print(\'{"stage": "cuda", "started": true}\', flush=True)\n'
+        "import subprocess\n"
+        "helper = subprocess.Popen(['setsid', 'sleep', '600'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(helper.pid))\n"
+        "time.sleep(600)"
+    )
+    early_probe._PENDING.append(start(argv))
+    box: dict = {}
+    reader = threading.Thread(target=lambda: box.update(early_probe.adopt(argv, 0.5) or {}))
+    reader.start()
+    reader.join(20)  # liveness bound only: without the fix the read waits 600 s
+    try:
+        assert not reader.is_alive(), "the read waited for the helper's end-of-file"
+        assert box["timed_out"] is True and box["returncode"] == -9
+        assert box["stdout"] == '{"stage": "cuda", "started": true}\n'
+        os.kill(int(pid_file.read_text()), 0)  # alive: the read did not wait for it
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        reader.join(5)

@@ -131,8 +131,18 @@ def main(argv: list[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
+        if errors.stdout_failure(exc):
+            errors.silence_stdout()
+            what = f"cannot write to stdout: {exc.strerror}"
+            return errors.report(what, "redirect the output somewhere it fits", ExitCode.ERROR, [])
         what, todo = errors.describe(exc)
         return errors.report(what, todo, ExitCode.ERROR, args)
+    try:
+        sys.stdout.flush()  # a full stdout fails here, not in "Exception ignored" at exit
+    except OSError as exc:
+        errors.silence_stdout()
+        what = f"cannot write to stdout: {exc.strerror}"
+        return errors.report(what, "redirect the output somewhere it fits", ExitCode.ERROR, [])
     return code if isinstance(code, int) else ExitCode.OK
 
 

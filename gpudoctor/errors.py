@@ -118,9 +118,35 @@ def report(what: str, todo: str, code: int, argv: Sequence[str]) -> int:
     """Print the error (one line on stderr; a JSON object on stdout when the command line
     asked for ``--json``); return ``code``."""
     line = error_line(what, todo)
-    if wants_json(argv):
-        message = line.removeprefix(PREFIX)
-        click.echo(json.dumps({"ok": False, "error": message, "exit_code": code}))
-    sys.stdout.flush()
+    try:
+        if wants_json(argv):
+            message = line.removeprefix(PREFIX)
+            click.echo(json.dumps({"ok": False, "error": message, "exit_code": code}))
+        sys.stdout.flush()
+    except OSError:  # stdout itself is what failed (``--json > /dev/full``): stderr says it
+        silence_stdout()
     click.echo(line, err=True)
     return code
+
+
+def silence_stdout() -> None:
+    """Point fd 1 at /dev/null and drop what is buffered for it, so that nothing more is
+    written to a stdout that failed (no "Exception ignored" at exit); returns None."""
+    import contextlib
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()  # the buffer now drains into /dev/null
+
+
+def stdout_failure(exc: BaseException) -> bool:
+    """Return True when ``exc`` is a failed write to stdout (ENOSPC on ``> /dev/full``, EIO,
+    EBADF on a closed stdout), as opposed to any other OSError."""
+    import errno
+
+    return isinstance(exc, OSError) and getattr(exc, "filename", None) is None and exc.errno in (
+        errno.ENOSPC, errno.EIO, errno.EBADF, errno.EDQUOT)  # fmt: skip

@@ -221,6 +221,16 @@ def atomic_replace(
             _fsync(dir_fd)
 
 
+def write_output(path: Path | str, data: bytes | str, *, mode: int = 0o644) -> None:
+    """Write an output file the user named (``-o``, ``--markdown``, a report); return None.
+
+    Only a regular file or a new path is written, atomically (:func:`atomic_replace`): a
+    symlink, FIFO, socket or device at ``path`` is refused (``gpudoctor check -o /dev/null``
+    must never replace ``/dev/null``) and never followed; the directory may be a symlink
+    the user chose (``/var/run``). The file gets ``mode`` (``install -m 0644``)."""
+    atomic_replace(path, data, mode=mode, follow_dir_link=True)
+
+
 def open_append(
     path: Path | str,
     *,

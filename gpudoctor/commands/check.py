@@ -10,8 +10,10 @@ import click
 from gpudoctor import fsio
 from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
+    COUNT_MAX,
     FLAVOR,
     KNOWN_HOSTS,
+    SECONDS,
     api_options,
     cluster_option,
     exclusive,
@@ -39,8 +41,9 @@ def split_ids(values: tuple[str, ...]) -> tuple[str, ...]:
 
 def write_atomically(path: str, text: str) -> None:
     """Write ``text`` to ``path`` via a temp file + rename (node_exporter never reads half),
-    mode 0644 (:func:`gpudoctor.fsio.atomic_replace`); returns None."""
-    fsio.atomic_replace(path, text, mode=0o644, refuse_non_regular=False, follow_dir_link=True)
+    mode 0644; a symlink, FIFO or device there is refused (:func:`gpudoctor.fsio.write_output`);
+    returns None."""
+    fsio.write_output(path, text)
 
 
 def exit_code(reports: list[Report]) -> int:
@@ -127,7 +130,7 @@ def validate_selection(only: tuple[str, ...], ct: str | None, flavor: str, fleet
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SECONDS,
     default=20.0,
     show_default=True,
     help="Seconds each check (and the CUDA/NVML probe) may take.",
@@ -147,7 +150,7 @@ def validate_selection(only: tuple[str, ...], ct: str | None, flavor: str, fleet
 @FLAVOR
 @click.option(
     "--expect-gpus",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=COUNT_MAX),
     help="GPUs the workload needs (e.g. the bench plan's TP).",
 )
 @click.option(
@@ -160,14 +163,14 @@ def validate_selection(only: tuple[str, ...], ct: str | None, flavor: str, fleet
 @inventory_option("Check")
 @click.option(
     "--parallel",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=COUNT_MAX),
     default=8,
     show_default=True,
     help="Fleet: targets checked at once (at most 4 per node).",
 )
 @click.option(
     "--target-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SECONDS,
     default=120.0,
     show_default=True,
     help="Fleet: seconds one node or CT may take before it is reported ERROR.",

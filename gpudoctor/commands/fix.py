@@ -185,6 +185,13 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
     from gpudoctor.pve.planner import FixPlanError, PlanOptions
 
     exclusive(cluster=cluster, inventory=inventory_file)
+    if host_spec and (cluster or inventory_file):  # as check says it
+        raise click.UsageError("--host is for one machine; --cluster/--inventory name the nodes")
+    if mode == "devn" and flavor == "lxc":
+        raise click.UsageError(
+            "--mode devn writes Proxmox devN entries; a plain LXC config (--flavor lxc) takes"
+            " --mode rules (or auto)"
+        )
     if not dry_run and not host_prep:  # the local backup copy: refused before any work
         require_writable_dir(Layout.from_env().client_backup_dir, "GPUDOCTOR_CLIENT_BACKUP_DIR")
     if not host_prep:
@@ -282,14 +289,16 @@ def _fail(message: str, code: str, as_json: bool) -> int:
     from gpudoctor.errors import ERROR_HINT, error_line
 
     line = error_line(message, "see 'gpudoctor fix --help'" if code == "usage" else ERROR_HINT)
+    errors = ("io", "not_pve", "unknown_ct", "api", "missing", "backup")
+    exit_code = (
+        ExitCode.USAGE if code == "usage" else ExitCode.ERROR if code in errors else ExitCode.FAILED
+    )
     if as_json:
-        doc = {"ok": False, "status": "failed", "error": code, "message": message}
+        doc = {"ok": False, "status": "failed", "error": code, "message": message,
+               "exit_code": int(exit_code)}  # fmt: skip
         click.echo(json.dumps(doc, indent=2))
     click.echo(line, err=True)  # the documented one-line form (gpudoctor/errors.py)
-    if code == "usage":
-        return ExitCode.USAGE
-    errors = ("io", "not_pve", "unknown_ct", "api", "missing", "backup")
-    return ExitCode.ERROR if code in errors else ExitCode.FAILED
+    return exit_code
 
 
 def _confirm(plan: Any) -> bool:

@@ -8,10 +8,15 @@ import click
 
 from gpudoctor.registry import CheckSpec, load_catalogue
 
+# The first line of every page ``list --markdown`` writes: a page without it was written by
+# someone else and is never replaced.
+MARKER = "<!-- written by `gpudoctor list --markdown`: regenerate, do not edit -->"
+
 
 def check_page(spec: CheckSpec) -> str:
     """Return the Markdown documentation page of one check."""
     lines = [
+        MARKER,
         f"# `{spec.id}`: {spec.title}",
         "",
         f"- **Severity:** {spec.severity.value}",
@@ -58,8 +63,42 @@ def spec_dict(spec: CheckSpec) -> dict[str, object]:
 def index_page(specs: list[CheckSpec]) -> str:
     """Return docs/checks/README.md: the catalogue as a table."""
     rows = [f"| [`{s.id}`]({s.id}.md) | {s.title} | {s.severity.value} |" for s in specs]
-    head = ["# Check catalogue", "", "| id | healthy when | severity |", "|---|---|---|"]
+    head = [MARKER, "# Check catalogue", "", "| id | healthy when | severity |", "|---|---|---|"]
     return "\n".join([*head, *rows, ""])
+
+
+def foreign_page(path: Path) -> str | None:
+    """Return why ``path`` must not be replaced (it exists and is not a regular file, or
+    its first line is not :data:`MARKER`), or None when it is new or gpudoctor's own page."""
+    from gpudoctor.commands.options import _not_a_regular_file
+
+    if not path.exists() and not path.is_symlink():
+        return None
+    why = _not_a_regular_file(str(path))
+    if why:
+        return why
+    with path.open("rb") as fh:
+        first = fh.readline(len(MARKER) + 2).decode("utf-8", "replace").rstrip("\n")
+    return None if first == MARKER else "gpudoctor did not write it (no marker line)"
+
+
+def write_pages(out: Path, pages: dict[str, str]) -> None:
+    """Write ``pages`` ({file name: Markdown}) into ``out`` (made if missing), each
+    atomically; refuse before writing any when one would replace a file gpudoctor did not
+    write (:class:`OutputNotWritable`, exit 1). Returns None."""
+    from gpudoctor import fsio
+    from gpudoctor.commands.options import OutputNotWritable
+
+    for name in pages:
+        why = foreign_page(out / name)
+        if why:
+            raise OutputNotWritable(
+                f"cannot write --markdown {out}: {out / name} exists and {why}; choose an"
+                " empty directory or remove that file (nothing was written)"
+            )
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in pages.items():
+        fsio.write_output(out / name, text)
 
 
 @click.command("list", context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,8 +117,8 @@ def index_page(specs: list[CheckSpec]) -> str:
 def list_checks(markdown_dir: str | None, as_json: bool = False) -> None:
     """List every check: id, severity and the healthy condition it proves.
 
-    Exit: 0 listed, 1 gpudoctor error (a catalogue plug-in failed to load), 2 usage
-    (an unwritable --markdown directory)."""
+    Exit: 0 listed, 1 gpudoctor error (a catalogue plug-in failed to load, an unwritable
+    --markdown directory, or one holding a page gpudoctor did not write), 2 usage."""
     if markdown_dir:
         from gpudoctor.commands.options import require_writable_dir
 
@@ -95,12 +134,10 @@ def list_checks(markdown_dir: str | None, as_json: bool = False) -> None:
         )
         return
     if markdown_dir:
-        out = Path(markdown_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        for spec in specs:
-            (out / f"{spec.id}.md").write_text(check_page(spec))
-        (out / "README.md").write_text(index_page(specs))
-        click.echo(f"wrote {len(specs) + 1} pages to {out}")
+        pages = {f"{spec.id}.md": check_page(spec) for spec in specs}
+        pages["README.md"] = index_page(specs)
+        write_pages(Path(markdown_dir), pages)
+        click.echo(f"wrote {len(pages)} pages to {markdown_dir}")
         return
     for spec in specs:
         click.echo(f"{spec.id:<24} {spec.severity.value:<9} {spec.title}")

@@ -10,6 +10,27 @@ import click
 
 Decorator = Callable[[Any], Any]
 
+
+class Seconds(click.FloatRange):
+    """A duration in seconds: a number above 0 and at most a day (``1e400`` is inf, which
+    no clock takes; ``nan`` compares false with every bound, so it is refused by name)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """Return the value as a float in (0, 86400]; fail (usage error) otherwise."""
+        import math
+
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return number
+
+
+SECONDS = Seconds(min=0, min_open=True, max=86400)
+# A count option (GPUs, targets at once): at most this many.
+COUNT_MAX = 4096
+
 FLAVOR = click.option(
     "--flavor",
     type=click.Choice(["pve", "lxc"]),
@@ -83,12 +104,30 @@ def require_writable_file(path: str | os.PathLike[str] | None, option: str) -> N
         raise OutputNotWritable(f"cannot write {option} {text}: it is a directory; name a file")
     parent = os.path.dirname(os.path.abspath(text))
     why = "no such directory" if not os.path.isdir(parent) else _probe_directory(parent)
+    if why is None:
+        why = _not_a_regular_file(text)
     if why is None and os.path.lexists(text) and not os.access(text, os.W_OK):
         why = "permission denied"
     if why is not None:
         raise OutputNotWritable(
             f"cannot write {option} {text}: {why}; pick a writable path (nothing was done)"
         )
+
+
+def _not_a_regular_file(path: str) -> str | None:
+    """Return why ``path`` must not be written over (it is a symlink, FIFO, socket or
+    device: ``stat -c %F``), or None for a regular file or a new path."""
+    import stat
+
+    from gpudoctor.fsio import kind_of
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(st.st_mode):
+        return None
+    return f"it is {kind_of(st.st_mode)}; gpudoctor writes only to a regular file or a new path"
 
 
 def require_writable_dir(path: str | os.PathLike[str] | None, option: str) -> None:

@@ -229,10 +229,10 @@ def rules(output: str | None) -> None:
         return
     from pathlib import Path
 
-    from gpudoctor.service.install import write_file
+    from gpudoctor import fsio
 
     try:
-        write_file(Path(os.path.abspath(output)), text, 0o644)
+        fsio.write_output(Path(os.path.abspath(output)), text)
     except OSError as exc:
         raise click.ClickException(f"cannot write {output}: {exc}") from exc
     click.echo(f"wrote {output}; add it to rule_files: in prometheus.yml, then reload Prometheus")

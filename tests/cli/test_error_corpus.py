@@ -94,6 +94,9 @@ def corpus(p: dict, f: Path) -> list[tuple[list[str], set[int]]]:
         # check: values that cannot be right
         (["check", "--timeout", "-1"], {2}),
         (["check", "--timeout", "abc"], {2}),
+        (["check", "--timeout", "1e400"], {2}),  # inf: an OverflowError deep inside once
+        (["check", "--timeout", "nan"], {2}),
+        (["check", "--parallel", "100000"], {2}),
         (["check", "--expect-gpus", "-2"], {2}),
         (["check", "--inventory", str(f / "bad.toml"), "--parallel", "0"], {2}),
         (["check", "--inventory", str(f / "bad.toml"), "--target-timeout", "0"], {2}),
@@ -130,6 +133,8 @@ def corpus(p: dict, f: Path) -> list[tuple[list[str], set[int]]]:
         # fix
         (["fix"], {2}),
         (["fix", "--cluster", "X", "--inventory", "Y"], {2}),
+        (["fix", "--host", "X", "--ct", "1", "--cluster", "Z"], {2}),  # --host was dropped
+        (["fix", "--host", "local", "--ct", "x", "--mode", "devn", "--flavor", "lxc"], {2}),
         (["fix", "--host", f"root@127.0.0.1:{closed}", "--ct", "200", *kh], {1}),
         (["fix", "--host", f"root@127.0.0.1:{close}", "--ct", "200", *kh], {1}),
         (["fix", "--host", f"root@127.0.0.1:{closed}", "--host-prep", *kh], {1}),
@@ -196,6 +201,7 @@ def test_bad_invocation_is_one_line(index, peers, files):
     if "--json" in args:  # a JSON object on stdout says the same
         doc = json.loads(done.stdout)
         assert doc["ok"] is False and doc["error"], where
+        assert doc["exit_code"] == done.returncode, where
 
 
 def test_ssh_peer_without_banner_is_one_line(peers, files):

@@ -74,7 +74,8 @@ def use_path(path: str) -> None:
     """Select the code path to time: ``new`` (today's) or ``old`` (issue 14.5's before: no
     prefetch of the CT's facts, every read through ``head``, paramiko's cipher order)."""
     from gpudoctor.fleet import prefetch
-    from gpudoctor.hosts import shell_agent, ssh_connect
+    from gpudoctor.hosts.agent import shell as shell_agent
+    from gpudoctor.hosts.ssh import connect as ssh_connect
 
     new = path == "new"
     prefetch.ENABLED = shell_agent.BUILTIN_READ = ssh_connect.PREFER_AEAD = new

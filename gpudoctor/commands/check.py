@@ -244,8 +244,9 @@ def check(
     if fleet:
         from dataclasses import replace
 
+        from gpudoctor.commands.check_fleet import run_fleet_command
         from gpudoctor.commands.options import api_credentials
-        from gpudoctor.fleet.check_run import FleetRequest, run_fleet_command
+        from gpudoctor.fleet.request import FleetRequest
 
         request = FleetRequest(cluster, inventory_file, (ct,) if ct else (), parallel,
                                target_timeout, known_hosts=known_hosts,
@@ -317,7 +318,7 @@ def open_targets(host_spec, ct, flavor, known_hosts, accept_new):  # type: ignor
 
     opts = {"known_hosts": known_hosts, "accept_new_host_key": accept_new}
     host = open_host(host_spec or "local", **opts) if host_spec and host_spec != "local" else None
-    if host is not None and hasattr(host, "connect"):
+    if host is not None:
         host.connect()  # unreachable: one line (and up 0 in the textfile), not N ERRORs
     if host is None:
         from gpudoctor.hosts.local import LocalHost

@@ -182,7 +182,7 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
     from gpudoctor.pve.apply import ApplyError, Layout
     from gpudoctor.pve.config import ConfigError
     from gpudoctor.pve.fixer import FixOptions
-    from gpudoctor.pve.planner import PlanError, PlanOptions
+    from gpudoctor.pve.planner import FixPlanError, PlanOptions
 
     exclusive(cluster=cluster, inventory=inventory_file)
     if host_spec and (cluster or inventory_file):  # as check says it
@@ -204,7 +204,7 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
         dev_gid=dev_gid,
     )
     if cluster or inventory_file:
-        from gpudoctor.fleet.fix_run import ClusterFixRequest, run_cluster_fix
+        from gpudoctor.commands.fix_cluster import ClusterFixRequest, run_cluster_fix
 
         template = FixOptions(
             ct="",
@@ -261,7 +261,7 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
             options = FixOptions(ct=ct or "", flavor=flavor, plan=plan_options, dry_run=dry_run,
                                  yes=yes, restart=not no_restart, layout=layout, api=settings)  # fmt: skip
             code = _run_fix(host, options, host_spec, as_json)
-    except (ApplyError, PlanError, ConfigError) as exc:
+    except (ApplyError, FixPlanError, ConfigError) as exc:
         code = _fail(str(exc), getattr(exc, "code", "error"), as_json)
     except HostError as exc:
         raise click.ClickException(str(exc)) from None
@@ -337,7 +337,7 @@ def _run_fix(host: Any, options: Any, host_label: str, as_json: bool) -> int:
 
 
 def _run_host_prep(host: Any, dry_run: bool, yes: bool, as_json: bool) -> int:
-    from gpudoctor.pve.hostprep import run_host_prep
+    from gpudoctor.pve.uvm_unit import run_host_prep
 
     def confirm(plan: Any) -> bool:
         """Show the host-prep plan, then ask; return True to apply."""

@@ -18,7 +18,7 @@ NO_PYTHON = "python3 not found in the CT"
 def python_missing(host: Host) -> bool:
     """Return True when the host says it has no python3 (a CT served by the POSIX-sh
     agent); the CUDA/NVML probe cannot run there."""
-    return getattr(host, "has_python", True) is False
+    return not host.has_python
 
 
 @lru_cache(maxsize=1)

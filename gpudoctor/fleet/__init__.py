@@ -11,7 +11,8 @@
 
 Support: :mod:`~gpudoctor.fleet.pool` (bounded worker pool with per-job deadlines),
 :mod:`~gpudoctor.fleet.nodehost` (a node's connection shared by its CTs),
-:mod:`~gpudoctor.fleet.quiet` (no tracebacks from abandoned probe threads), and the
-command bodies :mod:`~gpudoctor.fleet.check_run` (``check``) and
-:mod:`~gpudoctor.fleet.fix_run` (``fix``, click-free).
+:mod:`~gpudoctor.fleet.quiet` (no tracebacks from abandoned probe threads),
+:mod:`~gpudoctor.fleet.request` (what a fleet command asks for, the inventory it names).
+The command bodies are :mod:`gpudoctor.commands.check_fleet` (``check --cluster``) and
+:mod:`gpudoctor.commands.fix_cluster` (``fix --cluster``).
 """

@@ -1,6 +1,6 @@
 """Run the check catalogue on a whole fleet: every node once, every listed CT inside.
 
-Per node, ONE SSH connection (an :class:`~gpudoctor.hosts.ssh.SSHHost`) is opened and reused:
+Per node, ONE SSH connection (an :class:`~gpudoctor.hosts.ssh.host.SSHHost`) is opened and reused:
 
 1. connect job: connect and list the CTs' states (``pct list`` / ``lxc-ls -f``);
 2. host job: the catalogue on the node itself (driver, /proc/devices majors, nodes, CUDA);

@@ -4,7 +4,7 @@ Every Host operation goes to the node's own Host (an SSHHost), with two savings 
 commands (``run``), which the config check of EVERY CT issues:
 
 * commands run through ONE gpudoctor agent on the node (started once over the node's SSH
-  connection, see :mod:`gpudoctor.hosts.remote`) instead of one SSH exec session each
+  connection, see :mod:`gpudoctor.hosts.agent.client`) instead of one SSH exec session each
   (an sshd session process, a login shell and ``timeout`` per command, saved);
 * the output of a few commands whose answer cannot change during a run is remembered
   after the first success: ``lxc-config lxc.lxcpath``, ``readlink <pve root>/local``
@@ -24,8 +24,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from gpudoctor.hosts.agent.client import AgentHost, agent_command
+from gpudoctor.hosts.agent.streams import ByteStream
 from gpudoctor.hosts.base import CommandResult, FileStat, ForwardingHost, Host
-from gpudoctor.hosts.remote import AgentHost, agent_command
 from gpudoctor.hosts.snapshot import Kept
 
 REMEMBER_FILES = True  # False: every file question goes to the node (benchmarks)
@@ -54,9 +55,9 @@ class NodeHost(ForwardingHost):
         self._answers: dict[tuple[str, ...], CommandResult] = {}
         self._files: dict[tuple[str, str], Kept] = {}
         self._runner: Host = inner
-        if getattr(inner, "open_stream", None) is not None and not isinstance(inner, AgentHost):
+        if inner.run_opens_session:
             self._runner = AgentHost(
-                lambda: inner.open_stream(agent_command(inner.python)),  # type: ignore[attr-defined]
+                lambda: inner.open_stream(agent_command(inner.python)),
                 name=inner.name,
                 python=inner.python,
                 call_timeout=call_timeout,
@@ -110,14 +111,9 @@ class NodeHost(ForwardingHost):
                 self._answers[key] = result
         return result
 
-    def open_stream(self, argv: Sequence[str]) -> Any:
+    def open_stream(self, argv: Sequence[str]) -> ByteStream:
         """Start ``argv`` on the node and return its pipes (for ``pct exec``/``lxc-attach``)."""
-        opener = getattr(self.inner, "open_stream", None)
-        if opener is None:
-            from gpudoctor.hosts.container import open_stream
-
-            return open_stream(self.inner, list(argv))
-        return opener(argv)
+        return self.inner.open_stream(argv)
 
     def close(self) -> None:
         """Stop the command agent and close the node's connection."""

@@ -6,7 +6,7 @@ the NVIDIA node directories, ``df /dev/shm``, then ``stat`` and ``open`` of ever
 node). :func:`prefetch_ct` sends them to the CT's agent pipelined (one write, answers
 read in order: one round trip, plus one more for the NVIDIA nodes found in ``/dev``) and
 the ContainerHost serves the checks from those answers
-(:meth:`~gpudoctor.hosts.remote.AgentHost.prefetch`); the checks and the Host interface
+(:meth:`~gpudoctor.hosts.agent.client.AgentHost.prefetch`); the checks and the Host interface
 are unchanged, and whatever a check asks beyond these goes to the agent as before.
 Only the fleet check uses it: its ContainerHost lives for one check run.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 from gpudoctor.context import CheckOptions
 from gpudoctor.facts.nodes import NVIDIA_FAMILIES, discover_nvidia_nodes
-from gpudoctor.hosts.remote import AgentHost
+from gpudoctor.hosts.base import Host
 
 ENABLED = True  # False: no prefetch (the benchmark's "before" path)
 TEXT_LIMIT = 1 << 20  # AgentHost.read_text's default limit: the checks' reads use it
@@ -59,7 +59,7 @@ def ct_requests(options: CheckOptions, open_nodes: bool) -> list[tuple[str, dict
     return requests + node_requests((d.path for d in options.devices), open_nodes)
 
 
-def prefetch_ct(host: AgentHost, options: CheckOptions, open_nodes: bool) -> int:
+def prefetch_ct(host: Host, options: CheckOptions, open_nodes: bool) -> int:
     """Prefetch the CT's facts into ``host`` (two round trips at most: the files, lists and
     ``--device`` nodes, then the NVIDIA nodes found); return how many answers were kept
     (0 when disabled or when the agent cannot take pipelined requests)."""

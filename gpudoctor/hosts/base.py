@@ -20,6 +20,10 @@ import os
 import stat as stat_mod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpudoctor.hosts.agent.streams import ByteStream
 
 
 class HostError(RuntimeError):
@@ -129,10 +133,20 @@ class Host(abc.ABC):
     Attributes:
         name: how reports name this target (``local``, ``root@pve1``, ``pve1/ct200``).
         python: the Python interpreter to use for probes on this host.
+        has_python: False when the host says it has no ``python`` (a CT served by the
+            POSIX-sh agent): the CUDA/NVML probe cannot run there.
+        run_opens_session: True when every :meth:`run` pays for a fresh session (an SSH
+            exec channel, a namespace entry): a caller with many commands starts one agent
+            over :meth:`open_stream` instead.
+
+    Capabilities a transport may add have defaults here (:meth:`connect`,
+    :meth:`open_stream`, :meth:`prefetch`), so callers never probe with ``getattr``.
     """
 
     name: str = "host"
     python: str = "python3"
+    has_python: bool = True
+    run_opens_session: bool = False
 
     @abc.abstractmethod
     def read_text(self, path: str, limit: int = 1 << 20) -> str:
@@ -187,6 +201,23 @@ class Host(abc.ABC):
         except OSError:
             return False
         return True
+
+    def connect(self) -> Host:
+        """Open the host's connection now (``ssh HOST true``), so an unreachable host fails
+        here with one HostError line; return the host. No-op for hosts that need none."""
+        return self
+
+    def open_stream(self, argv: Sequence[str]) -> ByteStream:
+        """Start ``argv`` on the host and return its pipes (a long-lived process, such as an
+        agent or ``pct exec``); raise HostError where this kind of host cannot."""
+        raise HostError(f"{self.name}: cannot start a command stream on this kind of host")
+
+    def prefetch(
+        self, requests: Sequence[tuple[str, dict[str, Any]]], timeout: float | None = None
+    ) -> int:
+        """Ask for every ``(op, args)`` ahead, in one round trip, and keep the answers for
+        this run; return how many were kept (0 here: nothing is prefetched)."""
+        return 0
 
     def close(self) -> None:
         """Release the host's connections (no-op for hosts without any)."""

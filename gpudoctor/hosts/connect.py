@@ -18,7 +18,7 @@ def open_host(spec: str, **opts: Any) -> Host:
         from gpudoctor.hosts.local import LocalHost
 
         return LocalHost()
-    from gpudoctor.hosts.ssh import SSHHost
+    from gpudoctor.hosts.ssh.host import SSHHost
 
     return SSHHost(spec, **opts)
 

@@ -8,9 +8,9 @@ in the container gets that clean, minimal environment: nothing of gpudoctor's ow
 (``HF_TOKEN``, ``PVE_TOKEN_SECRET``, ``PVE_PASSWORD``, ...) is passed in.
 
 ``LAUNCH`` says whether the CT has ``python3``, then starts the POSIX-sh agent
-(:mod:`gpudoctor.hosts.shell_agent`: busybox ash, dash), the default: one ``sh`` per CT
+(:mod:`gpudoctor.hosts.agent.shell`: busybox ash, dash), the default: one ``sh`` per CT
 answers every check, no interpreter is started. ``agent="python"`` (or ``auto``) starts the
-python agent (:mod:`gpudoctor.hosts.agent`) where ``python3`` exists, else the sh one.
+python agent (:mod:`gpudoctor.hosts.agent.server`) where ``python3`` exists, else the sh one.
 Nothing needs to be installed in the container for the device checks, not even python3;
 the CUDA/NVML probe runs ``python3`` through :meth:`ContainerHost.run` where it exists.
 """
@@ -19,19 +19,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
-from gpudoctor.hosts import agent as agent_mod
-from gpudoctor.hosts.base import CommandResult, Host, HostError
-from gpudoctor.hosts.remote import (
+from gpudoctor.hosts.agent import server as agent_mod
+from gpudoctor.hosts.agent.client import (
     START_TIMEOUT,
     AgentConnection,
     AgentHost,
     ByteStream,
-    ProcessStream,
     read_with_deadline,
 )
-from gpudoctor.hosts.shell_agent import SH_AGENT, ShellConnection
+from gpudoctor.hosts.agent.shell import SH_AGENT, ShellConnection
+from gpudoctor.hosts.base import CommandResult, Host, HostError
 
 FLAVORS = ("pve", "lxc")
 # The whole environment of every process gpudoctor starts in a container.
@@ -100,19 +98,6 @@ def stderr_tail(stream: ByteStream) -> str:
     return f" ({detail.splitlines()[-1][:300]})" if detail else ""
 
 
-def open_stream(host: Host, argv: list[str]) -> ByteStream:
-    """Start ``argv`` on ``host`` and return its pipes: through the host's own
-    ``open_stream`` (SSHHost, lab hosts), else as a local subprocess (LocalHost)."""
-    opener = getattr(host, "open_stream", None)
-    if opener is not None:
-        return opener(argv)
-    from gpudoctor.hosts.local import LocalHost
-
-    if isinstance(host, LocalHost):
-        return ProcessStream(argv)
-    raise HostError(f"{host.name}: cannot start a command stream on this kind of host")
-
-
 class ContainerHost(AgentHost):
     """A container seen from its host; every Host operation runs inside it.
 
@@ -152,7 +137,7 @@ class ContainerHost(AgentHost):
         self.enter = list(enter) if enter is not None else enter_command(flavor, self.ct, lxcpath)
         argv = self.enter + launch_command(python, agent)
         super().__init__(
-            lambda: open_stream(parent, argv),
+            lambda: parent.open_stream(argv),
             name=f"{parent.name}/ct{self.ct}" if flavor == "pve" else f"{parent.name}/{self.ct}",
             python=python,
             call_timeout=call_timeout,
@@ -167,8 +152,7 @@ class ContainerHost(AgentHost):
     @property
     def has_python(self) -> bool:
         """Return True when the CT has the ``python`` interpreter (``command -v python3``)."""
-        conn: Any = self._connection()
-        return conn.kind == "python" or bool(getattr(conn, "has_python", False))
+        return bool(self._connection().has_python)
 
     def run(
         self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None

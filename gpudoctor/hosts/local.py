@@ -1,6 +1,6 @@
 """LocalHost: the machine gpudoctor runs on (in-process file access, real subprocesses).
 
-Each operation is the agent's own (:mod:`gpudoctor.hosts.agent`), called in-process: the
+Each operation is the agent's own (:mod:`gpudoctor.hosts.agent.server`), called in-process: the
 same code answers here, over SSH and inside a container.
 """
 
@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from gpudoctor.hosts import agent as ops
+from gpudoctor.hosts.agent import server as ops
 from gpudoctor.hosts.base import CommandResult, DiskUsage, FileStat, Host, OpenResult
+
+if TYPE_CHECKING:
+    from gpudoctor.hosts.agent.streams import ProcessStream
 
 
 class LocalHost(Host):
@@ -51,6 +55,12 @@ class LocalHost(Host):
     ) -> CommandResult:
         """Run ``argv`` as a subprocess in its own session; kill its group at ``timeout``."""
         return run_local(argv, timeout, input)
+
+    def open_stream(self, argv: Sequence[str]) -> ProcessStream:
+        """Start ``argv`` as a local subprocess and return its pipes."""
+        from gpudoctor.hosts.agent.streams import ProcessStream
+
+        return ProcessStream(argv)
 
 
 def run_local(argv: Sequence[str], timeout: float, input: str | None = None) -> CommandResult:

@@ -1,5 +1,5 @@
 """A per-run snapshot of a target: answers an agent gave in one pipelined round trip
-(:meth:`gpudoctor.hosts.remote.AgentHost.prefetch`), served again to the checks."""
+(:meth:`gpudoctor.hosts.agent.client.AgentHost.prefetch`), served again to the checks."""
 
 from __future__ import annotations
 

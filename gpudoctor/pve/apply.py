@@ -10,7 +10,7 @@ machine and over SSH. The write, in the order Proxmox itself uses:
 3. copy the old bytes to the backup directory (outside /etc/pve);
 4. write ``<vmid>.conf.tmp.<pid>``, fsync, rename it over the config (atomic on pmxcfs
    and on local filesystems), re-read and verify (a read-back that differs puts the old
-   bytes back the same way: :mod:`hostprog`).
+   bytes back the same way: :mod:`conf_program`).
 
 So the file is always either the old or the new bytes, whatever moment the writer dies.
 """
@@ -27,8 +27,7 @@ from pathlib import Path
 
 from gpudoctor import fsio
 from gpudoctor.hosts.base import CommandResult, Host
-from gpudoctor.pve.config import LXC, PVE, Config
-from gpudoctor.pve.hostprog import (
+from gpudoctor.pve.conf_program import (
     HOST_PROGRAM,
     LOCK_BUSY_RC,
     LOCK_WAIT_S,
@@ -37,6 +36,7 @@ from gpudoctor.pve.hostprog import (
     RC_VERIFY,
     RC_VERIFY_UNRESTORED,
 )
+from gpudoctor.pve.config import LXC, PVE, Config
 
 
 class ApplyError(RuntimeError):

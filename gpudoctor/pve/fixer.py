@@ -14,7 +14,7 @@ from typing import Any
 from gpudoctor.exit_codes import ExitCode
 from gpudoctor.hosts.base import Host
 from gpudoctor.pve import facts as facts_mod
-from gpudoctor.pve import hostprep
+from gpudoctor.pve import uvm_unit
 from gpudoctor.pve.api import ApiController, ApiSettings, connect
 from gpudoctor.pve.apply import (
     ApplyError,
@@ -31,7 +31,7 @@ from gpudoctor.pve.apply import (
     save_client_copy,
 )
 from gpudoctor.pve.inside import container_host, device_checks, safe_probe, worse
-from gpudoctor.pve.planner import DEVN, Plan, PlanOptions, paths_of_interest, plan
+from gpudoctor.pve.planner import DEVN, FixPlan, PlanOptions, paths_of_interest, plan
 from gpudoctor.pve.restart import Controller, controller_for
 
 PENDING = ("dry_run", "declined")
@@ -91,14 +91,14 @@ class FixOutcome:
     exit_code: int
     message: str
     target: Target | None = None
-    plan: Plan | None = None
+    plan: FixPlan | None = None
     write: WriteResult | None = None
     client_backup: str = ""
     before: tuple[tuple[str, str], ...] = ()
     after: tuple[tuple[str, str], ...] = ()
     init_pids: tuple[int | None, int | None] = (None, None)
     checks: tuple[dict[str, Any], ...] = ()
-    host_prep: Plan | None = None
+    host_prep: FixPlan | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the outcome as JSON-ready data (the ``--json`` output)."""
@@ -131,17 +131,17 @@ class FixOutcome:
         }
 
 
-def _prep_dict(prep: Plan | None) -> dict[str, Any] | None:
+def _prep_dict(prep: FixPlan | None) -> dict[str, Any] | None:
     if prep is None:
         return None
-    return {"unit": hostprep.UNIT_NAME, "diff": prep.diff, "explanation": list(prep.explanation)}
+    return {"unit": uvm_unit.UNIT_NAME, "diff": prep.diff, "explanation": list(prep.explanation)}
 
 
 Progress = Callable[[str], None]
-Confirm = Callable[[Plan], bool]
+Confirm = Callable[[FixPlan], bool]
 
 
-def make_plan(host: Host, options: FixOptions) -> tuple[Target, Snapshot, Plan]:
+def make_plan(host: Host, options: FixOptions) -> tuple[Target, Snapshot, FixPlan]:
     """Return the target, the config as read and the plan (read-only on the host)."""
     target = resolve_target(host, options.flavor, options.ct, options.layout)
     snap = read_config(host, target, options.layout)
@@ -183,7 +183,7 @@ def run_fix(
     confirm: Confirm = lambda plan: False,
     progress: Progress = lambda text: None,
     host_label: str = "",
-    on_plan: Callable[[Plan], None] = lambda plan: None,
+    on_plan: Callable[[FixPlan], None] = lambda plan: None,
 ) -> FixOutcome:
     """Run the whole fix on the CT's host; return the outcome (raises ApplyError for
     refusals and failed writes, HostError when the host cannot be reached).
@@ -217,24 +217,24 @@ def run_fix(
             "declined", ExitCode.NOTHING_DONE, "not applied: nothing written", **pending
         )
     if prep is not None:
-        progress(f"installing {hostprep.UNIT_NAME} (creates /dev/nvidia-uvm before guests)")
+        progress(f"installing {uvm_unit.UNIT_NAME} (creates /dev/nvidia-uvm before guests)")
         _install_host_prep(host, options.layout, progress)
     if not the_plan.changed:
-        message = f"{hostprep.UNIT_NAME} installed; the CT config needed no change"
+        message = f"{uvm_unit.UNIT_NAME} installed; the CT config needed no change"
         return FixOutcome("applied", ExitCode.OK, message, **pending)
     return _write_and_restart(host, options, target, snap, the_plan, prep, progress, host_label)
 
 
 def _host_prep_offer(
-    host: Host, target: Target, options: FixOptions, the_plan: Plan
-) -> Plan | None:
+    host: Host, target: Target, options: FixOptions, the_plan: FixPlan
+) -> FixPlan | None:
     """Return the host prep's plan when the CT's devN entries need /dev/nvidia-uvm at start
     and the boot unit that creates it is missing, else None."""
     if target.flavor != "pve" or the_plan.mode != DEVN:
         return None
-    if not hostprep.needs_boot_nodes(the_plan.dev_paths):
+    if not uvm_unit.needs_boot_nodes(the_plan.dev_paths):
         return None
-    prep, _, _ = hostprep.plan_host_prep(host, hostprep.systemd_root(), options.layout)
+    prep, _, _ = uvm_unit.plan_host_prep(host, uvm_unit.systemd_root(), options.layout)
     return prep if prep.explanation else None
 
 
@@ -243,11 +243,11 @@ def _install_host_prep(host: Host, layout: Layout, progress: Progress) -> None:
     it first makes our compare-and-swap see a changed file: plan again once (then it is
     usually already there, and nothing is left to do)."""
     try:
-        hostprep.run_host_prep(host, yes=True, progress=progress, layout=layout)
+        uvm_unit.run_host_prep(host, yes=True, progress=progress, layout=layout)
     except ApplyError as exc:
         if exc.code != "changed":
             raise
-        hostprep.run_host_prep(host, yes=True, progress=progress, layout=layout)
+        uvm_unit.run_host_prep(host, yes=True, progress=progress, layout=layout)
 
 
 def _write_and_restart(
@@ -255,8 +255,8 @@ def _write_and_restart(
     options: FixOptions,
     target: Target,
     snap: Snapshot,
-    the_plan: Plan,
-    prep: Plan | None,
+    the_plan: FixPlan,
+    prep: FixPlan | None,
     progress: Progress,
     host_label: str,
 ) -> FixOutcome:
@@ -311,7 +311,7 @@ def _restart_and_verify(
     progress: Progress,
 ) -> FixOutcome:
     target: Target = base["target"]
-    the_plan: Plan = base["plan"]
+    the_plan: FixPlan = base["plan"]
     result: WriteResult = base["write"]
     progress(f"restarting CT {target.ct}")
     try:

@@ -56,7 +56,7 @@ from gpudoctor.pve.facts import HostFacts, HostNode
 RAW = RULES  # the old name of the rules mode
 
 
-class PlanError(ValueError):
+class FixPlanError(ValueError):
     """The options cannot be planned for this config/host (the message says why);
     ``code`` is ``usage`` for a request that can never work (``--device /root``)."""
 
@@ -107,7 +107,7 @@ class MissingRule:
 
 
 @dataclass(frozen=True)
-class Plan:
+class FixPlan:
     """The planner's answer.
 
     Attributes:
@@ -173,12 +173,12 @@ class _Builder:
         self.explanation.append(f"remove `{text}`: {reason}")
 
 
-def plan(config: Config, facts: HostFacts, options: PlanOptions) -> Plan:
+def plan(config: Config, facts: HostFacts, options: PlanOptions) -> FixPlan:
     """Return the plan that gives the CT access to the wanted nodes (pure; no I/O)."""
     try:
         mode = resolve_mode(options.mode, config, facts.pve_version)
     except ModeError as exc:
-        raise PlanError(str(exc)) from None
+        raise FixPlanError(str(exc)) from None
     entries = read_entries(config)
     build = _Builder(config)
     if ALIASES.get(options.mode, options.mode) == DEVN and parse_version(facts.pve_version) is None:
@@ -201,7 +201,7 @@ def plan(config: Config, facts: HostFacts, options: PlanOptions) -> Plan:
             build.warnings.append(f"stale rule `{rule_text}`: {why} (remove it with --prune)")
     nothing_to_pass = options.include_host_nvidia and not options.devices and not facts.nvidia
     new_config = config.edit(build.inserts, build.removes)
-    return Plan(
+    return FixPlan(
         old_text=config.text,
         new_text=new_config.text,
         edits=tuple(build.edits),
@@ -229,7 +229,7 @@ def _wanted_nodes(
     for asked, path in requested:
         why = device_refusal(asked, path, facts.node(path))
         if why:
-            raise PlanError(why, "usage")
+            raise FixPlanError(why, "usage")
     found = [(p, p) for p in (facts.nvidia if options.include_host_nvidia else ())]
     wanted = []
     for _, path in dict.fromkeys([*found, *requested]):
@@ -374,8 +374,8 @@ __all__ = [
     "DEVN",
     "RAW",
     "RULES",
-    "Plan",
-    "PlanError",
+    "FixPlan",
+    "FixPlanError",
     "PlanOptions",
     "paths_of_interest",
     "plan",

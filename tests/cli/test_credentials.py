@@ -1,6 +1,6 @@
 """One Proxmox API credential scheme for ``check`` and ``fix``, single host and fleet.
 
-Real runs against the HTTPS stand-in for a Proxmox node's API (tests/fleet/pve_api.py:
+Real runs against the HTTPS stand-in for a Proxmox node's API (tests/fakes/pve_recorded_api.py:
 TLS with its own certificate, pveproxy's token header and ticket login), as subprocesses.
 """
 
@@ -13,7 +13,7 @@ import pytest
 
 from gpudoctor.credentials import WITHHELD, ApiAuth, redact
 from tests.cli.support import ERROR_LINE, gpudoctor, last_line
-from tests.fleet.pve_api import PveApiServer
+from tests.fakes.pve_recorded_api import PveApiServer
 from tests.fleet.test_proxmox_inventory import ssh_home
 
 
@@ -119,9 +119,9 @@ def test_fix_cluster_without_credentials_names_options_fix_has(tmp_path):
 
 def test_no_secret_in_any_repr():
     """No secret in a repr: a request object logged or shown in a traceback leaks nothing."""
-    from gpudoctor.fleet.check_run import FleetRequest
-    from gpudoctor.fleet.fix_run import ClusterFixRequest
+    from gpudoctor.commands.fix_cluster import ClusterFixRequest
     from gpudoctor.fleet.proxmox import ApiCredentials
+    from gpudoctor.fleet.request import FleetRequest
     from gpudoctor.pve.api import ApiSettings
 
     auth = ApiAuth("root@pam!gd", "token-secret-1234", "root@pam", "password-5678")

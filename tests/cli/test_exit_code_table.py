@@ -22,9 +22,13 @@ E = ExitCode
 # Where each command's exit codes are decided: (file, functions; None = the whole file).
 # Every command also gets cli.main's OK / ERROR / USAGE / INTERRUPTED (gpudoctor/cli.py).
 SOURCES: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
-    "check": (("gpudoctor/commands/check.py", None),),
+    "check": (
+        ("gpudoctor/commands/check.py", None),
+        ("gpudoctor/commands/check_fleet.py", None),
+    ),
     "fix": (
         ("gpudoctor/commands/fix.py", None),
+        ("gpudoctor/commands/fix_cluster.py", None),
         ("gpudoctor/pve/fixer.py", None),
         ("gpudoctor/fleet/fix.py", None),
     ),

@@ -4,7 +4,7 @@
 Proxmox's own ``pveversion`` cannot run here. The real one prints one line such as
 ``pve-manager/8.2.4/faa83925c9641325 (running kernel: 6.8.12-1-pve)``; this one prints the
 same line for the version given as its first argument (tests wrap it in a tiny script per
-version, see tests/fix/pvetree.py). Stdlib only (it also runs on the lab "host" over SSH).
+version, see tests/fakes/pvetree.py). Stdlib only (it also runs on the lab "host" over SSH).
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from gpudoctor.commands.fix_cluster import ClusterFixRequest, run_cluster_fix
 from gpudoctor.context import CheckOptions, DeviceRequest
 from gpudoctor.fleet.execute import FleetSettings, check_fleet
 from gpudoctor.fleet.fix import ClusterFixResult, ClusterFixSettings, CtFix, fix_cluster
-from gpudoctor.fleet.fix_run import ClusterFixRequest, run_cluster_fix
 from gpudoctor.fleet.inventory import CtSpec, Inventory, NodeSpec
 from gpudoctor.model import Status
 from gpudoctor.pve.apply import Layout

@@ -1,5 +1,5 @@
 """The Proxmox API inventory, against a real HTTPS server on 127.0.0.1 that stands for a
-Proxmox node's API and serves RECORDED API responses (tests/fleet/data/pve_api/README.md
+Proxmox node's API and serves RECORDED API responses (tests/data/pve_api/README.md
 says where each comes from; proxmoxer's own tests mock the API the same way). proxmoxer
 really talks HTTP/TLS to it (self-signed certificate: ``verify=False``, or the cert file)."""
 
@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from gpudoctor.fleet.inventory import InventoryError
 from gpudoctor.fleet.proxmox import ApiCredentials, cluster_inventory
-from tests.fleet.pve_api import PveApiServer
+from tests.fakes.pve_recorded_api import PveApiServer
 
 
 @pytest.fixture

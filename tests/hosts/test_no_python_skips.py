@@ -11,7 +11,7 @@ from tests.unit.scenarios import h200_host
 
 def test_probe_checks_skip_when_the_ct_has_no_python() -> None:
     host = h200_host()
-    host.has_python = False  # type: ignore[attr-defined]
+    host.has_python = False
     report = run_checks(host, CheckOptions())
     status = {r.check_id: r.status for r in report.results}
     for check_id in ("cuda.init", "nvml.init", "driver.userspace_match"):

@@ -12,8 +12,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from gpudoctor.hosts.agent.client import local_agent_host
 from gpudoctor.hosts.container import ContainerHost
-from gpudoctor.hosts.remote import local_agent_host
 from tests.lab.lxc import Lab
 from tests.lab.sshd import LabSSHD
 

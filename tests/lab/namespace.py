@@ -15,9 +15,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpudoctor.hosts.agent.client import ProcessStream
 from gpudoctor.hosts.base import CommandResult
 from gpudoctor.hosts.local import LocalHost, run_local
-from gpudoctor.hosts.remote import ProcessStream
 
 # $1: the lab's lxcpath, bind-mounted over /var/lib/lxc (LXC's default lxcpath) inside
 # the namespace only, so plain ``lxc-attach -n NAME`` (as the fixer runs it over SSH)
@@ -117,6 +117,8 @@ class LabHost(LocalHost):
     File operations are local (the files are the same); commands and command streams run
     inside the lab namespace, so ``lxc-attach`` and ``lxc-start`` see pure cgroup v2.
     """
+
+    run_opens_session = True  # each run() enters the namespace afresh, as SSH opens a session
 
     def __init__(self, namespace: PureCgroup2Namespace, name: str = "lab") -> None:
         super().__init__(name=name, python="python3")

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.hosts.ssh import SSHHost
+from gpudoctor.hosts.ssh.host import SSHHost
 from tests.lab.lxc import LabError, PureCgroup2Namespace
 
 SSHD = "/usr/sbin/sshd"

@@ -15,7 +15,7 @@ from gpudoctor.hosts.base import Host, HostError
 from gpudoctor.hosts.connect import open_host
 from gpudoctor.hosts.container import ContainerHost
 from gpudoctor.hosts.local import LocalHost
-from gpudoctor.hosts.ssh import SSHHost
+from gpudoctor.hosts.ssh.host import SSHHost
 from tests.lab.fixtures import FAKE_GPU_INSIDE
 from tests.lab.lxc import Lab, LabContainer, wait_for
 from tests.lab.sshd import LabSSHD, keygen

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.hosts.base import HostError
-from gpudoctor.hosts.ssh import SSHHost
+from gpudoctor.hosts.ssh.host import SSHHost
 from tests.lab.ssh_site import Site
 from tests.lab.sshd import SSHD
 

@@ -104,15 +104,15 @@ def textfiles(
 def recorded_fragile_textfile(monkeypatch: pytest.MonkeyPatch) -> str:
     """Return the textfile of ct.device_rules run on the recorded H200 node (its real
     /proc/devices: nvidia-uvm 238, nvswitch 239, nvlink 240) with a community config that
-    pins those dynamic majors (tests/fix/test_ct_rules.py's stand-in): three "fragile
+    pins those dynamic majors (tests/pve/test_ct_rules.py's stand-in): three "fragile
     config" WARNs about one config file, written by the real writer."""
     from checks.ct import device_rules
     from gpudoctor.context import CheckOptions
     from gpudoctor.output.prometheus import textfile
     from gpudoctor.registry import validate
     from gpudoctor.runner import run_checks
-    from tests.fix.test_ct_rules import recorded_pve_host
     from tests.pve.captures import DATA
+    from tests.pve.test_ct_rules import recorded_pve_host
 
     for key in ("GPUDOCTOR_PVE_ROOT", "GPUDOCTOR_PVE_LOCK_DIR", "GPUDOCTOR_PVEVERSION"):
         monkeypatch.delenv(key, raising=False)

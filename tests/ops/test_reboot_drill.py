@@ -174,7 +174,7 @@ def test_never_again_on_proxmox_devn_the_major_moves_and_no_command_is_typed(
     another major, and the CT is started by `pct start` (what PVE's onboot start does at
     host boot). With no other command, the unit finds the GPU on its first try, restores
     the weights from the mirror and finishes the campaign, every cell once."""
-    from tests.fix.pvelab import make_pve_ct, unique_vmid
+    from tests.lab.pvelab import make_pve_ct, unique_vmid
 
     device = str(host_dev_node)
     campaign = prepare_campaign_ct(lab, tiny_model_dir, tmp_path, host_dev_node, unique_vmid())

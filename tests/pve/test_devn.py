@@ -14,7 +14,7 @@ import pytest
 from gpudoctor.pve.config import LXC, Kind, classify, parse
 from gpudoctor.pve.devn import AUTO, DEVN, RULES, resolve_mode
 from gpudoctor.pve.entries import parse_mount, parse_rule
-from gpudoctor.pve.planner import PlanError, PlanOptions, plan
+from gpudoctor.pve.planner import FixPlanError, PlanOptions, plan
 from tests.pve.captures import DATA, h200_facts
 
 COMMUNITY = sorted((DATA / "community").glob("*.conf"))
@@ -96,7 +96,7 @@ def test_older_proxmox_keeps_rules_and_refuses_an_explicit_devn() -> None:
     cfg = parse((DATA / "community/loeeeee-lxc-gpu-passthrough.conf").read_text())
     p = plan(cfg, h200_facts("8.0.4"), PlanOptions())
     assert p.mode == RULES and not any(a.startswith("dev") for a in added(p))
-    with pytest.raises(PlanError, match=r"8\.1"):
+    with pytest.raises(FixPlanError, match=r"8\.1"):
         plan(cfg, h200_facts("8.0.4"), PlanOptions(mode=DEVN))
 
 

@@ -10,7 +10,7 @@ from gpudoctor.facts.procfs import parse_proc_devices
 from gpudoctor.pve.config import LXC, Kind, parse
 from gpudoctor.pve.entries import read_entries
 from gpudoctor.pve.facts import HostFacts, HostNode
-from gpudoctor.pve.planner import DEVN, PlanError, PlanOptions, plan
+from gpudoctor.pve.planner import DEVN, FixPlanError, PlanOptions, plan
 from tests.pve.captures import DATA, h200_facts
 
 INCIDENT = """#LLM bench box
@@ -193,9 +193,9 @@ def test_devn_mode_replaces_bind_mounts_of_the_same_nodes_and_is_idempotent() ->
 
 
 def test_devn_mode_refused_on_old_proxmox_and_plain_lxc() -> None:
-    with pytest.raises(PlanError, match=r"8\.1"):
+    with pytest.raises(FixPlanError, match=r"8\.1"):
         plan(parse(INCIDENT), h200_facts("7.4.3"), PlanOptions(mode=DEVN))
-    with pytest.raises(PlanError, match="plain LXC"):
+    with pytest.raises(FixPlanError, match="plain LXC"):
         plan(parse("lxc.uts.name = a\n", LXC), h200_facts(), PlanOptions(mode=DEVN))
 
 

@@ -1,0 +1,64 @@
+"""``--host-prep``: the systemd oneshot, written and enabled with real systemctl on a
+scratch root (``systemctl --root=DIR enable``), with backup and idempotence."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.hosts.local import LocalHost
+from gpudoctor.pve.uvm_unit import UNIT_NAME, run_host_prep
+from tests.fakes.pvetree import PveTree
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    if not shutil.which("systemctl"):
+        pytest.skip("systemctl is not installed")
+    (tmp_path / "sysroot" / "etc" / "systemd" / "system").mkdir(parents=True)
+    return tmp_path / "sysroot"
+
+
+def test_host_prep_installs_enables_and_then_has_nothing_to_do(root: Path, tmp_path: Path) -> None:
+    layout = PveTree(tmp_path).layout()
+    host = LocalHost()
+    dry = run_host_prep(host, dry_run=True, layout=layout, root=str(root))
+    assert dry.status == "dry_run" and "+Before=pve-guests.service lxc.service" in dry.plan.diff
+    assert not (root / "etc/systemd/system" / UNIT_NAME).exists()
+
+    done = run_host_prep(host, yes=True, layout=layout, root=str(root))
+    assert done.status == "applied", done.message
+    unit = root / "etc/systemd/system" / UNIT_NAME
+    text = unit.read_text()
+    assert "ExecStart=" in text and text.split("ExecStart=")[1].startswith(("/", "nvidia"))
+    assert "-u -c=0\n" in text and "Type=oneshot\n" in text
+    link = root / "etc/systemd/system/multi-user.target.wants" / UNIT_NAME
+    assert link.is_symlink()  # made by the real systemctl enable
+    verify = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)],
+                            capture_output=True, text=True)  # fmt: skip
+    assert "Unknown key" not in verify.stderr and "Invalid" not in verify.stderr, verify.stderr
+
+    stamp = unit.stat().st_mtime_ns
+    again = run_host_prep(host, yes=True, layout=layout, root=str(root))
+    assert again.status == "nothing_to_change"
+    assert unit.stat().st_mtime_ns == stamp
+
+
+def test_host_prep_backs_up_a_different_existing_unit(root: Path, tmp_path: Path) -> None:
+    tree = PveTree(tmp_path)
+    unit = root / "etc/systemd/system" / UNIT_NAME
+    unit.write_text("[Service]\nExecStart=/bin/true\n")
+    done = run_host_prep(LocalHost(), yes=True, layout=tree.layout(), root=str(root))
+    assert done.status == "applied"
+    assert Path(done.backup).read_text() == "[Service]\nExecStart=/bin/true\n"
+    assert "-ExecStart=/bin/true" in done.plan.diff
+
+
+def test_host_prep_declined_writes_nothing(root: Path, tmp_path: Path) -> None:
+    outcome = run_host_prep(LocalHost(), confirm=lambda plan: False,
+                            layout=PveTree(tmp_path).layout(), root=str(root))  # fmt: skip
+    assert outcome.status == "declined"
+    assert not (root / "etc/systemd/system" / UNIT_NAME).exists()

@@ -9,16 +9,27 @@ import sys
 import click
 
 GPUDOCTOR_HELP = (
-    "Command that runs gpudoctor in the units (default: this interpreter with -m gpudoctor)."
+    "Command that runs gpudoctor in the units (default: this interpreter with -I -m "
+    "gpudoctor; -I is added to a PYTHON -m gpudoctor command)."
 )
 
 
 def _gpudoctor_argv(value: str | None) -> tuple[str, ...]:
+    """Return the command the units run gpudoctor with: ``value`` split like a shell
+    would, else this interpreter; ``PYTHON -m gpudoctor`` gets ``-I`` (isolated mode: the
+    working directory, PYTHONPATH and the user's site-packages are not on sys.path)."""
     import shlex
 
-    if value:
-        return tuple(shlex.split(value))
-    return (os.path.abspath(sys.executable), "-m", "gpudoctor")
+    try:
+        argv = tuple(shlex.split(value)) if value else (sys.executable, "-m", "gpudoctor")
+    except ValueError as exc:  # an unclosed quote
+        raise click.BadParameter(str(exc), param_hint="--gpudoctor") from exc
+    if not argv:
+        raise click.BadParameter("an empty command", param_hint="--gpudoctor")
+    argv = (os.path.abspath(argv[0]) if argv[0].startswith("/") else argv[0], *argv[1:])
+    if argv[1:3] == ("-m", "gpudoctor"):
+        argv = (argv[0], "-I", *argv[1:])
+    return argv
 
 
 NOW = click.option(

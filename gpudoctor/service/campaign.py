@@ -25,6 +25,7 @@ from gpudoctor.service.unitfile import (
     ServiceError,
     check_name,
     check_path,
+    check_words,
     exec_line,
     sh_words,
 )
@@ -91,6 +92,11 @@ class CampaignService:
         check_name(self.name)
         check_path(self.plan, "the plan")
         check_path(self.out, "--out")
+        check_words(self.gpudoctor, "--gpudoctor")
+        check_words(self.check_args, "--check-arg")
+        check_words(self.bench_args, "a bench argument")
+        if self.weights:
+            check_words(self.weights.argv(), "the weights step")
         if not self.gpudoctor or not self.gpudoctor[0].startswith("/"):
             raise ServiceError("the gpudoctor command must start with an absolute path")
         if not 1 <= self.backoff_min_s <= self.backoff_max_s:
@@ -162,6 +168,7 @@ def render_wrapper(svc: CampaignService) -> str:
 #   1. wait until `gpudoctor check` passes (backoff {svc.backoff_min_s}..{svc.backoff_max_s} s)
 #   2. restore the weights   3. resume the campaign   4. stop once it is done
 set -u
+cd / || exit 1  # nothing of the caller's working directory is imported or read
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 HOME=${{HOME:-/root}}
 export PATH HOME

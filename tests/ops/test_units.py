@@ -89,7 +89,7 @@ def test_campaign_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     text = wrapper.read_text()
     # the steps, in order, with the plan's weights (repo, dir, mirror) and the check's args
     steps = [
-        f"{sys.executable} -m gpudoctor check --device /dev/nvidia-uvm 2>&1",
+        f"{sys.executable} -I -m gpudoctor check --device /dev/nvidia-uvm 2>&1",
         "weights ensure org/tiny --to /dev/shm/tiny --mirror /var/lib/models ||",
         "bench /root/plan.toml --out /var/lib/runs/q\n",
     ]

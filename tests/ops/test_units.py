@@ -64,6 +64,15 @@ def verify(root: Path | None, *units: str) -> subprocess.CompletedProcess:
     return subprocess.run([*argv, *units], capture_output=True, text=True, timeout=60)
 
 
+def add_interpreter(root: Path) -> Path:
+    """Copy this interpreter into ``root`` at its own path (as a CT with gpudoctor
+    installed at the same path has it: `service install --root` looks for it there)."""
+    python = root / sys.executable.lstrip("/")
+    python.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(os.path.realpath(sys.executable), python)
+    return python
+
+
 def systemd_root(tmp_path: Path) -> Path:
     """Return a root directory holding a copy of this machine's systemd unit directory."""
     root = tmp_path / "root"
@@ -76,6 +85,7 @@ def test_campaign_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     root = systemd_root(tmp_path)
     (root / "root").mkdir()
     (root / "root/plan.toml").write_text(PLAN)  # PLAN is read inside ROOT, as the CT sees it
+    add_interpreter(root)
     result = invoke("install", "/root/plan.toml", "--out", "/var/lib/runs/q",
                     "--device", "/dev/nvidia-uvm", "--root", str(root))  # fmt: skip
     assert result.exit_code == 0, result.output

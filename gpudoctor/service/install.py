@@ -45,13 +45,6 @@ def under_root(root: str | os.PathLike[str], path: str) -> Path:
     return Path(root) / path.lstrip("/")
 
 
-def write_file(target: Path, text: str, mode: int) -> None:
-    """Write ``text`` to ``target`` atomically (temp file + rename), with ``mode``; create
-    the parent directories (``install -D -m MODE``); refuse a symlink, FIFO or device there."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fsio.atomic_replace(target, text, mode=mode, follow_dir_link=True)
-
-
 def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
     try:
         return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)

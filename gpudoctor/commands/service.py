@@ -84,7 +84,8 @@ def service() -> None:
 @click.option("--out", required=True, type=click.Path(), help="The campaign's run directory.")
 @click.option("--name", default="campaign", show_default=True, help="Unit gpudoctor-NAME.service.")
 @click.option("--repo", help="Hub repo to restore first (default: the plan's [model] repo).")
-@click.option("--to", "to", help="Weights directory, e.g. /dev/shm/qwen (default: plan's dir).")
+@click.option("--to", "to", help="Weights directory (default and only choice when the plan names "
+              "a repo: the plan's dir; for a plan's local path: that path).")  # fmt: skip
 @click.option("--mirror", help="Persistent mirror root (default: the plan's [model] mirror).")
 @click.option("--revision", help="Pinned revision (default: the plan's, else any complete one).")
 @click.option("--device", "devices", multiple=True, metavar="PATH[:DRIVER]",
@@ -116,6 +117,10 @@ def install(
     per failed try), `gpudoctor weights ensure`, then `gpudoctor bench PLAN --out OUT`
     (which resumes: no cell runs twice). Once bench exits 0 it leaves
     OUT/.gpudoctor-service-done and later boots do nothing.
+
+    The unit runs as root, so install refuses a plan, a directory above it, a program
+    it names, the interpreter or --out that anyone but root can change. Run again with
+    the same options, it reports each file "unchanged".
     """
     from gpudoctor.service.campaign import (
         CampaignService,

@@ -56,14 +56,22 @@ def kind_of(mode: int) -> str:
     return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
-def judge_owner(path: Path | str, st: os.stat_result, what: str, fix: str) -> None:
-    """Raise FsioError when ``st`` (of ``path``) belongs to another user or others can
-    write it (group/other write, sticky or not); return None when it is trusted."""
-    if st.st_uid not in trusted_uids():
+def judge_owner(
+    path: Path | str, st: os.stat_result, what: str, fix: str,
+    trusted: frozenset[int] | None = None, allow_sticky: bool = False,
+) -> None:  # fmt: skip
+    """Raise FsioError when ``st`` (of ``path``) belongs to a user outside ``trusted``
+    (default: the caller and root) or others can write it (group/other write; a sticky
+    directory is accepted with ``allow_sticky``); return None when it is trusted."""
+    trusted = trusted_uids() if trusted is None else trusted
+    if st.st_uid not in trusted:
+        owners = " or ".join(user_name(uid) for uid in sorted(trusted))
         raise FsioError(
             f"{path} ({what}) belongs to {user_name(st.st_uid)}, not to"
-            f" {user_name(os.geteuid())}: another user may have planted it; {fix}"
+            f" {owners}: another user may have planted it; {fix}"
         )
+    if allow_sticky and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX:
+        return
     if st.st_mode & 0o022:
         raise FsioError(
             f"{path} ({what}) is writable by others (mode {stat.S_IMODE(st.st_mode):04o}):"
@@ -124,7 +132,12 @@ def open_dir(
 
 
 @contextlib.contextmanager
-def _parent(path: Path, follow_dir_link: bool, require_trusted_dir: bool) -> Iterator[int]:
+def _parent(
+    path: Path, follow_dir_link: bool, require_trusted_dir: bool, dir_fd: int | None = None
+) -> Iterator[int]:
+    if dir_fd is not None:  # already opened by the caller (e.g. under_root): kept open
+        yield dir_fd
+        return
     fd = open_dir(
         path.parent, follow_dir_link=follow_dir_link, require_trusted_dir=require_trusted_dir
     )
@@ -183,8 +196,10 @@ def atomic_replace(
     follow_dir_link: bool = False,
     require_trusted_dir: bool = False,
     sync: bool = True,
+    dir_fd: int | None = None,
 ) -> None:
-    """Replace ``path`` with ``data`` atomically; return None.
+    """Replace ``path`` with ``data`` atomically; return None (``dir_fd``: ``path``'s
+    directory, already opened by the caller, e.g. with :func:`under_root`).
 
     A temp file is created ``O_EXCL|O_NOFOLLOW`` next to it, written, fsync'ed and
     renamed over ``path``; then the directory is fsync'ed. A reader sees the old bytes
@@ -194,7 +209,7 @@ def atomic_replace(
     """
     path = Path(path)
     blob = data.encode("utf-8") if isinstance(data, str) else data
-    with _parent(path, follow_dir_link, require_trusted_dir) as dir_fd:
+    with _parent(path, follow_dir_link, require_trusted_dir, dir_fd) as dir_fd:
         old = _lstat_at(dir_fd, path.name)
         if old is not None and refuse_non_regular and not stat.S_ISREG(old.st_mode):
             _refuse(path, old)
@@ -347,12 +362,13 @@ def create_new(
     follow_dir_link: bool = False,
     require_trusted_dir: bool = False,
     sync: bool = True,
+    dir_fd: int | None = None,
 ) -> None:
     """Create ``path`` (``O_CREAT|O_EXCL|O_NOFOLLOW``: never an existing file or link)
     holding ``data``; return None. Raise FsioError when anything is already there."""
     path = Path(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    with _parent(path, follow_dir_link, require_trusted_dir) as dir_fd:
+    with _parent(path, follow_dir_link, require_trusted_dir, dir_fd) as dir_fd:
         try:
             fd = os.open(path.name, flags, create_mode, dir_fd=dir_fd)
         except FileExistsError:
@@ -409,3 +425,85 @@ def make_dirs(root: Path | str, rel_dir: str | Path, mode: int = 0o755) -> Path:
             if not stat.S_ISDIR(st.st_mode):
                 raise FsioError(20, f"{current} exists and is not a directory") from None
     return current
+
+
+@contextlib.contextmanager
+def under_root(
+    root: Path | str, path: str, *, follow_last: bool = False, make_parents: bool = False,
+    dir_mode: int = 0o755, seen: list[tuple[str, os.stat_result]] | None = None,
+) -> Iterator[tuple[int, str, str]]:  # fmt: skip
+    """Yield ``(dir_fd, name, shown)`` for ``path`` as ``chroot ROOT`` resolves it:
+    ``dir_fd`` holds the last part ``name`` (``shown``: its path on this machine).
+
+    Each directory is opened ``O_NOFOLLOW`` relative to the one before; a symlink is read
+    and resolved again inside ROOT (an absolute target from ROOT, ``..`` never above it),
+    so no link leads out of ROOT. ``follow_last`` resolves a link at the last part too;
+    ``make_parents`` creates missing directories (``mode``); ``seen`` gets ``(shown,
+    stat)`` of ROOT and of every directory (and existing last part) walked. Raise
+    FsioError for a loop, a non-directory or (without ``make_parents``) a missing one.
+    """
+    stack = [os.open(root, _DIR_FLAGS)]
+    names: list[str] = []
+    shown = lambda *more: os.path.join(str(root), *names, *more)  # noqa: E731
+    try:
+        if seen is not None:
+            seen.append((str(root), os.fstat(stack[0])))
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        links = 0
+        while parts:
+            name = parts.pop(0)
+            if name == "..":
+                if len(stack) > 1:
+                    os.close(stack.pop())
+                    names.pop()
+                continue
+            st = _lstat_at(stack[-1], name)
+            if st is None and parts and make_parents:
+                os.mkdir(name, dir_mode, dir_fd=stack[-1])
+                st = _lstat_at(stack[-1], name)
+            if st is not None and stat.S_ISLNK(st.st_mode) and (parts or follow_last):
+                links += 1
+                if links > 40:
+                    raise FsioError(40, f"{shown(name)}: too many levels of symbolic links")
+                target = os.readlink(name, dir_fd=stack[-1])
+                if target.startswith("/"):
+                    while len(stack) > 1:
+                        os.close(stack.pop())
+                    names.clear()
+                parts[:0] = [p for p in target.split("/") if p not in ("", ".")]
+                continue
+            if not parts:
+                if st is not None and seen is not None:
+                    seen.append((shown(name), st))
+                yield stack[-1], name, shown(name)
+                return
+            if st is None:
+                raise FsioError(2, f"{shown(name)} does not exist (resolved inside {root})")
+            if not stat.S_ISDIR(st.st_mode):
+                raise FsioError(20, f"{shown(name)} is not a directory (inside {root})")
+            stack.append(os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=stack[-1]))
+            names.append(name)
+            if seen is not None:
+                seen.append((shown(), os.fstat(stack[-1])))
+        yield stack[-1], ".", shown()
+    finally:
+        for fd in stack:
+            os.close(fd)
+
+
+def read_under_root(root: Path | str, path: str, limit: int = 16 << 20) -> bytes:
+    """Return the bytes (at most ``limit``) of the regular file ``path`` resolved inside
+    ``root`` (:func:`under_root`, links followed inside it); FsioError for anything else."""
+    with under_root(root, path, follow_last=True) as (dir_fd, name, shown):
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=dir_fd)  # fmt: skip
+        except FileNotFoundError:
+            raise FsioError(2, f"{shown} does not exist (resolved inside {root})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FsioError(f"{shown} is {kind_of(st.st_mode)}, not a regular file")
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)

@@ -4,21 +4,33 @@ textfile timer that feeds Prometheus, and the alerting rules."""
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 import click
 
 GPUDOCTOR_HELP = (
-    "Command that runs gpudoctor in the units (default: this interpreter with -m gpudoctor)."
+    "Command that runs gpudoctor in the units (default: this interpreter with -I -m "
+    "gpudoctor; -I is added to a PYTHON -m gpudoctor command)."
 )
 
 
 def _gpudoctor_argv(value: str | None) -> tuple[str, ...]:
+    """Return the command the units run gpudoctor with: ``value`` split like a shell
+    would, else this interpreter; ``PYTHON -m gpudoctor`` gets ``-I`` (isolated mode: the
+    working directory, PYTHONPATH and the user's site-packages are not on sys.path)."""
     import shlex
 
-    if value:
-        return tuple(shlex.split(value))
-    return (os.path.abspath(sys.executable), "-m", "gpudoctor")
+    try:
+        argv = tuple(shlex.split(value)) if value else (sys.executable, "-m", "gpudoctor")
+    except ValueError as exc:  # an unclosed quote
+        raise click.BadParameter(str(exc), param_hint="--gpudoctor") from exc
+    if not argv:
+        raise click.BadParameter("an empty command", param_hint="--gpudoctor")
+    argv = (os.path.abspath(argv[0]) if argv[0].startswith("/") else argv[0], *argv[1:])
+    if argv[1:3] == ("-m", "gpudoctor"):
+        argv = (argv[0], "-I", *argv[1:])
+    return argv
 
 
 NOW = click.option(
@@ -26,31 +38,30 @@ NOW = click.option(
 )
 
 
-def _report(paths: list, root: str, unit: str, now: bool) -> None:
-    """Print what was written; with ``now``, reload systemd and start ``unit``
-    (``systemctl daemon-reload && systemctl start UNIT``)."""
+def _report(done: list, root: str, unit: str, now: bool) -> None:
+    """Print what was written (or found unchanged); with ``now``, reload systemd and start
+    ``unit`` (``systemctl daemon-reload && systemctl start UNIT``)."""
     import subprocess
 
-    for path in paths:
-        click.echo(f"wrote {path}")
+    for item in done:
+        click.echo(f"{item.action} {item.path}")
     if root != "/":
         click.echo(f"installed under {root} and enabled there (runs at that system's next boot)")
         return
     if not now:
-        click.echo(
-            f"enabled at boot; start now with: systemctl daemon-reload && systemctl start {unit}"
-        )
+        reload = "systemctl daemon-reload && " if any(d.action == "wrote" for d in done) else ""
+        click.echo(f"enabled at boot; start now with: {reload}systemctl start {unit}")
         return
     for argv in (["systemctl", "daemon-reload"], ["systemctl", "start", "--no-block", unit]):
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise click.ClickException(
                 f"{' '.join(argv)}: {exc}; start it at the next boot"
             ) from exc
-        if done.returncode != 0:
+        if result.returncode != 0:
             raise click.ClickException(
-                f"{' '.join(argv)} failed: {done.stderr.strip()[-300:]}; the unit is installed "
+                f"{' '.join(argv)} failed: {result.stderr.strip()[-300:]}; the unit is installed "
                 "and enabled, it starts at the next boot"
             )
     click.echo(f"enabled at boot and started: {unit} (journalctl -u {unit} -f)")
@@ -73,7 +84,8 @@ def service() -> None:
 @click.option("--out", required=True, type=click.Path(), help="The campaign's run directory.")
 @click.option("--name", default="campaign", show_default=True, help="Unit gpudoctor-NAME.service.")
 @click.option("--repo", help="Hub repo to restore first (default: the plan's [model] repo).")
-@click.option("--to", "to", help="Weights directory, e.g. /dev/shm/qwen (default: plan's dir).")
+@click.option("--to", "to", help="Weights directory (default and only choice when the plan names "
+              "a repo: the plan's dir; for a plan's local path: that path).")  # fmt: skip
 @click.option("--mirror", help="Persistent mirror root (default: the plan's [model] mirror).")
 @click.option("--revision", help="Pinned revision (default: the plan's, else any complete one).")
 @click.option("--device", "devices", multiple=True, metavar="PATH[:DRIVER]",
@@ -85,15 +97,18 @@ def service() -> None:
 @click.option("--backoff", default="5:300", show_default=True, metavar="MIN:MAX",
               help="Seconds between GPU checks: MIN, doubling up to MAX.")  # fmt: skip
 @click.option("--gpudoctor", "gpudoctor_cmd", metavar="CMD", help=GPUDOCTOR_HELP)
+@click.option("--after-network", is_flag=True,
+              help="Order the unit after network-online.target (default: only when the "
+              "weights may come from the Hub, i.e. no --mirror).")  # fmt: skip
 @click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
-              help="Install under this root (a CT's rootfs, an image) instead of /; PLAN and "
-              "--out are then paths inside it.")  # fmt: skip
+              help="Install under this root (a CT's rootfs, an image) instead of /; PLAN, "
+              "--out and the interpreter are then paths inside it (resolved like chroot).")  # fmt: skip
 @NOW
 def install(
     plan: str, out: str, name: str, repo: str | None, to: str | None, mirror: str | None,
     revision: str | None, devices: tuple[str, ...], only: tuple[str, ...],
-    check_extra: tuple[str, ...], backoff: str, gpudoctor_cmd: str | None, root: str,
-    now: bool,
+    check_extra: tuple[str, ...], backoff: str, gpudoctor_cmd: str | None,
+    after_network: bool, root: str, now: bool,
 ) -> None:  # fmt: skip
     """Write the CT's boot unit: wait for the GPU, restore the weights, resume PLAN.
 
@@ -102,17 +117,19 @@ def install(
     per failed try), `gpudoctor weights ensure`, then `gpudoctor bench PLAN --out OUT`
     (which resumes: no cell runs twice). Once bench exits 0 it leaves
     OUT/.gpudoctor-service-done and later boots do nothing.
+
+    The unit runs as root, so install refuses a plan, a directory above it, a program
+    it names, the interpreter or --out that anyone but root can change. Run again with
+    the same options, it reports each file "unchanged".
     """
-    from gpudoctor.bench.plan import PlanError
     from gpudoctor.service.campaign import (
         CampaignService,
-        Weights,
         check_args_of,
+        choose_weights,
         render_unit,
         render_wrapper,
-        weights_from_plan,
     )
-    from gpudoctor.service.install import UnitFile, under_root
+    from gpudoctor.service.install import UnitFile
     from gpudoctor.service.install import install as do_install
     from gpudoctor.service.unitfile import ServiceError
 
@@ -121,25 +138,15 @@ def install(
         backoff_min, backoff_max = int(low), int(high or low)
     except ValueError as exc:
         raise click.BadParameter("expected MIN:MAX seconds", param_hint="--backoff") from exc
-    # PLAN and OUT are paths as the target system sees them; with --root the plan is read
-    # from inside that root (a CT's rootfs mounted on the host).
-    plan = os.path.abspath(plan) if root == "/" else plan
-    readable = str(under_root(root, plan)) if root != "/" else plan
-    if not os.path.isfile(readable):
-        raise click.BadParameter(f"no plan file at {readable}", param_hint="PLAN")
+    # PLAN and OUT are paths as the target system sees them; with --root they are resolved
+    # inside that root (a CT's rootfs mounted on the host) as chroot would.
+    root = os.path.abspath(root)
+    if not os.path.isdir(root):
+        raise click.BadParameter(f"{root} is not a directory", param_hint="--root")
+    plan = os.path.abspath(plan) if root == "/" else os.path.join("/", plan)
+    loaded = _load_plan_in_root(root, plan)
     try:
-        from_plan = weights_from_plan(readable)
-    except PlanError as exc:
-        raise click.ClickException(str(exc)) from exc
-    weights = from_plan
-    if repo or to:
-        if not (repo and to):
-            raise click.UsageError("--repo and --to go together")
-        weights = Weights(repo, os.path.abspath(to), mirror, revision)
-    elif from_plan and (mirror or revision):
-        weights = Weights(from_plan.repo, from_plan.to, mirror or from_plan.mirror,
-                          revision or from_plan.revision)  # fmt: skip
-    try:
+        weights = choose_weights(loaded.model, repo, to and os.path.abspath(to), mirror, revision)
         svc = CampaignService(
             name=name,
             plan=plan,
@@ -149,20 +156,114 @@ def install(
             weights=weights,
             backoff_min_s=backoff_min,
             backoff_max_s=backoff_max,
+            after_network=after_network or bool(weights and not weights.mirror),
         )
     except ServiceError as exc:
         raise click.UsageError(str(exc)) from exc
+    svc = _trusted_service(root, svc, loaded, gpudoctor_cmd is None)
     files = [
         UnitFile(svc.wrapper_path, render_wrapper(svc), 0o755),
         UnitFile(svc.unit_path, render_unit(svc), 0o644, "multi-user.target"),
     ]
     try:
-        paths = do_install(files, root)
+        done = do_install(files, root)
     except OSError as exc:
         raise click.ClickException(
             f"cannot write the unit: {exc}; run as root or use --root"
         ) from exc
-    _report(paths, root, svc.unit_name, now)
+    _report(done, root, svc.unit_name, now)
+
+
+def _load_plan_in_root(root: str, plan: str):  # type: ignore[no-untyped-def]
+    """Return the Plan at ``plan`` read inside ``root`` (links resolved within it)."""
+    from pathlib import PurePosixPath
+
+    from gpudoctor import fsio
+    from gpudoctor.bench.plan import PlanError, parse_plan
+
+    try:
+        text = fsio.read_under_root(root, plan).decode("utf-8")
+    except FileNotFoundError as exc:
+        raise click.BadParameter(
+            f"no plan file at {exc.filename or plan}", param_hint="PLAN"
+        ) from None
+    except fsio.FsioError as exc:
+        if exc.errno == 2:
+            where = f"{plan} inside {root} ({exc})" if root != "/" else plan
+            raise click.BadParameter(f"no plan file at {where}", param_hint="PLAN") from None
+        raise click.ClickException(f"cannot read the plan: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.ClickException(f"cannot read the plan {plan}: {exc}") from None
+    shown = plan if root == "/" else f"{root.rstrip('/')}{plan}"
+    try:
+        return parse_plan(text, shown, base_dir=PurePosixPath(plan).parent)  # type: ignore[arg-type]
+    except PlanError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _trusted_service(root: str, svc, plan, default_cmd: bool):  # type: ignore[no-untyped-def]
+    """Return ``svc`` once what its unit runs as root is root's alone (the plan and its
+    directories, the programs it names, the interpreter, --out), with the interpreter
+    found inside ``root``; ClickException naming the path and its owner otherwise."""
+    import dataclasses
+
+    from gpudoctor import fsio
+    from gpudoctor.service import trust
+
+    try:
+        fsio.check_ancestors(root, "--root")
+        trusted = trust.owners(root)
+        command = svc.gpudoctor
+        found = trust.resolve(root, command[0])
+        if not trust.is_executable(found) and default_cmd and root != "/":
+            script = trust.find_program(root, "gpudoctor")  # a pip-installed console script
+            if trust.is_executable(trust.resolve(root, script)):
+                command, found = (script,), trust.resolve(root, script)
+        if not trust.is_executable(found):
+            where = f"inside {root}" if root != "/" else "on this machine"
+            raise click.ClickException(
+                f"{command[0]} (the interpreter the unit runs) is not an executable file "
+                f"{where}: the unit would fail at boot; install gpudoctor there and give "
+                "--gpudoctor 'PYTHON -m gpudoctor' (PYTHON as a path inside the root)"
+            )
+        trust.judge(root, command[0], "the interpreter the unit runs", trusted)
+        trust.judge(root, svc.plan, "the plan", trusted)
+        engine = plan.engine
+        trust.check_programs(root, [w for w in (engine.command[:1] or ()) if w] + (
+            [engine.python] if engine.python else []), trusted)  # fmt: skip
+        trust.judge(root, svc.out, "--out", trusted)
+    except fsio.FsioError as exc:
+        raise click.ClickException(f"refusing to install: {exc}") from None
+    return dataclasses.replace(svc, gpudoctor=command)
+
+
+@service.command("mark-done", hidden=True)
+@click.argument("marker", type=click.Path(dir_okay=False))
+def mark_done(marker: str) -> None:
+    """Create the campaign's done marker (what the wrapper runs once bench exits 0).
+
+    The marker is created O_CREAT|O_EXCL|O_NOFOLLOW in a directory that belongs to
+    root or the caller and that no one else can write: a planted symlink or a directory
+    another user controls is refused, never followed. An existing regular file is kept.
+    """
+    from gpudoctor import fsio
+
+    path = os.path.abspath(marker)
+    try:
+        dir_fd = fsio.open_dir(os.path.dirname(path), require_trusted_dir=True)
+        try:
+            st = os.stat(os.path.basename(path), dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        try:
+            if st is None or not stat.S_ISREG(st.st_mode):
+                fsio.create_new(path, b"", dir_fd=dir_fd)  # refuses a link or FIFO there
+            else:
+                fsio.judge_owner(path, st, "the done marker", f"remove it (rm {path})")
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise click.ClickException(f"cannot create the done marker: {exc}") from None
 
 
 @service.command("install-timer")

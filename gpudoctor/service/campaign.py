@@ -12,22 +12,29 @@ Two files (pure rendering here; :mod:`gpudoctor.service.install` writes them):
      between tries; each failed try prints ONE journal line with the FAIL verdicts;
   2. ``gpudoctor weights ensure REPO --to DIR --mirror MIRROR`` (when a repo is given);
   3. ``gpudoctor bench PLAN --out OUT`` (resumes by default: every recorded cell is kept);
-  4. exit 0 after touching the done marker once bench exits 0.
+  4. once bench exits 0, ``gpudoctor service mark-done OUT/.gpudoctor-service-done``
+     creates the done marker (``O_CREAT|O_EXCL|O_NOFOLLOW`` in a trusted directory: a
+     planted link makes it fail, never write elsewhere), then exit 0.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpudoctor.service.unitfile import (
     UNIT_DIR,
     ServiceError,
     check_name,
     check_path,
+    check_words,
     exec_line,
     sh_words,
 )
+
+if TYPE_CHECKING:
+    from gpudoctor.bench.plan_model import ModelSpec
 
 WRAPPER_DIR = "/usr/local/sbin"
 DONE_MARKER = ".gpudoctor-service-done"
@@ -74,6 +81,9 @@ class CampaignService:
         bench_args: extra ``gpudoctor bench`` arguments.
         backoff_min_s, backoff_max_s: seconds between ``check`` tries (doubling).
         restart_s: systemd's ``RestartSec`` after a failed step.
+        after_network: order the unit after ``network-online.target`` (the weights may
+            come from the Hub); otherwise a CT whose network never comes online starts
+            the campaign at once.
     """
 
     name: str
@@ -86,11 +96,17 @@ class CampaignService:
     backoff_min_s: int = 5
     backoff_max_s: int = 300
     restart_s: int = 60
+    after_network: bool = False
 
     def __post_init__(self) -> None:
         check_name(self.name)
         check_path(self.plan, "the plan")
         check_path(self.out, "--out")
+        check_words(self.gpudoctor, "--gpudoctor")
+        check_words(self.check_args, "--check-arg")
+        check_words(self.bench_args, "a bench argument")
+        if self.weights:
+            check_words(self.weights.argv(), "the weights step")
         if not self.gpudoctor or not self.gpudoctor[0].startswith("/"):
             raise ServiceError("the gpudoctor command must start with an absolute path")
         if not 1 <= self.backoff_min_s <= self.backoff_max_s:
@@ -119,12 +135,17 @@ class CampaignService:
 
 def render_unit(svc: CampaignService) -> str:
     """Return the text of ``gpudoctor-NAME.service``."""
+    title = "gpudoctor campaign" if svc.name == "campaign" else f"gpudoctor campaign {svc.name}"
+    order = (
+        "Wants=network-online.target\nAfter=network-online.target local-fs.target"
+        if svc.after_network
+        else "After=local-fs.target"
+    )
     return f"""\
 # Written by `gpudoctor service install`: run it again to change this unit.
 [Unit]
-Description=gpudoctor campaign {svc.name}: wait for the GPU, restore the weights, resume the benchmark
-Wants=network-online.target
-After=network-online.target local-fs.target
+Description={title}: wait for the GPU, restore the weights, resume the benchmark
+{order}
 ConditionPathExists=!{svc.done_marker.replace("%", "%%")}
 StartLimitIntervalSec=0
 
@@ -162,6 +183,7 @@ def render_wrapper(svc: CampaignService) -> str:
 #   1. wait until `gpudoctor check` passes (backoff {svc.backoff_min_s}..{svc.backoff_max_s} s)
 #   2. restore the weights   3. resume the campaign   4. stop once it is done
 set -u
+cd / || exit 1  # nothing of the caller's working directory is imported or read
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 HOME=${{HOME:-/root}}
 export PATH HOME
@@ -190,7 +212,7 @@ log {sh_words(["resuming the campaign: gpudoctor " + bench])}
 {gd} {bench}
 rc=$?
 if [ "$rc" -eq 0 ]; then
-  : > "$DONE"
+  {gd} {sh_words(["service", "mark-done", svc.done_marker])} || exit $?
   log "campaign done: {svc.unit_name} will not run again ($DONE)"
   exit 0
 fi
@@ -199,15 +221,38 @@ exit "$rc"
 """
 
 
-def weights_from_plan(plan_path: str) -> Weights | None:
-    """Return the plan's ``[model]`` repo/dir/mirror/revision as :class:`Weights`, or None
-    when the plan loads a local path (no repo) or has no ``dir``."""
-    from gpudoctor.bench.plan import load_plan
-
-    model = load_plan(plan_path).model
-    if not model.repo or not model.dir:
+def choose_weights(
+    model: ModelSpec, repo: str | None, to: str | None, mirror: str | None,
+    revision: str | None,
+) -> Weights | None:  # fmt: skip
+    """Return what the wrapper restores: the plan's ``[model]`` repo/dir/mirror/revision,
+    overridden by ``--repo/--to/--mirror/--revision``; None when there is nothing to
+    restore. Raise ServiceError for an override bench would undo: a plan that names a repo
+    has bench ensure it into its own ``dir`` again, so ``--repo``, ``--to`` and
+    ``--revision`` must match it (else the weights would be restored twice), and ``--to``
+    must be the directory the servers load."""
+    if bool(repo) != bool(to) and not model.repo:
+        raise ServiceError("--repo and --to go together")
+    if model.repo and model.dir:
+        for option, given, planned in (("--repo", repo, model.repo), ("--to", to, model.dir),
+                                       ("--revision", revision, model.revision)):  # fmt: skip
+            if given and planned and given.rstrip("/") != str(planned).rstrip("/"):
+                raise ServiceError(
+                    f"{option} {given} differs from the plan's [model] {option[2:]} {planned}:"
+                    " bench ensures the plan's weights itself, so they would be restored twice;"
+                    f" leave {option} out or change the plan"
+                )
+        return Weights(model.repo, str(model.dir), mirror or model.mirror,
+                       revision or model.revision)  # fmt: skip
+    if not (repo and to):
         return None
-    return Weights(model.repo, str(model.dir), model.mirror, model.revision)
+    if to.rstrip("/") != model.local_dir.rstrip("/"):
+        raise ServiceError(
+            f"--to {to} is not the directory the plan's servers load ({model.local_dir}):"
+            " the restored weights would not be used; give --to "
+            f"{model.local_dir} or change the plan"
+        )
+    return Weights(repo, to, mirror, revision)
 
 
 def check_args_of(devices: Sequence[str], only: Sequence[str], extra: Sequence[str]) -> tuple:

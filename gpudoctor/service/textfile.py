@@ -14,7 +14,14 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from gpudoctor.service.unitfile import UNIT_DIR, ServiceError, check_name, check_path, exec_line
+from gpudoctor.service.unitfile import (
+    UNIT_DIR,
+    ServiceError,
+    check_name,
+    check_path,
+    check_words,
+    exec_line,
+)
 
 DEFAULT_DIR = "/var/lib/prometheus/node-exporter"
 
@@ -42,6 +49,8 @@ class TextfileTimer:
     def __post_init__(self) -> None:
         check_name(self.name)
         check_path(self.directory, "the textfile directory")
+        check_words(self.gpudoctor, "--gpudoctor")
+        check_words(self.check_args, "--check-arg")
         if not self.gpudoctor or not self.gpudoctor[0].startswith("/"):
             raise ServiceError("the gpudoctor command must start with an absolute path")
         if not 1 <= self.every_min <= 1440:

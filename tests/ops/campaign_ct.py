@@ -121,6 +121,12 @@ class CampaignCt:
         path = self.host_path("/var/log/boot.log")
         return path.read_text() if path.exists() else ""
 
+    def done(self) -> bool:
+        """Return True once the wrapper left the done marker AND logged "campaign done"
+        (the marker is created first, by `service mark-done`, then the line is written)."""
+        marker = self.host_path(f"{OUT}/.gpudoctor-service-done")
+        return marker.is_file() and "campaign done" in self.unit_log()
+
     def records(self) -> int:
         """Return the number of lines in results.jsonl (finished cells)."""
         return self.results.read_bytes().count(b"\n") if self.results.exists() else 0

@@ -24,7 +24,6 @@ from gpudoctor.bench.results import read_records
 from tests.lab.lxc import Lab
 from tests.lab.sshd import LabSSHD
 from tests.ops.campaign_ct import (
-    OUT,
     PLAN,
     SHM_DIR,
     UNIT,
@@ -74,7 +73,7 @@ def test_ct_restart_wipes_tmpfs_and_the_unit_resumes_the_campaign_exactly_once(
 
     campaign.ct.start()  # the "host is back": a fresh tmpfs on /dev/shm
     campaign.wait(
-        lambda: campaign.host_path(f"{OUT}/.gpudoctor-service-done").exists(),
+        campaign.done,
         180,
         "the campaign finishes after the restart",
     )
@@ -140,7 +139,7 @@ def test_reboot_drill_with_the_stand_in_major_moved(
     assert "c 203:0 rwm" in campaign.ct.config_path.read_text()
 
     campaign.wait(
-        lambda: campaign.host_path(f"{OUT}/.gpudoctor-service-done").exists(),
+        campaign.done,
         180,
         "the campaign finishes after the fix's restart",
     )
@@ -202,7 +201,7 @@ def test_never_again_on_proxmox_devn_the_major_moves_and_no_command_is_typed(
     host_dev_node.chmod(0o666)
     assert pve.pct_run("start", pve.vmid).ok  # the host's boot starts its onboot CTs
     campaign.wait(
-        lambda: campaign.host_path(f"{OUT}/.gpudoctor-service-done").exists(),
+        campaign.done,
         180,
         "the campaign finishes after the reboot",
     )

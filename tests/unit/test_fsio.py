@@ -193,3 +193,35 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_under_root_resolves_links_like_chroot(tmp_path: Path) -> None:
+    """Absolute links restart at ROOT, `..` stops at ROOT, a link at the last part is
+    kept (replaced by writers) unless follow_last, loops end with ELOOP."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "root"
+    (root / "usr/bin").mkdir(parents=True)
+    (root / "usr/bin/python3.11").write_text("inside")
+    (root / "bin").symlink_to("usr/bin")  # merged-/usr, relative
+    (root / "abs").symlink_to(str(outside))  # absolute: means ROOT/<outside>
+    (root / "up").symlink_to("../../../../../../../" + str(outside).lstrip("/"))
+    (root / "usr/bin/python3").symlink_to("python3.11")
+    (root / "loop").symlink_to("loop")
+    assert fsio.read_under_root(root, "/bin/python3") == b"inside"
+    for link in ("abs", "up"):
+        with fsio.under_root(root, f"/{link}/x", make_parents=True) as (dir_fd, name, shown):
+            fsio.atomic_replace(shown, b"w", dir_fd=dir_fd)
+        assert shown == f"{root}{outside}/x"
+    assert os.listdir(outside) == []
+    assert (root / str(outside).lstrip("/") / "x").read_bytes() == b"w"
+    with fsio.under_root(root, "/usr/bin/python3") as (dir_fd, name, shown):
+        assert name == "python3" and shown == f"{root}/usr/bin/python3"
+    seen: list = []
+    with fsio.under_root(root, "/bin/python3", follow_last=True, seen=seen) as (_, name, shown):
+        assert shown == f"{root}/usr/bin/python3.11"
+    assert [s for s, _ in seen] == [str(root), f"{root}/usr", f"{root}/usr/bin", shown]
+    with pytest.raises(FsioError, match="too many levels"):
+        fsio.read_under_root(root, "/loop")
+    with pytest.raises(FsioError, match="does not exist"):
+        fsio.read_under_root(root, "/missing/file")

@@ -9,6 +9,7 @@
 #      check` INSIDE it: FAIL device.open (EPERM, the uvm major) and cuda.init attributed to it.
 #   3. `gpudoctor fix --host local --ct gpuct --flavor lxc --yes`: adds the rule, restarts the CT.
 #   4. `gpudoctor check` inside again: all PASS, and a real CUDA kernel (torch) runs inside.
+#   7. a CT whose autodev hook mknods the uvm nodes with an old major (tests/gpu/hook_ct.sh).
 # Everything it prints is also saved under $OUT (JSON reports, logs).
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -77,6 +78,12 @@ UVM=$(awk '$2=="nvidia-uvm"{print $1}' /proc/devices)
 CAPS=$(awk '$2=="nvidia-caps"{print $1}' /proc/devices)
 if [ "${ONLY_2C:-0}" = 1 ]; then  # tests/gpu/run_campaign.sh, when the lease is short
   step_2c
+  exit 0
+fi
+. "$REPO/tests/gpu/hook_ct.sh"
+if [ "${ONLY_HOOK:-0}" = 1 ]; then  # the forum-guide hook CT alone (issue 21)
+  mkdir -p /tmp/site
+  hook_ct
   exit 0
 fi
 
@@ -187,6 +194,8 @@ python3 benchmarks/check_latency.py --runs 15 --json "$OUT/latency.json"
 
 step "6. multi-GPU checks (single GPU: SKIP paths)"
 [ -x tests/gpu/multigpu.sh ] && bash tests/gpu/multigpu.sh
+
+hook_ct
 
 step "cleanup"
 lxc-stop -n $CT -P $LXCPATH -k; rm -rf "$LXCPATH/$CT"

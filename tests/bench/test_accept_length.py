@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.bench.accept_length import from_records, from_server_info
-from gpudoctor.bench.loadgen import measure_cell
-from gpudoctor.bench.metrics import request_itls_s
-from gpudoctor.bench.records import RequestRecord
-from gpudoctor.bench.types import CellTarget, WorkloadSpec
+from gpudoctor.bench.cell_spec import CellTarget, WorkloadSpec
+from gpudoctor.bench.load.accept_length import from_records, from_server_info
+from gpudoctor.bench.load.loadgen import measure_cell
+from gpudoctor.bench.request_record import RequestRecord
+from gpudoctor.bench.results.metrics import request_itls_s
 from tests.bench.fake_sglang import LIFETIME_ACCEPT, FakeSglang
 
 SPEC = WorkloadSpec(input_len=16, output_len=8, num_prompts=6, ignore_eos=True, warmup=1)

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from gpudoctor.bench.client import ClientOptions, classify_status, send_request
-from gpudoctor.bench.records import RequestRecord
-from gpudoctor.bench.workload import Prompt
+from gpudoctor.bench.load.client import ClientOptions, classify_status, send_request
+from gpudoctor.bench.load.workload import Prompt
+from gpudoctor.bench.request_record import RequestRecord
 from tests.bench.scripted_http import ScriptedHttpServer
 
 PROMPT = Prompt("hello", prompt_len=2, output_len=3)

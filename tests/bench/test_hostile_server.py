@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpudoctor.bench.loadgen import measure_cell
-from gpudoctor.bench.types import CellTarget, WorkloadSpec
+from gpudoctor.bench.cell_spec import CellTarget, WorkloadSpec
+from gpudoctor.bench.load.loadgen import measure_cell
 from tests.bench.hostile_server import HostileServer
 
 RSS_LIMIT = 200 * 1024 * 1024
@@ -37,8 +37,8 @@ IDS = [f"{m}-{'flood' if p == 0 else 'trickle'}-{'content' if c else 'empty'}"
 
 CLIENT = """
 import asyncio, json, sys, time
-from gpudoctor.bench.client import ClientOptions, run_requests
-from gpudoctor.bench.workload import Prompt
+from gpudoctor.bench.load.client import ClientOptions, run_requests
+from gpudoctor.bench.load.workload import Prompt
 url, deadline_s = sys.argv[1], float(sys.argv[2])
 options = ClientOptions(url, "m", timeout_s=600.0)
 prompts = [Prompt("hello", 2, 8)] * 4

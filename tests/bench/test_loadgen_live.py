@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.bench.loadgen import measure_cell
-from gpudoctor.bench.records import RequestRecord
-from gpudoctor.bench.types import SLO, CellTarget, WorkloadSpec
+from gpudoctor.bench.cell_spec import SLO, CellTarget, WorkloadSpec
+from gpudoctor.bench.load.loadgen import measure_cell
+from gpudoctor.bench.request_record import RequestRecord
 from tests.bench.counting_proxy import CountingProxy
 from tests.bench.llm_server import LlmServer
 

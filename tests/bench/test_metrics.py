@@ -8,15 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpudoctor.bench.metrics import (
+from gpudoctor.bench.cell_spec import SLO
+from gpudoctor.bench.request_record import RequestRecord
+from gpudoctor.bench.results.metrics import (
     compute_metrics,
     count_errors,
     max_in_flight,
     percentile,
     request_itls_s,
 )
-from gpudoctor.bench.records import RequestRecord
-from gpudoctor.bench.types import SLO
 
 
 def _records() -> list[RequestRecord]:

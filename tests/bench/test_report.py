@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gpudoctor.bench import noise
-from gpudoctor.bench.compare import compare_runs
-from gpudoctor.bench.loadgen import measure_cell
-from gpudoctor.bench.metrics import compute_metrics
-from gpudoctor.bench.records import RequestRecord
-from gpudoctor.bench.report import DPI, FIGSIZE_IN, PLOT_FILES, write_report
-from gpudoctor.bench.results_reader import ResultsError, load_results, read_run
-from gpudoctor.bench.types import CellTarget, WorkloadSpec
+from gpudoctor.bench.cell_spec import CellTarget, WorkloadSpec
+from gpudoctor.bench.load.loadgen import measure_cell
+from gpudoctor.bench.request_record import RequestRecord
+from gpudoctor.bench.results import noise
+from gpudoctor.bench.results.compare import compare_runs
+from gpudoctor.bench.results.metrics import compute_metrics
+from gpudoctor.bench.results.reader import ResultsError, load_results, read_run
+from gpudoctor.bench.results.report import DPI, FIGSIZE_IN, PLOT_FILES, write_report
 from gpudoctor.commands.bench_report import compare, report
 from tests.bench.llm_server import LlmServer
 

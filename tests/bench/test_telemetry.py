@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudoctor.bench.telemetry import GpuSampler, decode_throttle, open_nvml, summarize_samples
+from gpudoctor.bench.load.telemetry import GpuSampler, decode_throttle, open_nvml, summarize_samples
 
 
 def _has_gpu() -> bool:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.bench.types import WorkloadSpec
-from gpudoctor.bench.workload import build_prompts, count_tokens, draw_lengths, load_tokenizer
+from gpudoctor.bench.cell_spec import WorkloadSpec
+from gpudoctor.bench.load.workload import build_prompts, count_tokens, draw_lengths, load_tokenizer
 
 
 @pytest.fixture(scope="module")

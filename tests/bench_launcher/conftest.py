@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.bench.launcher import run_id
-from gpudoctor.bench.server import tagged_processes
+from gpudoctor.bench.launch.campaign import run_id
+from gpudoctor.bench.launch.server import tagged_processes
 
 HERE = Path(__file__).parent
 DATA = HERE / "data"

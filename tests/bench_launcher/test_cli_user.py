@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.bench.results import read_records
+from gpudoctor.bench.results.run_dir import read_records
 
 from .conftest import stub_plan, write
 

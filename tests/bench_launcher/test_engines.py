@@ -170,7 +170,7 @@ def test_stale_cached_help_is_refreshed_before_refusing(
 ) -> None:
     """A branch installed over the same version (DDTree on sglang) adds flags: a cached
     --help without them must not refuse the plan; a real typo still is refused."""
-    from gpudoctor.bench.launch_steps import CampaignError, validate_flags
+    from gpudoctor.bench.launch.steps import CampaignError, validate_flags
 
     from .conftest import stub_plan
 
@@ -207,8 +207,8 @@ def test_sglang_adapter_uses_only_flags_and_endpoints_checked_in_sglang_source()
     """Every flag the adapter emits or reserves, and every flag of the seed plan, is a
     ServerArgs field in SGLang's source (the contract) and in the recorded 0.5.23 --help;
     every endpoint the adapter and the client call is a route there."""
-    from gpudoctor.bench.accept_length import SERVER_INFO_PATHS
-    from gpudoctor.bench.client import ClientOptions
+    from gpudoctor.bench.load.accept_length import SERVER_INFO_PATHS
+    from gpudoctor.bench.load.client import ClientOptions
 
     contract = _contract()
     flags = set(contract["flags"])

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.bench.plan import Plan, load_plan
-from gpudoctor.bench.results import read_records
+from gpudoctor.bench.results.run_dir import read_records
 
 from .conftest import stub_plan, wait_no_leftovers, write
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import httpx
 
-from gpudoctor.bench.launcher import LaunchOptions, run_campaign
+from gpudoctor.bench.launch.campaign import LaunchOptions, run_campaign
+from gpudoctor.bench.launch.server import free_port
 from gpudoctor.bench.plan import load_plan
-from gpudoctor.bench.results import read_records
-from gpudoctor.bench.server import free_port
+from gpudoctor.bench.results.run_dir import read_records
 
 from .conftest import STREAM_SERVER, stub_plan, wait_no_leftovers, write
 

@@ -117,7 +117,7 @@ def test_toml_syntax_error_and_transformers_tp(tmp_path: Path) -> None:
 
 
 def test_limits_deadlines_and_keep_text() -> None:
-    from gpudoctor.bench.launch_steps import keeps_text
+    from gpudoctor.bench.launch.steps import keeps_text
 
     plan = parse_plan(BASE)
     assert plan.limits.request_timeout_s == 600 and plan.limits.cell_timeout_s == 3600

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.bench.launcher import clamp_workload
+from gpudoctor.bench.cell_spec import WorkloadSpec
+from gpudoctor.bench.launch.campaign import clamp_workload
 from gpudoctor.bench.plan import Limits, load_plan, parse_plan
-from gpudoctor.bench.quirks import find_quirk, load_quirks, load_table, record_crash
-from gpudoctor.bench.results import RunDir, RunDirError, read_records, scan_records
-from gpudoctor.bench.types import WorkloadSpec
+from gpudoctor.bench.plan.quirks import find_quirk, load_quirks, load_table, record_crash
+from gpudoctor.bench.results.run_dir import RunDir, RunDirError, read_records, scan_records
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
 SEED = (EXAMPLES / "qwen36-dflash-ddtree.toml").read_text()

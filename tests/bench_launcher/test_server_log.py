@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpudoctor.bench.server import ServerProcess
+from gpudoctor.bench.launch.server import ServerProcess
 
 CHATTY = """
 import sys, time

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.bench.launcher import LaunchOptions, dry_run, run_campaign
+from gpudoctor.bench.launch.campaign import LaunchOptions, dry_run, run_campaign
 from gpudoctor.bench.plan import load_plan
-from gpudoctor.bench.results import read_records
+from gpudoctor.bench.results.run_dir import read_records
 
 from .conftest import wait_no_leftovers, write
 from .test_kill_resume import kill_and_resume

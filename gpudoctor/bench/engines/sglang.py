@@ -14,11 +14,15 @@ installed build's ``--help``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import httpx
 
-from gpudoctor.bench.accept_length import SERVER_INFO_PATHS
 from gpudoctor.bench.engines.base import Engine
-from gpudoctor.bench.plan import ModelSpec, ServerConfig
+from gpudoctor.bench.load.accept_length import SERVER_INFO_PATHS
+
+if TYPE_CHECKING:
+    from gpudoctor.bench.plan import ModelSpec, ServerConfig
 
 
 class SGLang(Engine):

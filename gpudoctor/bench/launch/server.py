@@ -8,7 +8,7 @@ inherit, so whatever a server spawns can be found and killed:
 - :meth:`ServerProcess.stop` sends SIGTERM to the group, SIGKILL after a grace period,
   then kills any tagged straggler (``kill -TERM -PGID; sleep; kill -KILL -PGID``);
 - each server gets ``PR_SET_PDEATHSIG`` (SIGTERM when the launcher dies);
-- a small guardian process (``python -m gpudoctor.bench.server --guard TAG``) waits
+- a small guardian process (``python -m gpudoctor.bench.launch.server --guard TAG``) waits
   for the launcher's pipe to close (the launcher exited or was SIGKILLed) and then
   kills every process with its launch's tag;
 - a new launch on the same run directory first reaps every process of that run.
@@ -220,7 +220,7 @@ class Guardian:
 
     def __init__(self, tag: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpudoctor.bench.server", "--guard", tag],
+            [sys.executable, "-m", "gpudoctor.bench.launch.server", "--guard", tag],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

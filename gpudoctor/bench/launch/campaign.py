@@ -29,11 +29,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.bench import launch_prep
-from gpudoctor.bench import quirks as quirks_mod
+from gpudoctor.bench.cell_spec import CellTarget
 from gpudoctor.bench.engines import engine_for
-from gpudoctor.bench.launch_progress import PlainReporter
-from gpudoctor.bench.launch_steps import (
+from gpudoctor.bench.launch import prep as launch_prep
+from gpudoctor.bench.launch.progress import PlainReporter
+from gpudoctor.bench.launch.server import Guardian, ServerCrashed, ServerProcess, free_port, reap
+from gpudoctor.bench.launch.steps import (
     CampaignError,
     Decision,
     LaunchOptions,
@@ -46,9 +47,8 @@ from gpudoctor.bench.launch_steps import (
     validate_flags,
 )
 from gpudoctor.bench.plan import Cell, Plan, ServerConfig
-from gpudoctor.bench.results import RunDir, environment_facts
-from gpudoctor.bench.server import Guardian, ServerCrashed, ServerProcess, free_port, reap
-from gpudoctor.bench.types import CellTarget
+from gpudoctor.bench.plan import quirks as quirks_mod
+from gpudoctor.bench.results.run_dir import RunDir, environment_facts
 
 MeasureFn = Callable[..., dict[str, Any]]
 _PORT_TAKEN = re.compile(r"address already in use|Errno 98|EADDRINUSE", re.IGNORECASE)
@@ -294,7 +294,7 @@ class Campaign:
 
     def _measure(self) -> MeasureFn:
         if self.measure is None:
-            from gpudoctor.bench.loadgen import measure_cell
+            from gpudoctor.bench.load.loadgen import measure_cell
 
             self.measure = measure_cell
         return self.measure
@@ -325,7 +325,7 @@ def run_campaign(plan: Plan, options: LaunchOptions, reporter: PlainReporter | N
 
     Raises CampaignError (bad flag, busy directory, failed preflight...) with one line;
     KeyboardInterrupt after SIGINT/SIGTERM. Every server is gone when this returns or raises."""
-    from gpudoctor.bench.results import RunDirError
+    from gpudoctor.bench.results.run_dir import RunDirError
 
     problems = model_problems(plan)
     if problems:
@@ -402,7 +402,7 @@ def dry_run(plan: Plan, options: LaunchOptions, validate: bool = True) -> dict[s
             notes.append(f"flags not validated: {exc}")
             campaign.version, campaign.arch = None, quirks_mod.detect_arch()
             campaign.quirk_list = quirks_mod.load_quirks(campaign.quirks_path)
-    from gpudoctor.bench.results import read_records
+    from gpudoctor.bench.results.run_dir import read_records
 
     records, _ = read_records(Path(options.out) / "results.jsonl") if options.out else ([], 0)
     done = {str(r["key"]): r for r in records if "key" in r} if options.resume is not False else {}

@@ -10,8 +10,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.bench.plan_model import (
-    ENGINES,
+from gpudoctor.bench.cell_spec import SLO, WorkloadSpec
+from gpudoctor.bench.engines import ENGINES
+from gpudoctor.bench.plan.model import (
     ArgValue,
     EngineSpec,
     Limits,
@@ -22,7 +23,6 @@ from gpudoctor.bench.plan_model import (
     ServerConfig,
     config_key,
 )
-from gpudoctor.bench.types import SLO, WorkloadSpec
 
 try:  # Python 3.11+
     import tomllib

@@ -21,8 +21,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from gpudoctor.bench.records import ERROR_KINDS, RequestRecord
-from gpudoctor.bench.types import SLO
+from gpudoctor.bench.cell_spec import SLO
+from gpudoctor.bench.request_record import ERROR_KINDS, RequestRecord
 
 PERCENTILES = (90, 95, 99)
 

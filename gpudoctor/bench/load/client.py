@@ -29,15 +29,15 @@ from typing import Any
 
 import httpx
 
-from gpudoctor.bench.records import RequestRecord
-from gpudoctor.bench.sse_transport import (
+from gpudoctor.bench.load.sse_transport import (
     DEFAULT_CAPS,
     Deadline,
     StreamCaps,
     TransportFailure,
     stream_post,
 )
-from gpudoctor.bench.workload import Prompt
+from gpudoctor.bench.load.workload import Prompt
+from gpudoctor.bench.request_record import RequestRecord
 
 _CONTEXT_OVERFLOW = re.compile(
     r"context length|context window|maximum context|max_model_len|too long|longer than"

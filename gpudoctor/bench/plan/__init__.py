@@ -3,9 +3,10 @@
 A plan names a model, an engine with the server arguments every cell shares, the axes
 (tensor parallel sizes, concurrencies), a list of server configurations (each may sweep
 one or more arguments), the workload and the SLOs. The classes live in
-:mod:`gpudoctor.bench.plan_model`, the TOML parser in :mod:`gpudoctor.bench.plan_toml`;
+:mod:`gpudoctor.bench.plan.model`, the TOML parser in :mod:`gpudoctor.bench.plan.parser`;
 this module is the entry point and re-exports both (imports go one way:
-plan -> plan_toml -> plan_model).
+plan -> plan.parser -> plan.model). Engine names are those of
+:data:`gpudoctor.bench.engines.ENGINES`, the one name -> class table.
 
 Bad input raises :class:`PlanError` whose message names the file, the line and the key.
 """
@@ -14,8 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpudoctor.bench.plan_model import (
-    ENGINES,
+from gpudoctor.bench.plan.model import (
     ArgValue,
     Cell,
     EngineSpec,
@@ -28,10 +28,9 @@ from gpudoctor.bench.plan_model import (
     cell_key,
     config_key,
 )
-from gpudoctor.bench.plan_toml import parse
+from gpudoctor.bench.plan.parser import parse
 
 __all__ = [
-    "ENGINES",
     "ArgValue",
     "Cell",
     "EngineSpec",

@@ -2,7 +2,7 @@
 
 Cells are matched by key. For each metric: A's value, B's value, B / A, and the 95 %
 bootstrap interval of B / A over both cells' raw per-request records
-(:mod:`gpudoctor.bench.noise`); a ratio whose interval contains 1 is "within the noise".
+(:mod:`gpudoctor.bench.results.noise`); a ratio whose interval contains 1 is "within the noise".
 A ratio above 1 means B is higher: better for throughputs and accept length, worse for
 latencies. Cells present in one run only, or not measured in both, are listed apart.
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.bench import noise
-from gpudoctor.bench.results_reader import CellResult, read_run
+from gpudoctor.bench.results import noise
+from gpudoctor.bench.results.reader import CellResult, read_run
 
 COMPARED = (*noise.BOOTSTRAPPED, "accept_length")
 

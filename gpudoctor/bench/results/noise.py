@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudoctor.bench.metrics import percentile, request_itls_s, request_tpot_s
-from gpudoctor.bench.records import RequestRecord
+from gpudoctor.bench.request_record import RequestRecord
+from gpudoctor.bench.results.metrics import percentile, request_itls_s, request_tpot_s
 
 RESAMPLES = 1000
 # Below this many successful requests on a side, a bootstrap interval says nothing (one

@@ -7,7 +7,7 @@ one or more arguments), the workload and the SLOs. Expansion gives one
 (server config, concurrency). Every config and cell has a stable key: a hash of its
 resolved contents, so results of different runs can be matched.
 
-This module imports nothing of the plan's parser (``plan_toml``), which builds these
+This module imports nothing of the plan's parser (``plan.parser``), which builds these
 classes; :mod:`gpudoctor.bench.plan` puts the two together (no import cycle).
 """
 
@@ -18,10 +18,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from gpudoctor.bench.types import SLO, WorkloadSpec
+from gpudoctor.bench.cell_spec import SLO, WorkloadSpec
 
 ArgValue = str | int | float | bool | tuple[str | int | float, ...]
-ENGINES = ("sglang", "vllm", "transformers", "command")
 
 
 class PlanError(ValueError):

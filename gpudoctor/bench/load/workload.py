@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.bench.types import WorkloadSpec
+from gpudoctor.bench.cell_spec import WorkloadSpec
 
 _MAX_ADJUST_ROUNDS = 20
 

@@ -4,9 +4,12 @@ one row per cell of the plan with output tok/s, TTFT and TPOT p50/p99 and errors
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gpudoctor.bench.plan import Plan
-from gpudoctor.bench.results_reader import CellResult, ResultsError, read_run
+from gpudoctor.bench.results.reader import CellResult, ResultsError, read_run
+
+if TYPE_CHECKING:
+    from gpudoctor.bench.plan import Plan
 
 COLUMNS = ("config", "TP", "c", "status", "out tok/s", "TTFT p50", "TTFT p99",
            "TPOT p50", "TPOT p99", "errors")  # fmt: skip

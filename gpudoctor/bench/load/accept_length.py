@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from gpudoctor.bench.records import RequestRecord
+from gpudoctor.bench.request_record import RequestRecord
 
 # Newer SGLang serves /server_info and deprecates /get_server_info (a warning per call);
 # older releases have only /get_server_info (tests/bench_launcher/data/sglang-api-contract.toml).

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.bench.launch_progress import PlainReporter
-from gpudoctor.bench.launch_steps import CampaignError
+from gpudoctor.bench.launch.progress import PlainReporter
+from gpudoctor.bench.launch.steps import CampaignError
 from gpudoctor.bench.plan import Plan
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudoctor.bench.results_reader import CellResult, read_run
+from gpudoctor.bench.results.reader import CellResult, read_run
 
 FIGSIZE_IN = (8.0, 5.0)
 DPI = 100  # plots are FIGSIZE_IN * DPI pixels: 800 x 500

@@ -1,7 +1,7 @@
 """Measure one cell: warmup, then ``num_prompts`` requests at one concurrency.
 
 ``measure_cell`` is the measuring half's single entry point for the launcher (the
-contract is in ``gpudoctor/bench/types.py``). It is synchronous (runs asyncio inside),
+contract is in ``gpudoctor/bench/cell_spec.py``). It is synchronous (runs asyncio inside),
 never raises for server-side failures (they become error counts and a partial record),
 and streams every request's raw record to ``target.raw_path`` as it completes.
 """
@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpudoctor import fsio
-from gpudoctor.bench import accept_length as spec
-from gpudoctor.bench.client import ClientOptions, make_client, run_requests
-from gpudoctor.bench.metrics import compute_metrics, count_errors, max_in_flight
-from gpudoctor.bench.records import RequestRecord
-from gpudoctor.bench.telemetry import GpuSampler
-from gpudoctor.bench.types import SLO, CellTarget, WorkloadSpec
-from gpudoctor.bench.workload import Prompt, build_prompts, load_tokenizer
+from gpudoctor.bench.cell_spec import SLO, CellTarget, WorkloadSpec
+from gpudoctor.bench.load import accept_length as spec
+from gpudoctor.bench.load.client import ClientOptions, make_client, run_requests
+from gpudoctor.bench.load.telemetry import GpuSampler
+from gpudoctor.bench.load.workload import Prompt, build_prompts, load_tokenizer
+from gpudoctor.bench.request_record import RequestRecord
+from gpudoctor.bench.results.metrics import compute_metrics, count_errors, max_in_flight
 
 WARMUP_MAX_TOKENS = 32  # as SGLang's warmup: min(output_len, 32)
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.bench import quirks as quirks_mod
+from gpudoctor.bench.cell_spec import WorkloadSpec
 from gpudoctor.bench.engines import Engine, EngineError
 from gpudoctor.bench.plan import Cell, Limits, Plan, ServerConfig
-from gpudoctor.bench.types import WorkloadSpec
+from gpudoctor.bench.plan import quirks as quirks_mod
 
 
 class CampaignError(RuntimeError):

@@ -1,14 +1,13 @@
 """The package imports downwards only: no module imports a package above its own layer.
 
-The layers are those of docs/architecture.md ("Layers"): the floor of shared types at the
-bottom, the Host layer, facts and checks, the runner, the libraries (pve, weights, bench,
-fleet, service), then the commands and the console entry on top. Inside bench the
-subpackages are layered too (the floor of shared types, results, load, engines, plan,
-launch). A module may import its own layer and the layers below it.
+LAYERS below is the list of docs/architecture.md ("Layers"): the floor of shared types,
+hosts, facts, context and registry, the libraries the checks read with (weights, pve),
+the checks, the runner, output, then bench, fleet, service and the command line on top.
+Inside bench the subpackages are layered too (the floor of shared types, results, load,
+engines, plan, launch). A module may import its own layer and the layers below it.
 
 The graph counts lazy (function-level) imports too: they run as surely as top-level ones,
 only later. Imports under ``if TYPE_CHECKING:`` are left out (annotations only, never run).
-The old plan-only test (plan -> plan.parser -> plan.model) is kept below.
 """
 
 from __future__ import annotations
@@ -119,7 +118,10 @@ def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def _targets(node: ast.Import | ast.ImportFrom, name: str, is_pkg: bool, modules: set[str]):
+def _targets(
+    node: ast.Import | ast.ImportFrom, name: str, is_pkg: bool, modules: set[str]
+) -> list[str]:
+    """Return the absolute module names one import statement of module ``name`` names."""
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
     base = node.module or ""

@@ -24,7 +24,7 @@ import httpx
 from gpudoctor.bench.request_record import RequestRecord
 
 # Newer SGLang serves /server_info and deprecates /get_server_info (a warning per call);
-# older releases have only /get_server_info (tests/bench_launcher/data/sglang-api-contract.toml).
+# older releases have only /get_server_info (tests/bench/data/sglang-api-contract.toml).
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 MAX_INFO_BYTES = 4 * 1024 * 1024  # a server_info body is a few KiB
 

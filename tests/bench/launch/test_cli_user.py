@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.bench.results.run_dir import read_records
-
-from .conftest import stub_plan, write
+from tests.bench.campaign_support import stub_plan, write
 
 TRUST = "a plan runs the programs it names: run only plans you trust"
 

@@ -1,4 +1,4 @@
-"""Quirk tables, the run directory (exactly-once records), and context clamping."""
+"""The run directory: exactly-once records, torn tails, plan changes, corrupt lines."""
 
 from __future__ import annotations
 
@@ -7,48 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.bench.cell_spec import WorkloadSpec
-from gpudoctor.bench.launch.campaign import clamp_workload
-from gpudoctor.bench.plan import Limits, load_plan, parse_plan
-from gpudoctor.bench.plan.quirks import find_quirk, load_quirks, load_table, record_crash
 from gpudoctor.bench.results.run_dir import RunDir, RunDirError, read_records, scan_records
-
-EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
-SEED = (EXAMPLES / "qwen36-dflash-ddtree.toml").read_text()
-
-
-def _ddtree(budget: int):
-    plan = parse_plan(SEED.replace("[15, 16, 32, 64]", f"[{budget}]"))
-    return next(c for c in plan.configs if c.name.startswith("ddtree"))
-
-
-@pytest.mark.parametrize(("budget", "arch", "hit"), [(8, "sm_120", True), (12, "sm_120", True),
-                                                    (16, "sm_120", False), (8, "sm_90", False)])  # fmt: skip
-def test_shipped_ddtree_quirk(budget: int, arch: str, hit: bool, local_quirks: Path) -> None:
-    quirk = find_quirk(load_quirks(local_quirks), arch, "sglang", "0.5.23", _ddtree(budget))
-    assert (quirk is not None) == hit
-    if hit:
-        assert "SM120" in quirk.reason and quirk.source == "shipped"
-
-
-def test_local_crash_quirk_round_trip(local_quirks: Path) -> None:
-    plan = load_plan(EXAMPLES / "qwen36-dflash-ddtree.toml")
-    crashed, other = plan.configs[1], plan.configs[2]
-    record_crash(
-        local_quirks, "sm_90", "sglang", "0.5.23", crashed, 'server exited with code -6 "abort"'
-    )
-    record_crash(local_quirks, "sm_90", "sglang", "0.5.23", other, "second")
-    table = load_table(local_quirks, str(local_quirks))
-    assert [q.id for q in table] == [f"crash-{crashed.key}", f"crash-{other.key}"]
-    quirks = load_quirks(local_quirks)
-    assert (
-        find_quirk(quirks, "sm_90", "sglang", "0.5.23", crashed).reason
-        == 'server exited with code -6 "abort"'
-    )
-    assert find_quirk(quirks, "sm_90", "sglang", "0.5.24", crashed) is None  # another version
-    assert find_quirk(quirks, "sm_120", "sglang", "0.5.23", crashed) is None  # another GPU
-    assert find_quirk(quirks, "sm_90", "sglang", "0.5.23", plan.configs[0]) is None
-
 
 PLAN_A = '[model]\npath = "/m"\n[engine]\nname = "vllm"\n[axes]\nconcurrency = [1, 2]\n'
 
@@ -94,23 +53,6 @@ def test_rundir_is_exclusive_and_drops_retried_records(tmp_path: Path) -> None:
         assert rd.drop_records({"b"}) == 1
     assert [r["key"] for r in read_records(tmp_path / "results.jsonl")[0]] == ["a", "c"]
     assert json.loads((tmp_path / "superseded.jsonl").read_text())["key"] == "b"
-
-
-@pytest.mark.parametrize(
-    ("input_len", "output_len", "max_ctx", "expect_input", "clamped"),
-    [(1000, 100, 2048, 1000, False), (3000, 100, 2048, 1916, True), (30000, 512, 30720, 30000, False),
-     (32000, 512, 30720, 30176, True), (100, 2030, 2048, None, False), (100, 10, None, 100, False)],
-)  # fmt: skip
-def test_clamp(input_len: int, output_len: int, max_ctx, expect_input, clamped: bool) -> None:
-    w = WorkloadSpec(input_len=input_len, output_len=output_len)
-    fitted, facts = clamp_workload(w, max_ctx, Limits(template_overhead=32, min_input_len=16))
-    if expect_input is None:
-        assert fitted is None and "leaves" in facts["note"]
-        return
-    assert fitted.input_len == expect_input and facts["clamped"] is clamped
-    assert facts["requested_input_len"] == input_len
-    if max_ctx:
-        assert fitted.input_len + output_len + 32 <= max_ctx
 
 
 def test_rundir_keeps_the_records_after_a_corrupt_middle_line(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Fixtures of the launcher tests: an isolated quirks table, plan writers, leak checks."""
+"""Shared by the plan, engines and launch tests: an isolated quirks table (fixtures their
+conftest.py files take in), plan writers, leak checks."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def stub_plan(
     server_args: str = "",
     extra: str = "",
 ) -> str:
-    """Return a plan whose engine is tests/bench_launcher/stream_server.py."""
+    """Return a plan whose engine is tests/bench/stream_server.py."""
     command = [
         sys.executable,
         str(STREAM_SERVER),

@@ -12,7 +12,7 @@ from gpudoctor.bench.load.accept_length import from_records, from_server_info
 from gpudoctor.bench.load.loadgen import measure_cell
 from gpudoctor.bench.request_record import RequestRecord
 from gpudoctor.bench.results.metrics import request_itls_s
-from tests.bench.fake_sglang import LIFETIME_ACCEPT, FakeSglang
+from tests.fakes.sglang import LIFETIME_ACCEPT, FakeSglang
 
 SPEC = WorkloadSpec(input_len=16, output_len=8, num_prompts=6, ignore_eos=True, warmup=1)
 

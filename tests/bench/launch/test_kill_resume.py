@@ -20,8 +20,7 @@ import pytest
 
 from gpudoctor.bench.plan import Plan, load_plan
 from gpudoctor.bench.results.run_dir import read_records
-
-from .conftest import stub_plan, wait_no_leftovers, write
+from tests.bench.campaign_support import stub_plan, wait_no_leftovers, write
 
 KILLS = int(os.environ.get("GPUDOCTOR_BENCH_KILLS", "20"))
 

@@ -8,7 +8,7 @@ import pytest
 
 from gpudoctor.bench.plan import PlanError, load_plan, parse_plan
 
-EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
+EXAMPLES = Path(__file__).parents[3] / "docs" / "examples"
 
 BASE = """\
 name = "t"

@@ -15,9 +15,8 @@ import pytest
 from gpudoctor.bench.launch.campaign import LaunchOptions, dry_run, run_campaign
 from gpudoctor.bench.plan import load_plan
 from gpudoctor.bench.results.run_dir import read_records
-
-from .conftest import wait_no_leftovers, write
-from .test_kill_resume import kill_and_resume
+from tests.bench.campaign_support import wait_no_leftovers, write
+from tests.bench.launch.test_kill_resume import kill_and_resume
 
 MAX_POS = 2048  # the tiny model's max_position_embeddings
 

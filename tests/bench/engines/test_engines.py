@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.bench.engines import engine_for
+from gpudoctor.bench.engines import ENGINES, Engine, EngineError, engine_for
 from gpudoctor.bench.engines.base import flags_in_help, render_args
 from gpudoctor.bench.engines.transformers import context_from_model_dir
-from gpudoctor.bench.plan import load_plan, parse_plan
+from gpudoctor.bench.plan import PlanError, load_plan, parse_plan
+from tests.bench.campaign_support import DATA
 
-from .conftest import DATA
-
-EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
+EXAMPLES = Path(__file__).parents[3] / "docs" / "examples"
 SGLANG_HELP = (DATA / "sglang-0.5.23-launch_server-help.txt").read_text()
 DDTREE_HELP = SGLANG_HELP + (DATA / "sglang-ddtree-pr27509-extra-flags.txt").read_text()
 VLLM_HELP = (DATA / "vllm-0.33.0-serve-help.txt").read_text()
@@ -23,6 +22,25 @@ TRANSFORMERS_HELP = (DATA / "transformers-5.24.0-serve-help.txt").read_text()
 
 def _flags_of(argv: list[str]) -> list[str]:
     return [w for w in argv if w.startswith("--")]
+
+
+def _plan_for(name: str):
+    command = '\ncommand = ["srv", "--port", "{port}"]' if name == "command" else ""
+    return parse_plan(f'[model]\npath = "/m"\n[engine]\nname = "{name}"{command}\n')
+
+
+@pytest.mark.parametrize("name", sorted(ENGINES))
+def test_every_name_of_the_table_parses_and_builds_its_class(name: str) -> None:
+    engine = engine_for(_plan_for(name).engine)
+    assert type(engine) is ENGINES[name] and isinstance(engine, Engine)
+
+
+def test_the_parser_refuses_a_name_outside_the_table() -> None:
+    with pytest.raises(PlanError, match="expected one of sglang, vllm, transformers, command"):
+        _plan_for("tgi")
+    spec = dataclasses.replace(_plan_for("vllm").engine, name="tgi")
+    with pytest.raises(EngineError, match="unknown engine 'tgi'"):
+        engine_for(spec)
 
 
 def test_recorded_helps_are_real_flag_lists() -> None:
@@ -171,8 +189,7 @@ def test_stale_cached_help_is_refreshed_before_refusing(
     """A branch installed over the same version (DDTree on sglang) adds flags: a cached
     --help without them must not refuse the plan; a real typo still is refused."""
     from gpudoctor.bench.launch.steps import CampaignError, validate_flags
-
-    from .conftest import stub_plan
+    from tests.bench.campaign_support import stub_plan
 
     one = '[[configs]]\nname = "a"\n'
     plan = parse_plan(stub_plan(tiny_model_dir, configs=one, server_args="token-delay-ms = 1"))

@@ -17,8 +17,7 @@ from gpudoctor.bench.launch.campaign import LaunchOptions, run_campaign
 from gpudoctor.bench.launch.server import free_port
 from gpudoctor.bench.plan import load_plan
 from gpudoctor.bench.results.run_dir import read_records
-
-from .conftest import STREAM_SERVER, stub_plan, wait_no_leftovers, write
+from tests.bench.campaign_support import STREAM_SERVER, stub_plan, wait_no_leftovers, write
 
 
 def _records(out: Path) -> list[dict]:

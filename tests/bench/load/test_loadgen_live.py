@@ -1,4 +1,4 @@
-"""measure_cell against a REAL `transformers serve` with the tiny model (see conftest.py).
+"""measure_cell against a REAL `transformers serve` with the tiny model (see tests/bench/conftest.py).
 
 The tiny model never emits EOS, so every request must run to exactly max_tokens.
 """

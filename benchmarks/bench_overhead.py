@@ -29,9 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpudoctor.bench.engines import engine_for
-from gpudoctor.bench.launcher import LaunchOptions, run_campaign
+from gpudoctor.bench.launch.campaign import LaunchOptions, run_campaign
 from gpudoctor.bench.plan import parse_plan
-from gpudoctor.bench.results import read_records
+from gpudoctor.bench.results.run_dir import read_records
 
 
 def _plan(model_dir: Path, prompts: int) -> str:

@@ -2,7 +2,7 @@
 
 Starts a trivial OpenAI-style streaming endpoint (plain asyncio HTTP/1.1, chunked SSE,
 events shaped like SGLang's ``/v1/completions`` chunks, ~260 bytes each) in a child
-process pinned to another core, then runs the real client (``gpudoctor.bench.client``)
+process pinned to another core, then runs the real client (``gpudoctor.bench.load.client``)
 against it pinned to one core (both its transports: the default ``fast`` asyncio
 Protocol and ``httpx``), and reports chunks / client CPU-second (goal: >= 20,000).
 
@@ -88,8 +88,8 @@ def _wait_port(port: int) -> None:
 
 
 async def _measure(port: int, streams: int, tokens: int, requests: int, transport: str) -> dict:
-    from gpudoctor.bench.client import ClientOptions, make_client, run_requests
-    from gpudoctor.bench.workload import Prompt
+    from gpudoctor.bench.load.client import ClientOptions, make_client, run_requests
+    from gpudoctor.bench.load.workload import Prompt
 
     options = ClientOptions(f"http://127.0.0.1:{port}", "bench-model", transport=transport)
     prompts = [Prompt("hello", 4, tokens) for _ in range(requests)]

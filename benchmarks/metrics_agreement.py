@@ -40,9 +40,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpudoctor.bench.loadgen import measure_cell
-from gpudoctor.bench.types import CellTarget, WorkloadSpec
-from gpudoctor.bench.workload import build_prompts, load_tokenizer
+from gpudoctor.bench.cell_spec import CellTarget, WorkloadSpec
+from gpudoctor.bench.load.loadgen import measure_cell
+from gpudoctor.bench.load.workload import build_prompts, load_tokenizer
 from tests.bench.llm_server import start_llm_server
 from tests.support.tiny_llm import make_tiny_model
 

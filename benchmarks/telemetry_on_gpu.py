@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpudoctor.bench.telemetry import GpuSampler
+from gpudoctor.bench.load.telemetry import GpuSampler
 
 
 def main() -> None:

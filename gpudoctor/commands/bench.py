@@ -111,8 +111,8 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
       gpudoctor bench docs/examples/cpu-tiny.toml --out runs/cpu
       gpudoctor bench qwen.toml --dry-run
     """
-    from gpudoctor.bench import launcher
-    from gpudoctor.bench.launch_progress import make_reporter
+    from gpudoctor.bench.launch import campaign as launcher
+    from gpudoctor.bench.launch.progress import make_reporter
     from gpudoctor.bench.plan import PlanError, load_plan
 
     if no_validate and not dry_run:
@@ -167,7 +167,7 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
 
         click.echo(launcher.dumps({**dataclasses.asdict(summary), "out": str(options.out)}))
     else:
-        from gpudoctor.bench.summary_table import results_table
+        from gpudoctor.bench.results.summary_table import results_table
 
         click.echo(results_table(options.out, plan))
         click.echo(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from gpudoctor.bench.results_reader import ResultsError
+from gpudoctor.bench.results.reader import ResultsError
 
 _RUN_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
 _SHORT = {
@@ -45,7 +45,7 @@ def report(run_dir: Path, out_dir: Path | None, as_json: bool) -> None:
     Example:
       gpudoctor bench report runs/qwen3 && xdg-open runs/qwen3/report.md
     """
-    from gpudoctor.bench.report import write_report
+    from gpudoctor.bench.results.report import write_report
     from gpudoctor.commands.options import require_writable_dir
 
     require_writable_dir(out_dir or run_dir, "--out" if out_dir else "RUN_DIR")
@@ -98,7 +98,7 @@ def compare(run_a: Path, run_b: Path, as_json: bool) -> None:
     Example:
       gpudoctor bench compare runs/before runs/after
     """
-    from gpudoctor.bench.compare import compare_runs
+    from gpudoctor.bench.results.compare import compare_runs
 
     try:
         result = compare_runs(run_a, run_b)
@@ -108,7 +108,7 @@ def compare(run_a: Path, run_b: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
         return
-    from gpudoctor.bench.summary_table import format_table
+    from gpudoctor.bench.results.summary_table import format_table
 
     header = ("config", "TP", "c", "n A/B", *(label for label, _ in _SHORT.values()))
     rows = []
@@ -120,7 +120,7 @@ def compare(run_a: Path, run_b: Path, as_json: bool) -> None:
                      f"{cell.requests_a}/{cell.requests_b}", *values))  # fmt: skip
     click.echo(f"A = {run_a}\nB = {run_b}\neach metric: A → B  ×B/A")
     click.echo(format_table(header, rows))
-    from gpudoctor.bench.noise import MIN_REQUESTS
+    from gpudoctor.bench.results.noise import MIN_REQUESTS
 
     click.echo("≈ within the noise (the 95 % bootstrap interval of B/A contains 1); "
                f"? cannot tell (< {MIN_REQUESTS} requests a side, or no raw records)")  # fmt: skip

@@ -256,11 +256,11 @@ phase_matrix() {  # at most $MATRIX_BUDGET_S s (and time left - $MATRIX_RESERVE_
     ps -o pid,pgid,cmd --ppid $launcher 2>/dev/null | cut -c1-160
     echo "GPU processes before the kill: $(gpu_pids | tr '\n' ' ')"
     kill -9 $launcher && echo "SIGKILLed the launcher (pid $launcher) at $(date -u +%H:%M:%S)"
-    # the guardian (python -m gpudoctor.bench.server --guard) kills the server when the
+    # the guardian (python -m gpudoctor.bench.launch.server --guard) kills the server when the
     # launcher's pipe closes: wait until no GPU process and no server of this run is left
     local orphans="" servers="" t
     for t in $(seq 1 60); do
-      orphans=$(gpu_pids); servers=$(pgrep -f "serve $MODEL_DIR|bench.server --guard" | tr '\n' ' ')
+      orphans=$(gpu_pids); servers=$(pgrep -f "serve $MODEL_DIR|bench.launch.server --guard" | tr '\n' ' ')
       [ -z "$orphans" ] && [ -z "$servers" ] && break
       sleep 0.5
     done

@@ -179,7 +179,7 @@ step "4b. bench telemetry: NVML sampled while a real CUDA load runs (GpuSampler)
 python3 - <<'PY'
 import json, time
 import torch
-from gpudoctor.bench.telemetry import GpuSampler
+from gpudoctor.bench.load.telemetry import GpuSampler
 x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 with GpuSampler(interval_s=0.1) as sampler:
     end = time.time() + 3

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.bench_launcher.conftest import STREAM_SERVER
+from tests.bench.campaign_support import STREAM_SERVER
 from tests.lab.lxc import REPO_ROOT, Lab, LabContainer
 from tests.weights.hub_server import HubServer
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.bench.plan import load_plan
-from gpudoctor.bench.results import read_records
+from gpudoctor.bench.results.run_dir import read_records
 from tests.lab.lxc import Lab
 from tests.lab.sshd import LabSSHD
 from tests.ops.campaign_ct import (

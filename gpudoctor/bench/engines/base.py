@@ -4,7 +4,7 @@ An adapter turns a resolved :class:`~gpudoctor.bench.plan.ServerConfig` into an 
 an environment, says which endpoint answers when the server is ready, how to learn
 the server's real maximum context length, which endpoint flushes its cache, which
 version is installed, and which flags its ``--help`` accepts. Adapters hold no state
-about running servers (that is :mod:`gpudoctor.bench.server`).
+about running servers (that is :mod:`gpudoctor.bench.launch.server`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,14 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from gpudoctor import fsio
-from gpudoctor.bench.plan import ArgValue, EngineSpec, ModelSpec, ServerConfig
+
+if TYPE_CHECKING:
+    from gpudoctor.bench.plan import ArgValue, EngineSpec, ModelSpec, ServerConfig
 
 _FLAG = re.compile(r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_-]*)")
 

@@ -11,11 +11,15 @@ Readiness: ``ready_path`` (default ``/health``); context length: ``max_model_len
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import httpx
 
 from gpudoctor.bench.engines.base import Engine, render_args
 from gpudoctor.bench.engines.transformers import context_from_model_dir
-from gpudoctor.bench.plan import ModelSpec, ServerConfig
+
+if TYPE_CHECKING:
+    from gpudoctor.bench.plan import ModelSpec, ServerConfig
 
 
 class CommandServer(Engine):

@@ -5,7 +5,7 @@ generation, so a server whose CUDA graphs crash on the first batch is not "ready
 the real context length is ``max_model_len`` in ``GET /v1/models`` (the model config's
 ``context_len`` after ``--context-length``), else ``context_length`` in ``/server_info``
 (newer SGLang) or ``/get_server_info`` (older). Every flag and endpoint used here is
-checked against SGLang's source in tests/bench_launcher/data/sglang-api-contract.toml.
+checked against SGLang's source in tests/bench/data/sglang-api-contract.toml.
 ``POST /flush_cache`` empties the radix cache between cells. DDTree flags
 (``--speculative-ddtree-budget``) exist only in SGLang branches carrying DDTree (PR
 #27509); plans pass them as ordinary args and validation checks them against the
@@ -14,11 +14,15 @@ installed build's ``--help``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import httpx
 
-from gpudoctor.bench.accept_length import SERVER_INFO_PATHS
 from gpudoctor.bench.engines.base import Engine
-from gpudoctor.bench.plan import ModelSpec, ServerConfig
+from gpudoctor.bench.load.accept_length import SERVER_INFO_PATHS
+
+if TYPE_CHECKING:
+    from gpudoctor.bench.plan import ModelSpec, ServerConfig
 
 
 class SGLang(Engine):

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from gpudoctor.bench.engines.base import Engine
-from gpudoctor.bench.plan import ModelSpec, ServerConfig
+
+if TYPE_CHECKING:
+    from gpudoctor.bench.plan import ModelSpec, ServerConfig
 
 _CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx")
 

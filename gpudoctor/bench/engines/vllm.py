@@ -9,8 +9,12 @@ Readiness is ``GET /health``; the real context length is ``max_model_len`` in
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor.bench.engines.base import Engine
-from gpudoctor.bench.plan import ModelSpec, ServerConfig
+
+if TYPE_CHECKING:
+    from gpudoctor.bench.plan import ModelSpec, ServerConfig
 
 
 class VLLM(Engine):

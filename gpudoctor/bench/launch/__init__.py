@@ -1,0 +1,1 @@
+"""The campaign: preflight, weights, a server per configuration, a cell per concurrency."""

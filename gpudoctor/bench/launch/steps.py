@@ -1,0 +1,170 @@
+"""The pure steps of a launch: options and outcomes, what happens to each cell (run,
+already done, skipped by a quirk), fitting a workload into the server's context, and
+refusing a plan whose flags the engine does not know."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.bench.cell_spec import WorkloadSpec
+from gpudoctor.bench.engines import Engine, EngineError
+from gpudoctor.bench.plan import Cell, Limits, Plan, ServerConfig
+from gpudoctor.bench.plan import quirks as quirks_mod
+
+
+class CampaignError(RuntimeError):
+    """The campaign cannot start or must stop (one line for the CLI)."""
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How to run a plan.
+
+    Attributes:
+        out: the run directory.
+        resume: None = resume a same-plan directory; True/False = ``--resume/--no-resume``.
+        retry_crashed: rerun cells recorded as crashed or skipped by a crash quirk.
+        preflight: run ``gpudoctor check`` (``--no-preflight`` turns it off).
+        quirks_path: the local quirks table (default :func:`quirks.default_local_path`).
+        help_cache: where engine ``--help`` outputs are cached (None = no cache).
+    """
+
+    out: Path
+    resume: bool | None = None
+    retry_crashed: bool = False
+    preflight: bool = True
+    quirks_path: Path | None = None
+    help_cache: Path | None = None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a campaign run did (counts of cells by what happened to them this time)."""
+
+    total: int
+    already_done: int
+    ok: int
+    crashed: int
+    skipped: int
+    server_starts: int
+    stopped: str | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the launcher will do with one cell (the dry run's rows)."""
+
+    cell: Cell
+    action: str  # run | done | skip
+    reason: str = ""
+
+
+def clamp_workload(
+    w: WorkloadSpec, max_context: int | None, limits: Limits
+) -> tuple[WorkloadSpec | None, dict]:
+    """Return the workload fitted below ``max_context`` (None = cannot fit) and the clamp facts.
+
+    input + output + template overhead must stay at or below the server's real context;
+    the input is shortened when needed, refused when it would drop below the minimum.
+    For a JSONL dataset the facts carry ``max_total_tokens`` (prompt + output per
+    request): each prompt is tokenized and cut to it when the cell is built."""
+    facts: dict[str, Any] = {
+        "max_context": max_context,
+        "requested_input_len": w.input_len,
+        "input_len": w.input_len,
+        "output_len": w.output_len,
+        "template_overhead": limits.template_overhead,
+        "clamped": False,
+    }
+    if max_context is None:
+        facts["note"] = "the server did not report its context length; not clamped"
+        return w, facts
+    budget = max_context - w.output_len - limits.template_overhead
+    if w.kind == "jsonl":  # each dataset prompt is cut to fit when the cell builds it
+        facts.update(kind="jsonl", max_total_tokens=max_context - limits.template_overhead)
+        if budget < limits.min_input_len:
+            facts["note"] = (
+                f"output_len {w.output_len} + overhead {limits.template_overhead} leaves {budget} "
+                f"input tokens of a {max_context}-token context (minimum {limits.min_input_len})"
+            )
+            return None, facts
+        return w, facts
+    if w.input_len <= budget:
+        return w, facts
+    if budget < limits.min_input_len:
+        facts["note"] = (
+            f"output_len {w.output_len} + overhead {limits.template_overhead} leaves {budget} input "
+            f"tokens of a {max_context}-token context (minimum {limits.min_input_len})"
+        )
+        return None, facts
+    facts.update(input_len=budget, clamped=True)
+    return dataclasses.replace(w, input_len=budget), facts
+
+
+def keeps_text(limits: Limits, config: ServerConfig) -> bool:
+    """Return whether a cell keeps the streamed text: ``limits.keep_text`` when set, else
+    True only for a speculative configuration (an arg named ``speculative-*``)."""
+    if limits.keep_text is not None:
+        return limits.keep_text
+    return any(flag.startswith("speculative") and value not in (False, None)
+               for flag, value in config.args)  # fmt: skip
+
+
+def model_problems(plan: Plan) -> list[str]:
+    """Return what is wrong with the plan's local model paths before anything starts
+    (``test -d PATH``): a ``path`` or ``tokenizer`` that does not exist (a ``repo``'s
+    ``dir`` is created by the weights step and is not checked)."""
+    problems = []
+    for key, value in (("model.path", plan.model.path), ("model.tokenizer", plan.model.tokenizer)):
+        if value and not Path(value).exists():
+            problems.append(
+                f"{plan.source}: {key} {value} does not exist; fix the path "
+                "(relative paths are relative to the plan file)"
+            )
+    return problems
+
+
+def run_id(out: Path) -> str:
+    """Return the stable id of a run directory (tags its server processes)."""
+    return "gdb-" + hashlib.sha256(str(Path(out).resolve()).encode()).hexdigest()[:12]
+
+
+def validate_flags(plan: Plan, engine: Engine, help_cache: Path | None) -> str:
+    """Check every flag of every config against the engine's ``--help``; return the help text.
+    Raises CampaignError naming the offending flags."""
+    try:
+        help_text = engine.help_text(help_cache)
+        problems = engine.check_flags(plan.configs, help_text)
+        if problems and help_cache is not None:  # the cached help may predate a reinstall
+            help_text = engine.help_text(help_cache, refresh=True)
+            problems = engine.check_flags(plan.configs, help_text)
+    except EngineError as exc:
+        raise CampaignError(str(exc)) from exc
+    if problems:
+        raise CampaignError(f"{plan.source}: " + "; ".join(p.message() for p in problems))
+    return help_text
+
+
+def decide(
+    plan: Plan, done: dict[str, dict], quirk_list: list, arch: str, version: str | None, retry: bool
+) -> list[Decision]:
+    """Return what happens to each cell: ``done`` (recorded), ``skip`` (quirk) or ``run``."""
+    out = []
+    for cell in plan.cells():
+        if cell.key in done:
+            out.append(Decision(cell, "done", done[cell.key].get("status", "")))
+            continue
+        quirk = (
+            None
+            if retry
+            else quirks_mod.find_quirk(quirk_list, arch, plan.engine.name, version, cell.config)
+        )
+        if quirk:
+            out.append(Decision(cell, "skip", f"quirk {quirk.id}: {quirk.reason}"))
+        else:
+            out.append(Decision(cell, "run"))
+    return out

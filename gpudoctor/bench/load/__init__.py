@@ -1,0 +1,1 @@
+"""The load generator: workloads, the streaming client, telemetry, one cell's measurement."""

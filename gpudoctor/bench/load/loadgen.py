@@ -1,0 +1,220 @@
+"""Measure one cell: warmup, then ``num_prompts`` requests at one concurrency.
+
+``measure_cell`` is the measuring half's single entry point for the launcher (the
+contract is in ``gpudoctor/bench/cell_spec.py``). It is synchronous (runs asyncio inside),
+never raises for server-side failures (they become error counts and a partial record),
+and streams every request's raw record to ``target.raw_path`` as it completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import IO, Any
+
+from gpudoctor import fsio
+from gpudoctor.bench.cell_spec import SLO, CellTarget, WorkloadSpec
+from gpudoctor.bench.load import accept_length as spec
+from gpudoctor.bench.load.client import ClientOptions, make_client, run_requests
+from gpudoctor.bench.load.telemetry import GpuSampler
+from gpudoctor.bench.load.workload import Prompt, build_prompts, load_tokenizer
+from gpudoctor.bench.request_record import RequestRecord
+from gpudoctor.bench.results.metrics import compute_metrics, count_errors, max_in_flight
+
+WARMUP_MAX_TOKENS = 32  # as SGLang's warmup: min(output_len, 32)
+
+
+def retokenize_chunks(record: RequestRecord, tokenizer: Any) -> RequestRecord:
+    """Return ``record`` with each content chunk's token count from re-tokenizing its text.
+
+    SGLang's bench_serving does this (and only this) when the cell has a speculative
+    accept length: a chunk then carries several tokens and its gap is split over them
+    for the ITL. Without speculative decoding every chunk gap counts as one ITL, as there.
+    """
+    if not record.ok:
+        return record
+    counts = tuple(
+        max(len(tokenizer.encode(text, add_special_tokens=False)), 1) for text in record.text_chunks
+    )
+    return replace(record, chunk_tokens=counts)
+
+
+def _warmup_prompts(prompts: Sequence[Prompt], count: int) -> list[Prompt]:
+    return [
+        replace(p, output_len=min(p.output_len, WARMUP_MAX_TOKENS))
+        for p in (prompts[i % len(prompts)] for i in range(count))
+    ]
+
+
+async def _run_cell(
+    target: CellTarget,
+    workload: WorkloadSpec,
+    concurrency: int,
+    prompts: list[Prompt],
+    options: ClientOptions,
+    on_record: Callable[[RequestRecord], RequestRecord],
+    telemetry: bool,
+    deadline: float,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"flush_error": None, "accept_length": None, "accept_source": None}
+
+    def left() -> float:
+        return max(deadline - time.perf_counter(), 0.0)
+
+    async with make_client(max(concurrency, workload.warmup, 1), options.timeout_s) as client:
+        if workload.warmup > 0 and prompts:
+            warm, _ = await run_requests(
+                client, options, _warmup_prompts(prompts, workload.warmup), workload.warmup,
+                deadline=deadline,
+            )  # fmt: skip
+            failed = [r for r in warm if not r.ok]
+            out["warmup"] = {"sent": len(warm), "failed": len(failed)}
+            if failed:
+                out["warmup"]["first_error"] = failed[0].error
+        if target.flush_cache_path:
+            try:
+                out["flush_error"] = await asyncio.wait_for(
+                    spec.flush_cache(client, target.base_url, target.flush_cache_path), left()
+                )
+            except asyncio.TimeoutError:
+                out["flush_error"] = "the cell's deadline passed"
+        cpu0 = time.process_time()
+        with GpuSampler(enabled=telemetry) as sampler:
+            records, duration = await run_requests(
+                client,
+                options,
+                prompts,
+                concurrency,
+                request_rate=workload.request_rate,
+                seed=workload.seed,
+                on_record=on_record,
+                deadline=deadline,
+            )
+        out["cpu_s"] = time.process_time() - cpu0
+        out["records"], out["duration_s"] = records, duration
+        out["telemetry"] = sampler.summary()
+        from_meta = spec.from_records(records)
+        if from_meta is not None:
+            out["accept_length"], out["accept_source"] = from_meta, "meta_info"
+        elif target.flush_cache_path and out["flush_error"] is None:
+            try:
+                from_info = await asyncio.wait_for(
+                    spec.query_server_info(client, target.base_url), min(left(), 30.0)
+                )
+            except asyncio.TimeoutError:
+                from_info = None
+            if from_info is not None:
+                out["accept_length"], out["accept_source"] = from_info, "server_info"
+    return out
+
+
+def measure_cell(
+    target: CellTarget,
+    workload: WorkloadSpec,
+    concurrency: int,
+    slo: SLO | None = None,
+    *,
+    telemetry: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    timeout_s: float = 600.0,
+    cell_timeout_s: float | None = None,
+    keep_text: bool = False,
+    max_total_tokens: int | None = None,
+) -> dict[str, Any]:
+    """Run one cell and return its JSON-ready record.
+
+    Returns ``{"concurrency", "num_prompts", "completed", "duration_s" (s), "metrics"
+    (see ``metrics.compute_metrics``), "errors" (failed requests by kind), "accept_length"
+    (float or None), "accept_length_source", "telemetry" (``{}`` without GPUs), "client"
+    (client-side facts: CPU seconds, chunks, observed peak in-flight requests, warmup)}``.
+    Server failures never raise: a server killed mid-cell gives a partial record.
+    ``progress(done, total)`` is called as each measured request completes.
+    ``timeout_s``: the longest one request may take (send -> end), seconds.
+    ``cell_timeout_s``: the cell's deadline, from now (warmup, flush, requests and the
+    accept-length query all end by then; unsent requests count as ``deadline`` errors).
+    ``keep_text``: keep the streamed text in the records and the raw file (else only
+    chunk times and counts; a speculative cell's ITL is then not split by tokens).
+    ``max_total_tokens``: prompt + output tokens one request may use; dataset prompts
+    longer than that are cut (``prompts_cut`` in the record says how many).
+    """
+    deadline = time.perf_counter() + (cell_timeout_s if cell_timeout_s else 1e9)
+    tokenizer = load_tokenizer(target.tokenizer_dir)
+    prompts = build_prompts(workload, tokenizer, max_total=max_total_tokens)
+    options = ClientOptions(
+        base_url=target.base_url,
+        model=target.served_model,
+        api=workload.api,
+        ignore_eos=workload.ignore_eos,
+        timeout_s=timeout_s,
+        keep_text=keep_text,
+    )
+    run_id = uuid.uuid4().hex[:12]
+    raw_file: IO[str] | None = None
+    if target.raw_path is not None:
+        Path(target.raw_path).parent.mkdir(parents=True, exist_ok=True)
+        raw_fd = fsio.open_append(target.raw_path, follow_dir_link=True)
+        raw_file = os.fdopen(raw_fd, "a", encoding="utf-8")  # closed below
+    done = 0
+
+    def on_record(record: RequestRecord) -> RequestRecord:
+        nonlocal done
+        if raw_file is not None:
+            raw_file.write(json.dumps({"run_id": run_id, **record.to_json()}) + "\n")
+            raw_file.flush()
+        done += 1
+        if progress is not None:
+            progress(done, len(prompts))
+        return record
+
+    try:
+        result = asyncio.run(
+            _run_cell(
+                target, workload, concurrency, prompts, options, on_record, telemetry, deadline
+            )
+        )
+    finally:
+        if raw_file is not None:
+            raw_file.close()
+    records: list[RequestRecord] = result["records"]
+    split_itl = bool(result["accept_length"]) and keep_text
+    if split_itl:  # outside the timed loop: tokenizing costs CPU per chunk
+        records = [retokenize_chunks(r, tokenizer) for r in records]
+    metrics = compute_metrics(records, max(result["duration_s"], 1e-9), slo)
+    metrics["itl_split_by_tokens"] = split_itl
+    chunks = sum(len(r.chunk_times_s) for r in records)
+    client = {
+        "run_id": run_id,
+        "api": workload.api,
+        "url": options.url,
+        "request_rate": workload.request_rate,
+        "ignore_eos": workload.ignore_eos,
+        "cpu_s": result["cpu_s"],
+        "chunks": chunks,
+        "chunks_per_cpu_s": chunks / result["cpu_s"] if result["cpu_s"] > 0 else None,
+        "max_in_flight": max_in_flight(records),
+        "warmup": result.get("warmup", {"sent": 0, "failed": 0}),
+        "flush_cache_error": result["flush_error"],
+        "keep_text": keep_text,
+        "timeout_s": timeout_s,
+        "cell_timeout_s": cell_timeout_s,
+        "deadline_hit": time.perf_counter() >= deadline,
+    }
+    return {
+        "concurrency": concurrency,
+        "num_prompts": len(prompts),
+        "completed": metrics["completed"],
+        "duration_s": result["duration_s"],
+        "metrics": metrics,
+        "errors": count_errors(records),
+        "accept_length": result["accept_length"],
+        "accept_length_source": result["accept_source"],
+        "prompts_cut": sum(1 for p in prompts if p.cut_from is not None),
+        "telemetry": result["telemetry"],
+        "client": client,
+    }

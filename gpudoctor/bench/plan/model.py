@@ -1,0 +1,262 @@
+"""The data model of a benchmark plan: frozen dataclasses, the matrix of cells, stable keys.
+
+A plan names a model, an engine with the server arguments every cell shares, the axes
+(tensor parallel sizes, concurrencies), a list of server configurations (each may sweep
+one or more arguments), the workload and the SLOs. Expansion gives one
+:class:`ServerConfig` per (configuration, sweep point, tp) and one :class:`Cell` per
+(server config, concurrency). Every config and cell has a stable key: a hash of its
+resolved contents, so results of different runs can be matched.
+
+This module imports nothing of the plan's parser (``plan.parser``), which builds these
+classes; :mod:`gpudoctor.bench.plan` puts the two together (no import cycle).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+
+from gpudoctor.bench.cell_spec import SLO, WorkloadSpec
+
+ArgValue = str | int | float | bool | tuple[str | int | float, ...]
+
+
+class PlanError(ValueError):
+    """A plan that cannot be used; the message is one line naming file, line and key."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which weights the servers load.
+
+    Attributes:
+        path: a local model directory (used as is), or None when ``repo`` is set.
+        repo: a Hub repository (``org/name``) that ``gpudoctor weights`` ensures into ``dir``.
+        revision: branch, tag or commit of ``repo``.
+        dir: where ``repo`` lives on this machine (typically tmpfs, ``/dev/shm/NAME``).
+        mirror: a persistent mirror root that restores ``dir`` after a reboot.
+        served_name: the ``model`` field requests send (default: what the engine serves).
+        tokenizer: a local tokenizer directory (default: the model directory).
+    """
+
+    path: str | None = None
+    repo: str | None = None
+    revision: str | None = None
+    dir: str | None = None
+    mirror: str | None = None
+    served_name: str | None = None
+    tokenizer: str | None = None
+
+    @property
+    def local_dir(self) -> str:
+        """Return the directory the server loads (``path``, else ``dir``)."""
+        return str(self.path or self.dir)
+
+    @property
+    def identity(self) -> str:
+        """Return what identifies the weights in keys (``repo@revision`` or the path)."""
+        return f"{self.repo}@{self.revision or 'main'}" if self.repo else str(self.path)
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """The inference engine and what every server of the plan shares.
+
+    Attributes:
+        name: ``sglang``, ``vllm`` or ``transformers``.
+        python: the interpreter whose environment holds the engine (default: this one).
+        args: server arguments shared by all configurations, ``(flag, value)`` pairs,
+            flag names without ``--``; ``True`` = bare flag, ``False`` = left out.
+        env: environment variables for every server.
+        startup_timeout_s: how long a server may take to become ready, in seconds.
+        stop_timeout_s: grace between SIGTERM and SIGKILL when stopping a server, seconds.
+        command: for ``name = "command"``: the server's argv with ``{model}``, ``{host}``,
+            ``{port}``, ``{tp}`` placeholders.
+        ready_path: for ``command``: the readiness endpoint (default ``/health``).
+        version: for ``command``: the version to record (nothing to ask).
+    """
+
+    name: str
+    python: str | None = None
+    args: tuple[tuple[str, ArgValue], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    startup_timeout_s: float = 900.0
+    stop_timeout_s: float = 30.0
+    command: tuple[str, ...] = ()
+    ready_path: str | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How cells are fitted into the server's context and how long a cell may take.
+
+    Attributes:
+        template_overhead: tokens reserved for the chat template / BOS on top of the prompt.
+        min_input_len: a cell whose clamped input would be shorter than this is refused.
+        request_timeout_s: the longest one request may take (send -> end), seconds.
+        cell_timeout_s: the deadline of one cell (warmup + requests), seconds; what is
+            not done by then is recorded as ``deadline`` errors.
+        keep_text: keep the streamed text in raw records: True / False; None (default)
+            = only for speculative configurations (``speculative-*`` args), whose
+            multi-token chunks are re-tokenized for the ITL as SGLang's bench_serving.
+    """
+
+    template_overhead: int = 32
+    min_input_len: int = 16
+    request_timeout_s: float = 600.0
+    cell_timeout_s: float = 3600.0
+    keep_text: bool | None = None
+
+
+@dataclass(frozen=True)
+class PreflightSpec:
+    """The ``gpudoctor check`` run before the first cell and before each configuration.
+
+    Attributes:
+        enabled: run it at all.
+        only: check ids or families to run (empty = the whole catalogue).
+        expect_gpus: GPUs the campaign needs (default: the largest tp of the plan).
+    """
+
+    enabled: bool = True
+    only: tuple[str, ...] = ()
+    expect_gpus: int | None = None
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One server configuration: what one server process runs with.
+
+    Attributes:
+        name: the configuration's name (``ddtree-b16``), unique per tp.
+        tp: tensor parallel size.
+        args: the resolved server arguments (engine args overlaid by the config's).
+        env: the resolved environment additions.
+        concurrencies: the concurrency sweep run against this server, in order.
+        key: stable hash of the resolved configuration (12 hex digits).
+    """
+
+    name: str
+    tp: int
+    args: tuple[tuple[str, ArgValue], ...]
+    env: tuple[tuple[str, str], ...]
+    concurrencies: tuple[int, ...]
+    key: str
+
+    @property
+    def label(self) -> str:
+        """Return ``name@tpN``, the configuration as shown to users."""
+        return f"{self.name}@tp{self.tp}"
+
+    def arg(self, flag: str) -> ArgValue | None:
+        """Return the value of one resolved argument, or None when not set."""
+        return dict(self.args).get(flag)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One measurement: a server configuration at one concurrency.
+
+    Attributes:
+        config: the server configuration.
+        concurrency: concurrent requests.
+        key: stable hash of everything that determines the measurement (16 hex digits).
+    """
+
+    config: ServerConfig
+    concurrency: int
+    key: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A parsed, validated benchmark plan.
+
+    Attributes:
+        name: the campaign's name.
+        source: the file it was read from.
+        text: the TOML text as given (saved as ``plan.toml`` in the run directory).
+        model, engine, workload, slo, limits, preflight: the plan's tables.
+        configs: the expanded server configurations, in plan order.
+    """
+
+    name: str
+    source: str
+    text: str
+    model: ModelSpec
+    engine: EngineSpec
+    workload: WorkloadSpec
+    slo: SLO | None
+    limits: Limits
+    preflight: PreflightSpec
+    configs: tuple[ServerConfig, ...]
+
+    def cells(self) -> list[Cell]:
+        """Return every cell of the matrix: configs in plan order, concurrencies ascending."""
+        return [
+            Cell(config=c, concurrency=n, key=cell_key(c, n, self.workload, self.slo))
+            for c in self.configs
+            for n in c.concurrencies
+        ]
+
+    @property
+    def max_tp(self) -> int:
+        """Return the largest tensor parallel size of the plan (GPUs the campaign needs)."""
+        return max((c.tp for c in self.configs), default=1)
+
+
+# ----------------------------------------------------------------------------- keys
+
+
+def _digest(obj: object, length: int) -> str:
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=list)
+    return hashlib.sha256(blob.encode()).hexdigest()[:length]
+
+
+def config_key(
+    engine: str, model: ModelSpec, tp: int, args: tuple[tuple[str, ArgValue], ...], env: tuple
+) -> str:
+    """Return the 12-hex-digit key of a resolved server configuration (name-independent)."""
+    return _digest(
+        {
+            "engine": engine,
+            "model": model.identity,
+            "served": model.served_name,
+            "tp": tp,
+            "args": sorted([k, v] for k, v in args),
+            "env": sorted([k, v] for k, v in env),
+        },
+        12,
+    )
+
+
+# Workload fields added after keys were first recorded: left out of the key while unset,
+# so a plan that does not use them keeps the keys (and the resumable runs) it had.
+_LATER_WORKLOAD_FIELDS = ("prompts_per_concurrency",)
+
+
+def workload_identity(workload: WorkloadSpec) -> dict:
+    """Return the workload as hashed into cell keys (later fields only when set)."""
+    data = dataclasses.asdict(workload)
+    for name in _LATER_WORKLOAD_FIELDS:
+        if data.get(name) is None:
+            data.pop(name, None)
+    return data
+
+
+def cell_key(
+    config: ServerConfig, concurrency: int, workload: WorkloadSpec, slo: SLO | None
+) -> str:
+    """Return the 16-hex-digit key of a cell: config key + concurrency + workload + SLO."""
+    return _digest(
+        {
+            "config": config.key,
+            "concurrency": concurrency,
+            "workload": workload_identity(workload),
+            "slo": dataclasses.asdict(slo) if slo else None,
+        },
+        16,
+    )

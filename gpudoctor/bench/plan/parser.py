@@ -1,0 +1,381 @@
+"""TOML -> :class:`~gpudoctor.bench.plan.Plan`: type checks, errors naming line and key,
+and the expansion of configurations (sweeps x tp) into server configs."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.bench.cell_spec import SLO, WorkloadSpec
+from gpudoctor.bench.engines import ENGINES
+from gpudoctor.bench.plan.model import (
+    ArgValue,
+    EngineSpec,
+    Limits,
+    ModelSpec,
+    Plan,
+    PlanError,
+    PreflightSpec,
+    ServerConfig,
+    config_key,
+)
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+_FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_TOP_KEYS = {"name", "model", "engine", "axes", "configs", "workload", "slo", "preflight", "limits"}
+
+
+class _Reader:
+    """Type-checked access to the TOML document with errors that name line and key."""
+
+    def __init__(self, text: str, source: str) -> None:
+        self.text = text
+        self.source = source
+        self.lines = text.splitlines()
+
+    def line_of(self, path: str) -> int | None:
+        """Return the best-guess line of a dotted key path (``configs[2].args.tp-size``)."""
+        parts = re.findall(r"[^.\[\]]+|\[\d+\]", path)
+        line, start = None, 0
+        table_count: dict[str, int] = {}
+        for i, part in enumerate(parts):
+            if part.startswith("["):
+                continue
+            index = None
+            if i + 1 < len(parts) and parts[i + 1].startswith("["):
+                index = int(parts[i + 1][1:-1])
+            found = self._find(part, start, index, table_count)
+            if found is not None:
+                line, start = found, found
+        return None if line is None else line + 1
+
+    def _find(self, key: str, start: int, index: int | None, counts: dict[str, int]) -> int | None:
+        esc = re.escape(key)
+        if index is not None:
+            hits = [
+                n for n, text in enumerate(self.lines) if re.match(rf"\s*\[\[\s*{esc}\s*\]\]", text)
+            ]
+            if index < len(hits):
+                return hits[index]
+        pattern = re.compile(
+            rf'^\s*(\[\s*([\w.-]+\.)?{esc}\s*\]|"?{esc}"?\s*=)|[{{,]\s*"?{esc}"?\s*='
+        )
+        for n in range(start, len(self.lines)):
+            if pattern.search(self.lines[n]):
+                return n
+        return None
+
+    def error(self, path: str, message: str) -> PlanError:
+        """Return a PlanError for ``path`` located in the file."""
+        line = self.line_of(path)
+        where = f"{self.source}:{line}" if line else self.source
+        return PlanError(f"{where}: {path}: {message}")
+
+    def table(self, data: dict, key: str, path: str, required: bool = False) -> dict:
+        value = data.get(key)
+        if value is None:
+            if required:
+                raise self.error(path, "missing table")
+            return {}
+        if not isinstance(value, dict):
+            raise self.error(path, f"expected a table, got {type(value).__name__}")
+        return value
+
+    def check_keys(self, data: dict, allowed: set[str], path: str) -> None:
+        for key in data:
+            if key not in allowed:
+                hint = f" (allowed: {', '.join(sorted(allowed))})"
+                raise self.error(f"{path}.{key}" if path else key, "unknown key" + hint)
+
+    def typed(self, data: dict, key: str, path: str, kinds: tuple[type, ...], default: Any) -> Any:
+        if key not in data:
+            return default
+        value = data[key]
+        if isinstance(value, bool) and bool not in kinds:
+            raise self.error(path, f"expected {_kind_names(kinds)}, got a boolean")
+        if not isinstance(value, kinds):
+            raise self.error(path, f"expected {_kind_names(kinds)}, got {value!r}")
+        return value
+
+    def int_list(self, value: Any, path: str) -> tuple[int, ...]:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = [value]
+        if (
+            not isinstance(value, list)
+            or not value
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+        ):
+            raise self.error(path, f"expected a non-empty list of positive integers, got {value!r}")
+        if len(set(value)) != len(value):
+            raise self.error(path, f"duplicate values in {value!r}")
+        return tuple(value)
+
+    def args(self, data: Any, path: str) -> tuple[tuple[str, ArgValue], ...]:
+        if not isinstance(data, dict):
+            raise self.error(path, "expected a table of server arguments (flag = value)")
+        out: list[tuple[str, ArgValue]] = []
+        for flag, value in data.items():
+            where = f"{path}.{flag}"
+            if flag.startswith("-") or not _FLAG_NAME.match(flag):
+                raise self.error(where, "write flag names without leading dashes (tp-size = 4)")
+            if isinstance(value, list):
+                if not all(
+                    isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value
+                ):
+                    raise self.error(where, "a list value may hold strings and numbers only")
+                value = tuple(value)
+            elif isinstance(value, dict):
+                value = json.dumps(value, sort_keys=True)  # e.g. --speculative-config '{...}'
+            elif not isinstance(value, (str, int, float, bool)):
+                raise self.error(where, f"unsupported value {value!r}")
+            out.append((flag, value))
+        return tuple(out)
+
+    def env(self, data: Any, path: str) -> tuple[tuple[str, str], ...]:
+        if not isinstance(data, dict):
+            raise self.error(path, "expected a table of environment variables")
+        for name, value in data.items():
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise self.error(f"{path}.{name}", "environment values must be strings or numbers")
+        return tuple((k, str(v)) for k, v in data.items())
+
+
+def _kind_names(kinds: tuple[type, ...]) -> str:
+    names = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "a boolean",
+        list: "a list",
+    }
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def parse(text: str, source: str = "plan.toml", base_dir: Path | None = None) -> Plan:
+    """Parse plan ``text`` (relative paths resolve against ``base_dir``); return the Plan."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PlanError(f"{source}: not valid TOML: {exc}") from exc
+    r = _Reader(text, source)
+    r.check_keys(data, _TOP_KEYS, "")
+    name = r.typed(data, "name", "name", (str,), Path(source).stem)
+    model = _parse_model(r, r.table(data, "model", "model", required=True), base_dir)
+    engine = _parse_engine(r, r.table(data, "engine", "engine", required=True))
+    workload = _parse_workload(r, r.table(data, "workload", "workload"), base_dir)
+    slo_table = r.table(data, "slo", "slo")
+    r.check_keys(slo_table, {"ttft_ms", "tpot_ms", "e2el_ms"}, "slo")
+    slo = None
+    if slo_table:
+        slo = SLO(
+            **{k: float(r.typed(slo_table, k, f"slo.{k}", (int, float), None)) for k in slo_table}
+        )
+    limits = _parse_limits(r, r.table(data, "limits", "limits"))
+    preflight = _parse_preflight(r, r.table(data, "preflight", "preflight"))
+    configs = _expand_configs(r, data, engine, model)
+    return Plan(name, source, text, model, engine, workload, slo, limits, preflight, configs)
+
+
+def _parse_model(r: _Reader, t: dict, base_dir: Path | None) -> ModelSpec:
+    keys = {"path", "repo", "revision", "dir", "mirror", "served_name", "tokenizer"}
+    r.check_keys(t, keys, "model")
+    vals = {k: r.typed(t, k, f"model.{k}", (str,), None) for k in keys}
+    if bool(vals["path"]) == bool(vals["repo"]):
+        raise r.error("model", "give exactly one of path (a local directory) or repo (a Hub repo)")
+    if vals["repo"] and not vals["dir"]:
+        raise r.error("model.dir", "missing: where the repo's weights live (/dev/shm/NAME)")
+    for key in ("path", "dir", "mirror", "tokenizer"):
+        if vals[key] and base_dir is not None and not Path(vals[key]).is_absolute():
+            vals[key] = str((base_dir / vals[key]).resolve())
+    return ModelSpec(**vals)
+
+
+def _parse_engine(r: _Reader, t: dict) -> EngineSpec:
+    keys = {
+        "name",
+        "python",
+        "args",
+        "env",
+        "startup_timeout_s",
+        "stop_timeout_s",
+        "command",
+        "ready_path",
+        "version",
+    }
+    r.check_keys(t, keys, "engine")
+    name = r.typed(t, "name", "engine.name", (str,), None)
+    if name not in ENGINES:
+        raise r.error("engine.name", f"expected one of {', '.join(ENGINES)}, got {name!r}")
+    command = r.typed(t, "command", "engine.command", (list,), [])
+    if not all(isinstance(w, str) for w in command):
+        raise r.error("engine.command", "expected a list of strings (argv)")
+    if (name == "command") != bool(command):
+        raise r.error("engine.command", 'needed with name = "command" (and only then)')
+    if command and not any("{port}" in w for w in command):
+        raise r.error("engine.command", "must contain {port} (gpudoctor picks a free port)")
+    return EngineSpec(
+        name=name,
+        python=r.typed(t, "python", "engine.python", (str,), None),
+        args=r.args(t.get("args", {}), "engine.args"),
+        env=r.env(t.get("env", {}), "engine.env"),
+        startup_timeout_s=float(
+            r.typed(t, "startup_timeout_s", "engine.startup_timeout_s", (int, float), 900)
+        ),
+        stop_timeout_s=float(
+            r.typed(t, "stop_timeout_s", "engine.stop_timeout_s", (int, float), 30)
+        ),
+        command=tuple(command),
+        ready_path=r.typed(t, "ready_path", "engine.ready_path", (str,), None),
+        version=r.typed(t, "version", "engine.version", (str,), None),
+    )
+
+
+def _parse_workload(r: _Reader, t: dict, base_dir: Path | None) -> WorkloadSpec:
+    fields = {f.name: f for f in dataclasses.fields(WorkloadSpec)}
+    r.check_keys(t, set(fields), "workload")
+    kinds: dict[str, tuple[type, ...]] = {
+        "kind": (str,), "api": (str,), "dataset_path": (str,), "ignore_eos": (bool,),
+        "range_ratio": (int, float), "request_rate": (int, float),
+    }  # fmt: skip
+    values: dict[str, Any] = {}
+    for key in t:
+        values[key] = r.typed(t, key, f"workload.{key}", kinds.get(key, (int,)), None)
+    for key in ("input_len", "output_len", "num_prompts", "prompts_per_concurrency"):
+        if key in values and values[key] < 1:
+            raise r.error(f"workload.{key}", f"must be at least 1, got {values[key]}")
+    if values.get("kind", "random") not in ("random", "jsonl"):
+        raise r.error("workload.kind", f"expected random or jsonl, got {values['kind']!r}")
+    if values.get("api", "completions") not in ("completions", "chat"):
+        raise r.error("workload.api", f"expected completions or chat, got {values['api']!r}")
+    if values.get("kind") == "jsonl" and not values.get("dataset_path"):
+        raise r.error("workload.dataset_path", "missing: kind = jsonl needs a dataset_path")
+    rr = values.get("range_ratio")
+    if rr is not None and not 0 < rr <= 1:
+        raise r.error("workload.range_ratio", f"must be in (0, 1], got {rr}")
+    ds = values.get("dataset_path")
+    if ds and base_dir is not None and not Path(ds).is_absolute():
+        values["dataset_path"] = str((base_dir / ds).resolve())
+    for key in ("range_ratio", "request_rate"):
+        if values.get(key) is not None:
+            values[key] = float(values[key])
+    return WorkloadSpec(**values)
+
+
+def _parse_limits(r: _Reader, t: dict) -> Limits:
+    keys = {"template_overhead", "min_input_len", "request_timeout_s", "cell_timeout_s",
+            "keep_text"}  # fmt: skip
+    r.check_keys(t, keys, "limits")
+    limits = Limits(
+        template_overhead=r.typed(t, "template_overhead", "limits.template_overhead", (int,), 32),
+        min_input_len=r.typed(t, "min_input_len", "limits.min_input_len", (int,), 16),
+        request_timeout_s=float(
+            r.typed(t, "request_timeout_s", "limits.request_timeout_s", (int, float), 600)
+        ),
+        cell_timeout_s=float(
+            r.typed(t, "cell_timeout_s", "limits.cell_timeout_s", (int, float), 3600)
+        ),
+        keep_text=r.typed(t, "keep_text", "limits.keep_text", (bool,), None),
+    )
+    for key in ("request_timeout_s", "cell_timeout_s"):
+        if getattr(limits, key) <= 0:
+            raise r.error(f"limits.{key}", f"must be > 0 seconds, got {getattr(limits, key):g}")
+    return limits
+
+
+def _parse_preflight(r: _Reader, t: dict) -> PreflightSpec:
+    r.check_keys(t, {"enabled", "only", "expect_gpus"}, "preflight")
+    only = r.typed(t, "only", "preflight.only", (list,), [])
+    if not all(isinstance(x, str) for x in only):
+        raise r.error("preflight.only", "expected a list of check ids or families")
+    return PreflightSpec(
+        enabled=r.typed(t, "enabled", "preflight.enabled", (bool,), True),
+        only=tuple(only),
+        expect_gpus=r.typed(t, "expect_gpus", "preflight.expect_gpus", (int,), None),
+    )
+
+
+def _concurrency_for(r: _Reader, value: Any, path: str, tp: int) -> tuple[int, ...]:
+    """Return the concurrency list for ``tp`` from a list or a ``{tp = [...]}`` table."""
+    if isinstance(value, dict):
+        if str(tp) not in value:
+            raise r.error(path, f"no concurrency list for tp = {tp} (keys: {', '.join(value)})")
+        return r.int_list(value[str(tp)], f"{path}.{tp}")
+    return r.int_list(value, path)
+
+
+def _expand_configs(
+    r: _Reader, data: dict, engine: EngineSpec, model: ModelSpec
+) -> tuple[ServerConfig, ...]:
+    axes = r.table(data, "axes", "axes")
+    r.check_keys(axes, {"tp", "concurrency"}, "axes")
+    axis_tp = r.int_list(axes.get("tp", [1]), "axes.tp")
+    axis_conc = axes.get("concurrency", [1])
+    raw = data.get("configs", [{"name": "default"}])
+    if not isinstance(raw, list) or not raw or not all(isinstance(c, dict) for c in raw):
+        raise r.error("configs", "expected one or more [[configs]] tables")
+    out: list[ServerConfig] = []
+    seen: dict[tuple[str, int], str] = {}
+    for i, cfg in enumerate(raw):
+        path = f"configs[{i}]"
+        r.check_keys(cfg, {"name", "args", "env", "tp", "concurrency", "sweep"}, path)
+        name = r.typed(cfg, "name", f"{path}.name", (str,), None)
+        if not name:
+            raise r.error(f"{path}.name", "missing: every configuration needs a name")
+        args = r.args(cfg.get("args", {}), f"{path}.args")
+        env = r.env(cfg.get("env", {}), f"{path}.env")
+        tps = r.int_list(cfg["tp"], f"{path}.tp") if "tp" in cfg else axis_tp
+        sweep = cfg.get("sweep", {})
+        if not isinstance(sweep, dict):
+            raise r.error(f"{path}.sweep", "expected a table flag = [values]")
+        sweep_args = r.args(sweep, f"{path}.sweep")
+        for flag, values in sweep_args:
+            if not isinstance(values, tuple) or not values:
+                raise r.error(f"{path}.sweep.{flag}", "expected a non-empty list of values")
+        points = list(itertools.product(*[v for _, v in sweep_args])) if sweep_args else [()]
+        for point in points:
+            chosen = tuple(zip([f for f, _ in sweep_args], point, strict=False))
+            merged = dict(engine.args)
+            merged.update(dict(args))
+            merged.update(dict(chosen))
+            resolved_args = tuple(merged.items())
+            resolved_env = tuple({**dict(engine.env), **dict(env)}.items())
+            cname = _point_name(name, chosen)
+            for tp in tps:
+                if engine.name == "transformers" and tp != 1:
+                    raise r.error(f"{path}.tp", "the transformers engine runs tp = 1 only")
+                conc_src = cfg.get("concurrency", axis_conc)
+                conc_path = f"{path}.concurrency" if "concurrency" in cfg else "axes.concurrency"
+                concs = tuple(sorted(_concurrency_for(r, conc_src, conc_path, tp)))
+                key = config_key(engine.name, model, tp, resolved_args, resolved_env)
+                if (cname, tp) in seen:
+                    raise r.error(f"{path}.name", f"configuration {cname}@tp{tp} appears twice")
+                twin = next((f"{n}@tp{t}" for (n, t), k in seen.items() if k == key), None)
+                if twin:
+                    raise r.error(
+                        f"{path}.name", f"{cname}@tp{tp} is the same server configuration as {twin}"
+                    )
+                seen[(cname, tp)] = key
+                out.append(ServerConfig(cname, tp, resolved_args, resolved_env, concs, key))
+    return tuple(out)
+
+
+def _point_name(template: str, chosen: tuple[tuple[str, ArgValue], ...]) -> str:
+    """Return a sweep point's name: ``{flag}`` placeholders filled, else values appended."""
+    name = template
+    used = False
+    for flag, value in chosen:
+        token = "{" + flag + "}"
+        if token in name:
+            name = name.replace(token, str(value))
+            used = True
+    if chosen and not used:
+        name = name + "-" + "-".join(str(v) for _, v in chosen)
+    return name

@@ -1,0 +1,202 @@
+"""``gpudoctor bench report DIR``: report.md (a table per TP) and PNG plots of a run.
+
+Tables: rows = configs, columns = concurrency; each cell reads
+``output tok/s · TTFT p50/p99 ms · TPOT p50 ms · accept length``. Plots (matplotlib,
+Agg backend, imported lazily): output throughput vs concurrency per config, latency
+percentiles vs concurrency, and output throughput vs median TPOT (the Pareto view:
+up and to the left is better).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudoctor.bench.results.reader import CellResult, read_run
+
+FIGSIZE_IN = (8.0, 5.0)
+DPI = 100  # plots are FIGSIZE_IN * DPI pixels: 800 x 500
+PLOTS_HINT = "matplotlib is not installed: pip install 'gpudoctor[plots]' for the plots"
+PLOT_FILES = {
+    "throughput": "throughput_vs_concurrency.png",
+    "latency": "latency_vs_concurrency.png",
+    "pareto": "throughput_vs_tpot.png",
+}
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """What ``write_report`` wrote: the markdown file and the plot files.
+
+    Attributes:
+        markdown: report.md.
+        plots: the PNGs written (empty without matplotlib).
+        cells: cells in the report.
+        warnings: one line each: corrupt results lines skipped, plots not drawn.
+    """
+
+    markdown: Path
+    plots: tuple[Path, ...]
+    cells: int
+    warnings: tuple[str, ...] = ()
+
+
+def _fmt(value: float | None, digits: int = 0) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def cell_text(cell: CellResult | None) -> str:
+    """Return one table cell: ``tok/s · TTFT p50/p99 · TPOT p50 · accept`` or the status."""
+    if cell is None:
+        return ""
+    if not cell.ok:
+        return cell.status
+    text = (
+        f"{_fmt(cell.value('output_throughput'))} · "
+        f"{_fmt(cell.value('median_ttft_ms'))}/{_fmt(cell.value('p99_ttft_ms'))} · "
+        f"{_fmt(cell.value('median_tpot_ms'), 1)} · {_fmt(cell.value('accept_length'), 2)}"
+    )
+    failed = cell.failed_requests()
+    return text + (f" ⚠ {failed} failed" if failed else "")
+
+
+def _ordered(values: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def markdown_tables(cells: Sequence[CellResult]) -> str:
+    """Return the markdown of one table per TP (rows = configs, columns = concurrency)."""
+    parts = []
+    for tp in sorted({c.tp for c in cells}):
+        group = [c for c in cells if c.tp == tp]
+        concurrencies = sorted({c.concurrency for c in group})
+        by_place = {(c.config, c.concurrency): c for c in group}
+        header = "| config | " + " | ".join(f"c={n}" for n in concurrencies) + " |"
+        rule = "|---|" + "---|" * len(concurrencies)
+        rows = [
+            f"| {config} | "
+            + " | ".join(cell_text(by_place.get((config, n))) for n in concurrencies)
+            + " |"
+            for config in _ordered([c.config for c in group])
+        ]
+        parts.append("\n".join([f"## TP {tp}", "", header, rule, *rows]))
+    return "\n\n".join(parts)
+
+
+def _series(cells: Sequence[CellResult]) -> dict[str, list[CellResult]]:
+    """Return the measured cells grouped by ``config (TPn)``, sorted by concurrency."""
+    series: dict[str, list[CellResult]] = {}
+    for cell in sorted((c for c in cells if c.ok), key=lambda c: c.concurrency):
+        series.setdefault(f"{cell.config} (TP{cell.tp})", []).append(cell)
+    return series
+
+
+def _points(rows: list[CellResult], x: str, y: str) -> tuple[list[float], list[float]]:
+    pairs = [(c.concurrency if x == "concurrency" else c.value(x), c.value(y)) for c in rows]
+    kept = [(a, b) for a, b in pairs if a is not None and b is not None]
+    return [a for a, _ in kept], [b for _, b in kept]
+
+
+def write_plots(cells: Sequence[CellResult], out_dir: Path) -> list[Path]:
+    """Write the three PNG plots into ``out_dir``; return their paths."""
+    import matplotlib  # lazy: heavy, and only the report needs it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = _series(cells)
+    written = []
+
+    fig, ax = plt.subplots(figsize=FIGSIZE_IN, dpi=DPI)
+    for label, rows in series.items():
+        ax.plot(*_points(rows, "concurrency", "output_throughput"), marker="o", label=label)
+    ax.set(xlabel="concurrency", ylabel="output tokens/s", title="Output throughput")
+    ax.set_xscale("log", base=2)
+    written.append(_save(fig, ax, out_dir / PLOT_FILES["throughput"], bool(series)))
+
+    fig, axes = plt.subplots(1, 2, figsize=FIGSIZE_IN, dpi=DPI)
+    for number, (label, rows) in enumerate(series.items()):
+        for ax, metric in zip(axes, ("ttft", "tpot"), strict=True):
+            for pct, style in (("median", "-"), ("p99", "--")):
+                xs, ys = _points(rows, "concurrency", f"{pct}_{metric}_ms")
+                ax.plot(xs, ys, style, marker="o", color=f"C{number % 10}",
+                        label=label if pct == "median" else None)  # fmt: skip
+    for ax, metric in zip(axes, ("TTFT", "TPOT"), strict=True):
+        ax.set(xlabel="concurrency", ylabel=f"{metric} ms", title=f"{metric} p50 (—) / p99 (--)")
+        ax.set_xscale("log", base=2)
+    written.append(_save(fig, axes[0], out_dir / PLOT_FILES["latency"], bool(series)))
+
+    fig, ax = plt.subplots(figsize=FIGSIZE_IN, dpi=DPI)
+    for label, rows in series.items():
+        xs, ys = _points(rows, "median_tpot_ms", "output_throughput")
+        ax.plot(xs, ys, marker="o", label=label)
+        for row in rows:
+            x, y = row.value("median_tpot_ms"), row.value("output_throughput")
+            if x is not None and y is not None:
+                ax.annotate(f"c={row.concurrency}", (x, y), fontsize=7)
+    ax.set(xlabel="median TPOT ms", ylabel="output tokens/s", title="Throughput vs TPOT")
+    written.append(_save(fig, ax, out_dir / PLOT_FILES["pareto"], bool(series)))
+    return written
+
+
+def _save(fig: object, legend_ax: object, path: Path, has_data: bool) -> Path:
+    import matplotlib.pyplot as plt
+
+    if has_data:
+        legend_ax.legend(fontsize=7)  # type: ignore[attr-defined]
+    fig.tight_layout()  # type: ignore[attr-defined]
+    fig.savefig(path)  # type: ignore[attr-defined]
+    plt.close(fig)  # type: ignore[arg-type]
+    return path
+
+
+def render_markdown(
+    run_dir: Path, cells: Sequence[CellResult], plots: Sequence[Path], notes: Sequence[str] = ()
+) -> str:
+    """Return report.md's text (``notes``: warnings shown under the title)."""
+    ok = sum(1 for c in cells if c.ok)
+    lines = [
+        f"# Benchmark report: {Path(run_dir).name}",
+        "",
+        f"{len(cells)} cells: {ok} ok, "
+        f"{sum(1 for c in cells if c.status == 'crashed')} crashed, "
+        f"{sum(1 for c in cells if c.status == 'skipped')} skipped.",
+        "",
+        "Each cell: **output tok/s · TTFT p50/p99 ms · TPOT p50 ms · accept length** "
+        "(– = not available). Definitions: docs/bench-metrics.md.",
+        "",
+        markdown_tables(cells),
+        "",
+        "## Plots",
+        "",
+        *(f"![{p.stem}]({p.name})" for p in plots),
+        *([] if plots else ["No plots: " + PLOTS_HINT + "."]),
+        "",
+    ]
+    if notes:
+        lines[3:3] = [*(f"> **Warning:** {n}" for n in notes), ""]
+    return "\n".join(lines)
+
+
+def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
+    """Write ``report.md`` and the PNG plots for ``run_dir`` into ``out_dir`` (default: run_dir).
+
+    Returns the paths written and the warnings. Without matplotlib, report.md is written
+    without plots (a warning says how to get them). Corrupt lines of results.jsonl are
+    skipped with a warning. Raises ``ResultsError`` when results.jsonl is missing.
+    """
+    run = read_run(run_dir)
+    cells = list(run.cells)
+    out_dir = Path(out_dir or run_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    warnings = [w for w in (run.warning(),) if w]
+    try:
+        plots = write_plots(cells, out_dir)
+    except ImportError:  # matplotlib is an extra: gpudoctor[plots]
+        plots = []
+        warnings.append(PLOTS_HINT)
+    markdown = out_dir / "report.md"
+    markdown.write_text(render_markdown(run_dir, cells, plots, warnings[:1] if run.skipped else []),
+                        encoding="utf-8")  # fmt: skip
+    return ReportFiles(markdown, tuple(plots), len(cells), tuple(warnings))

@@ -1,0 +1,133 @@
+"""`gpudoctor bench` as a user runs it, in real subprocesses: the trust warning, a dry run
+that runs nothing, a missing model path, unwritable outputs, the closing table."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.bench.results.run_dir import read_records
+from tests.bench.campaign_support import stub_plan, write
+
+TRUST = "a plan runs the programs it names: run only plans you trust"
+
+
+def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "gpudoctor", "bench", *args],
+                          capture_output=True, text=True, timeout=timeout, env=env)  # fmt: skip
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+def _one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines, proc.stdout
+    return lines[-1]
+
+
+def test_help_says_a_plan_is_code() -> None:
+    assert TRUST in _flat(_cli("--help").stdout)
+    run_help = _flat(_cli("run", "--help").stdout)
+    assert TRUST in run_help and "--no-validate" in run_help
+
+
+def _marker_engine(tmp_path: Path, marker: Path) -> Path:
+    """Return a program that creates ``marker`` whenever it runs (any arguments)."""
+    script = tmp_path / "engine-bin"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\necho '--some-flag  a flag'\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script
+
+
+@pytest.mark.parametrize("engine", ["command", "sglang"])
+def test_dry_run_no_validate_runs_no_program_of_the_plan(
+    tmp_path: Path, tiny_model_dir: Path, engine: str
+) -> None:
+    """Attack: a plan from someone else names a program (the engine command, or
+    `engine.python`); `bench --dry-run` ran it (`--help`, the version query) to validate
+    flags. With --no-validate nothing of the plan runs: the marker never appears."""
+    marker = tmp_path / "ran"
+    program = _marker_engine(tmp_path, marker)
+    if engine == "command":
+        text = stub_plan(tiny_model_dir).replace(f'"{sys.executable}", ', f'"{program}", ', 1)
+    else:
+        text = (f'[model]\npath = "{tiny_model_dir}"\n[engine]\nname = "sglang"\n'
+                f'python = "{program}"\n[[configs]]\nname = "a"\nargs = {{ some-flag = 1 }}\n')  # fmt: skip
+    plan = write(tmp_path, text)
+    proc = _cli(str(plan), "--dry-run", "--no-validate", "--json", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert not marker.exists()
+    assert result["cells"] and all(c["action"] == "run" for c in result["cells"])
+    assert str(program) in result["configs"][0]["command"][0]
+    assert any("no program of the plan was run" in n for n in result["notes"])
+    _cli(str(plan), "--dry-run", "--json", "--out", str(tmp_path / "o"))  # validates
+    assert marker.exists()  # the same plan without --no-validate does run it
+
+
+def test_no_validate_needs_dry_run(tmp_path: Path, tiny_model_dir: Path) -> None:
+    proc = _cli(str(write(tmp_path, stub_plan(tiny_model_dir))), "--no-validate")
+    assert proc.returncode == 2 and "--no-validate only goes with --dry-run" in proc.stderr
+
+
+def test_dry_run_flags_a_model_path_that_does_not_exist(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    missing = tmp_path / "no-such-model"
+    plan = write(tmp_path, stub_plan(tiny_model_dir).replace(str(tiny_model_dir), str(missing)))
+    proc = _cli(str(plan), "--dry-run", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 1
+    assert f"PROBLEM: {plan}: model.path {missing} does not exist" in proc.stdout
+    assert "does not exist" in _one_line_error(proc)
+    proc = _cli(str(plan), "--dry-run", "--json", "--out", str(tmp_path / "o"))
+    as_json = json.loads(proc.stdout)  # one document
+    assert proc.returncode == 1 and as_json["ok"] is False and str(missing) in as_json["error"]
+    assert as_json["problems"] and str(missing) in as_json["problems"][0]
+    real = _cli(str(plan), "--out", str(tmp_path / "o"))  # a real run refuses before starting
+    assert real.returncode == 1 and "does not exist" in _one_line_error(real)
+    assert not (tmp_path / "o").exists()
+
+
+def test_unwritable_out_is_one_line_before_any_work(tmp_path: Path, tiny_model_dir: Path) -> None:
+    plan = write(tmp_path, stub_plan(tiny_model_dir))
+    for args in ((str(plan), "--out", "/proc/x"), ("run", str(plan), "--out", "/proc/x/y")):
+        proc = _cli(*args)
+        assert proc.returncode == 1, proc.stderr  # the house's OutputNotWritable
+        assert "cannot write --out /proc/x" in _one_line_error(proc)
+        assert "bench:" not in proc.stderr  # no campaign step started
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text("")
+    proc = _cli("report", str(run), "--out", "/proc/x")
+    assert proc.returncode == 1 and "cannot write --out /proc/x" in _one_line_error(proc)
+
+
+def test_run_ends_with_a_table_of_its_numbers(tmp_path: Path, tiny_model_dir: Path) -> None:
+    plan = write(tmp_path, stub_plan(tiny_model_dir, configs='[[configs]]\nname = "a"\n',
+                                     concurrency="[1, 2]"))  # fmt: skip
+    out = tmp_path / "run"
+    proc = _cli(str(plan), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("config "))
+    assert lines[header].split() == ["config", "TP", "c", "status", "out", "tok/s", "TTFT", "p50",
+                                     "TTFT", "p99", "TPOT", "p50", "TPOT", "p99", "errors"]  # fmt: skip
+    rows = [line.split() for line in lines[header + 2 : header + 4]]
+    records = read_records(out / "results.jsonl")[0]
+    for row, record in zip(rows, records, strict=True):
+        metrics = record["measurement"]["metrics"]
+        assert row[:4] == ["a", "1", str(record["concurrency"]), "ok"]
+        assert row[4] == f"{metrics['output_throughput']:.1f}"
+        assert row[5:7] == [f"{metrics['median_ttft_ms']:.1f}", f"{metrics['p99_ttft_ms']:.1f}"]
+        assert row[7:9] == [f"{metrics['median_tpot_ms']:.2f}", f"{metrics['p99_tpot_ms']:.2f}"]
+        assert row[9] == "0"

@@ -1,0 +1,152 @@
+"""Plan parsing, errors that name line and key, matrix expansion and stable keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.bench.plan import PlanError, load_plan, parse_plan
+
+EXAMPLES = Path(__file__).parents[3] / "docs" / "examples"
+
+BASE = """\
+name = "t"
+[model]
+path = "/models/m"
+[engine]
+name = "sglang"
+args = { context-length = 4096 }
+[axes]
+tp = [1, 4]
+concurrency = { 1 = [1], 4 = [1, 8, 2] }
+[[configs]]
+name = "auto"
+[[configs]]
+name = "ddtree-b{speculative-ddtree-budget}"
+args = { speculative-algorithm = "DDTREE" }
+sweep = { speculative-ddtree-budget = [15, 16] }
+tp = [1]
+[workload]
+input_len = 100
+output_len = 10
+"""
+
+
+def test_seed_plan_expands_to_the_campaign() -> None:
+    plan = load_plan(EXAMPLES / "qwen36-dflash-ddtree.toml")
+    labels = [c.label for c in plan.configs]
+    assert "auto@tp1" in labels and "linear@tp4" in labels and "ddtree-b64@tp8" in labels
+    assert {c.arg("speculative-ddtree-budget") for c in plan.configs} == {None, 15, 16, 32, 64}
+    tp4 = next(c for c in plan.configs if c.label == "linear@tp4")
+    assert tp4.concurrencies == (1, 2, 4, 8, 16, 32)
+    assert next(c for c in plan.configs if c.label == "linear@tp1").concurrencies == (1,)
+    assert all(c.arg("context-length") == 30720 for c in plan.configs)
+    assert plan.model.repo == "Qwen/Qwen3.6-27B" and plan.model.dir.startswith("/dev/shm")
+    assert len([ln for ln in plan.text.splitlines() if ln.strip() and not ln.startswith("#")]) <= 26
+
+
+def test_cpu_example_parses() -> None:
+    plan = load_plan(EXAMPLES / "cpu-tiny.toml")
+    assert plan.engine.name == "transformers"
+    assert len(plan.cells()) == 6
+    assert plan.model.path == str((EXAMPLES.parents[1] / "runs" / "tiny-llm").resolve())
+
+
+def test_sweep_names_tp_tables_and_sorting() -> None:
+    plan = parse_plan(BASE)
+    assert [c.label for c in plan.configs] == [
+        "auto@tp1",
+        "auto@tp4",
+        "ddtree-b15@tp1",
+        "ddtree-b16@tp1",
+    ]
+    assert plan.configs[1].concurrencies == (1, 2, 8)
+    assert dict(plan.configs[2].args) == {
+        "context-length": 4096, "speculative-algorithm": "DDTREE", "speculative-ddtree-budget": 15,
+    }  # fmt: skip
+    assert len(plan.cells()) == 1 + 3 + 1 + 1
+
+
+def test_keys_are_stable_and_follow_the_resolved_config() -> None:
+    a, b = parse_plan(BASE), parse_plan(BASE)
+    assert [c.key for c in a.cells()] == [c.key for c in b.cells()]
+    renamed = parse_plan(BASE.replace('name = "auto"', 'name = "baseline"'))
+    assert renamed.configs[0].key == a.configs[0].key  # the name is not part of the config
+    changed = parse_plan(BASE.replace("context-length = 4096", "context-length = 8192"))
+    assert not {c.key for c in changed.cells()} & {c.key for c in a.cells()}
+    longer = parse_plan(BASE.replace("input_len = 100", "input_len = 200"))
+    assert longer.configs[0].key == a.configs[0].key  # same server ...
+    assert longer.cells()[0].key != a.cells()[0].key  # ... different cell
+    assert len({c.key for c in a.cells()}) == len(a.cells())
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (("[axes]", "[axes]\nbogus = 1"), "plan.toml:8: axes.bogus: unknown key"),
+        (("tp = [1, 4]", 'tp = ["one"]'), "plan.toml:8: axes.tp: expected a non-empty list of positive integers"),
+        (("input_len = 100", "input_len = 0"), "plan.toml:18: workload.input_len: must be at least 1"),
+        (('name = "sglang"', 'name = "tgi"'), "plan.toml:5: engine.name: expected one of sglang, vllm"),
+        (("context-length = 4096", "--context-length = 4096"), "engine.args.--context-length: write flag names without"),
+        (("sweep = { speculative-ddtree-budget = [15, 16] }", "sweep = { speculative-ddtree-budget = 15 }"),
+         "plan.toml:15: configs[1].sweep.speculative-ddtree-budget: expected a non-empty list"),
+        (('name = "auto"', 'name = "ddtree-b15"\ntp = [1]\nargs = { speculative-algorithm = "DDTREE", speculative-ddtree-budget = 15 }'),
+         "appears twice"),
+        (('name = "auto"', 'name = "auto"\n[[configs]]\nname = "auto2"'), "auto2@tp1 is the same server configuration as auto@tp1"),
+        (("concurrency = { 1 = [1], 4 = [1, 8, 2] }", "concurrency = { 1 = [1] }"), "axes.concurrency: no concurrency list for tp = 4"),
+        (('path = "/models/m"', 'repo = "org/m"'), "model.dir: missing"),
+        (("input_len = 100", "input_len = 100\nignore_eos = 1"), "workload.ignore_eos: expected a boolean"),
+    ],
+)  # fmt: skip
+def test_errors_name_line_and_key(edit: tuple[str, str], expected: str) -> None:
+    with pytest.raises(PlanError) as info:
+        parse_plan(BASE.replace(*edit), "plan.toml")
+    assert expected in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_toml_syntax_error_and_transformers_tp(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match=r"plan.toml: not valid TOML: .*line 2"):
+        parse_plan('name = "x"\n[model\n', "plan.toml")
+    text = BASE.replace('name = "sglang"', 'name = "transformers"')
+    with pytest.raises(PlanError, match="runs tp = 1 only"):
+        parse_plan(text)
+    with pytest.raises(PlanError, match="cannot read plan"):
+        load_plan(tmp_path / "missing.toml")
+
+
+def test_limits_deadlines_and_keep_text() -> None:
+    from gpudoctor.bench.launch.steps import keeps_text
+
+    plan = parse_plan(BASE)
+    assert plan.limits.request_timeout_s == 600 and plan.limits.cell_timeout_s == 3600
+    by_name = {c.name: c for c in plan.configs}
+    assert keeps_text(plan.limits, by_name["ddtree-b15"])  # speculative: text for the ITL split
+    assert not keeps_text(plan.limits, by_name["auto"])
+    plan = parse_plan(BASE + "[limits]\ncell_timeout_s = 90\nkeep_text = true\n")
+    assert plan.limits.cell_timeout_s == 90 and keeps_text(plan.limits, by_name["auto"])
+    with pytest.raises(PlanError, match=r"limits.cell_timeout_s: must be > 0"):
+        parse_plan(BASE + "[limits]\ncell_timeout_s = 0\n")
+    with pytest.raises(PlanError, match=r"limits.keep_text: expected"):
+        parse_plan(BASE + '[limits]\nkeep_text = "yes"\n')
+
+
+def test_cell_keys_do_not_move_when_a_later_workload_field_is_unset() -> None:
+    """Resume matches cells by key: adding an optional workload field must not change the
+    keys of plans that do not set it (runs recorded before would all rerun)."""
+    import dataclasses
+    import hashlib
+    import json
+
+    plan = parse_plan(BASE)
+    cell = plan.cells()[0]
+    before = dataclasses.asdict(plan.workload)
+    before.pop("prompts_per_concurrency")
+    blob = {"config": cell.config.key, "concurrency": cell.concurrency, "workload": before,
+            "slo": dataclasses.asdict(plan.slo) if plan.slo else None}  # fmt: skip
+    digest = hashlib.sha256(json.dumps(blob, sort_keys=True, separators=(",", ":"),
+                                       default=list).encode()).hexdigest()[:16]  # fmt: skip
+    assert cell.key == digest
+    per_c = parse_plan(BASE.replace("[workload]", "[workload]\nprompts_per_concurrency = 4"))
+    assert per_c.cells()[0].key != cell.key

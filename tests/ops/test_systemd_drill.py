@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.bench.plan import load_plan
-from gpudoctor.bench.results import read_records
+from gpudoctor.bench.results.run_dir import read_records
 from tests.lab.lxc import Lab
 from tests.ops.campaign_ct import MIRROR, OUT, PLAN, SHM_DIR, plan_text, seed_mirror
 from tests.ops.systemd_ct import SystemdCampaign, make_systemd_ct

@@ -330,13 +330,14 @@ def durable_append(
 
 
 def truncate_file(
-    path: Path | str, length: int, *, follow_link: bool = False, follow_dir_link: bool = False
-) -> None:
+    path: Path | str, length: int, *, follow_link: bool = False, follow_dir_link: bool = False,
+    require_trusted_dir: bool = False,
+) -> None:  # fmt: skip
     """Cut the regular file ``path`` to ``length`` bytes and fsync it (never through a
     symlink unless ``follow_link``); return None. Raise FsioError for a non-regular file."""
     path = Path(path)
     flags = os.O_WRONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow_link else os.O_NOFOLLOW)
-    with _parent(path, follow_dir_link, False) as dir_fd:
+    with _parent(path, follow_dir_link, require_trusted_dir) as dir_fd:
         try:
             fd = os.open(path.name, flags, dir_fd=dir_fd)
         except OSError as exc:
@@ -388,12 +389,15 @@ def create_new(
             _fsync(dir_fd)
 
 
-def open_lock(path: Path | str, *, mode: int = 0o644, follow_dir_link: bool = False) -> int:
+def open_lock(
+    path: Path | str, *, mode: int = 0o644, follow_dir_link: bool = False,
+    require_trusted_dir: bool = False,
+) -> int:  # fmt: skip
     """Return a read-write fd of the lock file ``path`` (created, ``O_NOFOLLOW``: a planted
     symlink is refused, never followed); the caller flocks and closes it."""
     path = Path(path)
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    with _parent(path, follow_dir_link, False) as dir_fd:
+    with _parent(path, follow_dir_link, require_trusted_dir) as dir_fd:
         try:
             fd = os.open(path.name, flags, mode, dir_fd=dir_fd)
         except OSError as exc:
@@ -407,6 +411,62 @@ def open_lock(path: Path | str, *, mode: int = 0o644, follow_dir_link: bool = Fa
         _refuse(path, st)
     os.set_blocking(fd, True)
     return fd
+
+
+def open_regular(
+    path: Path | str, *, follow_dir_link: bool = False, require_trusted_dir: bool = False
+) -> int:
+    """Return a read-only fd of the regular file ``path``, opened ``O_NOFOLLOW|O_NONBLOCK``
+    relative to its checked directory (a symlink there is refused, never followed); the
+    caller closes it. Raise FileNotFoundError when absent, FsioError for a symlink, FIFO,
+    device or directory."""
+    path = Path(path)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    with _parent(path, follow_dir_link, require_trusted_dir) as dir_fd:
+        try:
+            fd = os.open(path.name, flags, dir_fd=dir_fd)
+        except OSError as exc:
+            st = _lstat_at(dir_fd, path.name)
+            if exc.errno == 40 and st is not None:  # ELOOP: a symlink
+                _refuse_read(path, st)
+            raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        _refuse_read(path, st)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _refuse_read(path: Path, st: os.stat_result) -> None:
+    raise FsioError(
+        f"{path} is {kind_of(st.st_mode)}: gpudoctor reads it only as a regular file and never"
+        f" follows a link there; remove it (rm {path})"
+    )
+
+
+def read_regular(
+    path: Path | str, *, limit: int | None = None, follow_dir_link: bool = False,
+    require_trusted_dir: bool = False,
+) -> bytes:  # fmt: skip
+    """Return the bytes (at most ``limit``) of the regular file ``path`` without following a
+    link (:func:`open_regular`; ``cat PATH``). Raise FileNotFoundError when absent,
+    FsioError for anything but a regular file."""
+    fd = open_regular(
+        path, follow_dir_link=follow_dir_link, require_trusted_dir=require_trusted_dir
+    )
+    try:
+        chunks = []
+        left = -1 if limit is None else limit
+        while left:
+            chunk = os.read(fd, 1 << 20 if left < 0 else min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left = left - len(chunk) if left > 0 else left
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def make_dirs(root: Path | str, rel_dir: str | Path, mode: int = 0o755) -> Path:

@@ -124,6 +124,12 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
     out = out or Path("runs") / plan.name
     if not dry_run:
         require_writable_dir(out, "--out")
+        from gpudoctor.bench.results.run_dir import RunDirError, check_run_dir
+
+        try:  # before any program runs: another user's --out is refused (issue 22.1)
+            check_run_dir(out)
+        except RunDirError as exc:
+            raise click.ClickException(str(exc)) from exc
     options = launcher.LaunchOptions(
         out=out,
         resume=resume,

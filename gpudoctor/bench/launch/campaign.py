@@ -163,9 +163,13 @@ class Campaign:
         )
 
     def _crash_quirk(self, config: ServerConfig, reason: str) -> None:
-        quirks_mod.record_crash(
-            self.quirks_path, self.arch, self.plan.engine.name, self.version, config, reason
-        )
+        try:
+            quirks_mod.record_crash(
+                self.quirks_path, self.arch, self.plan.engine.name, self.version, config, reason
+            )
+        except quirks_mod.QuirksError as exc:  # the crash is in results.jsonl all the same
+            self.reporter.note(f"warning: {exc}")
+            return
         self.reporter.note(f"{config.label}: added to the local quirks table {self.quirks_path}")
 
     def _start(
@@ -402,9 +406,14 @@ def dry_run(plan: Plan, options: LaunchOptions, validate: bool = True) -> dict[s
             notes.append(f"flags not validated: {exc}")
             campaign.version, campaign.arch = None, quirks_mod.detect_arch()
             campaign.quirk_list = quirks_mod.load_quirks(campaign.quirks_path)
-    from gpudoctor.bench.results.run_dir import read_records
+    from gpudoctor.bench.results.run_dir import RunDirError, check_run_dir, read_records
 
-    records, _ = read_records(Path(options.out) / "results.jsonl") if options.out else ([], 0)
+    records: list[dict[str, Any]] = []
+    try:  # the same trust as a run: another user's --out is refused, links never followed
+        if options.out and check_run_dir(Path(options.out)):
+            records, _ = read_records(Path(options.out) / "results.jsonl")
+    except RunDirError as exc:
+        raise CampaignError(str(exc)) from exc
     done = {str(r["key"]): r for r in records if "key" in r} if options.resume is not False else {}
     decisions = decide(
         plan, done, campaign.quirk_list, campaign.arch, campaign.version, options.retry_crashed

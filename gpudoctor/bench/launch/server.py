@@ -64,7 +64,7 @@ def _set_pdeathsig() -> None:  # runs in the child between fork and exec
 def tail_lines(path: Path, count: int = 50) -> list[str]:
     """Return the last ``count`` lines of a log file (``tail -n 50 LOG``)."""
     try:
-        with open(path, "rb") as fh:
+        with os.fdopen(fsio.open_regular(path), "rb") as fh:  # never through a link
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - 256 * 1024))
@@ -117,7 +117,7 @@ class ServerProcess:
         self.log_path = log_path
         self.tag = tag
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with os.fdopen(fsio.open_append(log_path, follow_dir_link=True), "ab") as log:
+        with os.fdopen(fsio.open_append(log_path, require_trusted_dir=True), "ab") as log:
             log.write(f"\n### gpudoctor bench: {' '.join(argv)}\n".encode())
             log.flush()
             self.started_at = time.monotonic()
@@ -130,7 +130,7 @@ class ServerProcess:
                 start_new_session=True,
                 preexec_fn=_set_pdeathsig,
             )
-        self._log_start = self._log_offset = log_path.stat().st_size  # this server's output
+        self._log_start = self._log_offset = os.lstat(log_path).st_size  # this server's output
         self._log_carry = ""  # the unfinished last line read so far (bounded)
         self.log_bytes_read = 0  # bytes read from the log by the readiness scan
         self.log_ready_s: float | None = None
@@ -155,7 +155,7 @@ class ServerProcess:
         if self.log_ready_s is not None:
             return
         try:
-            with open(self.log_path, "rb") as fh:
+            with os.fdopen(fsio.open_regular(self.log_path), "rb") as fh:
                 fh.seek(self._log_offset)
                 new = fh.read(chunk)
         except OSError:

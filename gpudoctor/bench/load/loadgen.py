@@ -158,7 +158,7 @@ def measure_cell(
     raw_file: IO[str] | None = None
     if target.raw_path is not None:
         Path(target.raw_path).parent.mkdir(parents=True, exist_ok=True)
-        raw_fd = fsio.open_append(target.raw_path, follow_dir_link=True)
+        raw_fd = fsio.open_append(target.raw_path, require_trusted_dir=True)  # never a link
         raw_file = os.fdopen(raw_fd, "a", encoding="utf-8")  # closed below
     done = 0
 

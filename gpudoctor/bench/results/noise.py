@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudoctor import fsio
 from gpudoctor.bench.request_record import RequestRecord
 from gpudoctor.bench.results.metrics import percentile, request_itls_s, request_tpot_s
 
@@ -154,9 +155,12 @@ def load_sample(
     may have left lines); unreadable lines are skipped."""
     if not raw or not duration_s:
         return None
+    parts = Path(raw).parts
+    if len(parts) != 2 or parts[0] != "raw" or parts[1] in ("..", "."):
+        return None  # a record naming a file outside DIR/raw/ (../../etc/shadow) is not read
     path = Path(run_dir) / raw
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    try:  # never through a symlink planted in the run directory
+        lines = fsio.read_regular(path).decode("utf-8", "replace").splitlines()
     except OSError:
         return None
     records = []

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpudoctor import fsio
+
 RESULTS_FILE = "results.jsonl"
 
 
@@ -118,10 +120,12 @@ def read_run(run_dir: Path) -> RunResults:
     ResultsError only when the file is missing or unreadable.
     """
     path = Path(run_dir) / RESULTS_FILE
-    if not path.is_file():
-        raise ResultsError(f"{path}: no such file (is {run_dir} a bench run directory?)")
-    try:
-        text = path.read_bytes().decode("utf-8", "replace")
+    try:  # never through a symlink (a planted results.jsonl -> /etc/shadow is refused)
+        text = fsio.read_regular(path, follow_dir_link=True).decode("utf-8", "replace")
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no such file (is {run_dir} a bench run directory?)") from None
+    except fsio.FsioError as exc:
+        raise ResultsError(str(exc)) from None
     except OSError as exc:
         raise ResultsError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     cells: dict[str, CellResult] = {}

@@ -9,11 +9,13 @@ up and to the left is better).
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudoctor.bench.results.reader import CellResult, read_run
+from gpudoctor import fsio
+from gpudoctor.bench.results.reader import CellResult, ResultsError, read_run
 
 FIGSIZE_IN = (8.0, 5.0)
 DPI = 100  # plots are FIGSIZE_IN * DPI pixels: 800 x 500
@@ -146,7 +148,9 @@ def _save(fig: object, legend_ax: object, path: Path, has_data: bool) -> Path:
     if has_data:
         legend_ax.legend(fontsize=7)  # type: ignore[attr-defined]
     fig.tight_layout()  # type: ignore[attr-defined]
-    fig.savefig(path)  # type: ignore[attr-defined]
+    png = io.BytesIO()
+    fig.savefig(png, format="png")  # type: ignore[attr-defined]
+    fsio.atomic_replace(path, png.getvalue(), mode=0o644, require_trusted_dir=True)  # no link
     plt.close(fig)  # type: ignore[arg-type]
     return path
 
@@ -179,6 +183,17 @@ def render_markdown(
     return "\n".join(lines)
 
 
+def _check_out_dir(out_dir: Path, option: str) -> None:
+    """Create ``out_dir`` or check that it is the caller's (as a run directory is, issue
+    22.1); raise ResultsError (one line) for another user's or a world-writable one."""
+    from gpudoctor.bench.results.run_dir import RunDirError, check_run_dir
+
+    try:
+        check_run_dir(out_dir, option, create=True)
+    except RunDirError as exc:
+        raise ResultsError(str(exc)) from None
+
+
 def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     """Write ``report.md`` and the PNG plots for ``run_dir`` into ``out_dir`` (default: run_dir).
 
@@ -189,7 +204,7 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     run = read_run(run_dir)
     cells = list(run.cells)
     out_dir = Path(out_dir or run_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _check_out_dir(out_dir, "--out" if out_dir != Path(run_dir) else "RUN_DIR")
     warnings = [w for w in (run.warning(),) if w]
     try:
         plots = write_plots(cells, out_dir)
@@ -197,6 +212,6 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
         plots = []
         warnings.append(PLOTS_HINT)
     markdown = out_dir / "report.md"
-    markdown.write_text(render_markdown(run_dir, cells, plots, warnings[:1] if run.skipped else []),
-                        encoding="utf-8")  # fmt: skip
+    text = render_markdown(run_dir, cells, plots, warnings[:1] if run.skipped else [])
+    fsio.atomic_replace(markdown, text, mode=0o644, require_trusted_dir=True)  # never a link
     return ReportFiles(markdown, tuple(plots), len(cells), tuple(warnings))

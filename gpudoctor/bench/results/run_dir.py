@@ -10,6 +10,15 @@ Layout of ``--out DIR``::
     raw/             per-request records of each cell (``<cell key>.jsonl``)
     .lock            held while a launcher works on the directory
 
+Trust (issue 22.1): root often runs ``bench --out`` into a place others can write
+(``/tmp/run1``, ``/dev/shm/...``, the boot unit). A run directory is used only when it
+belongs to the caller or root and nobody else can write it (a sticky ancestor such as
+/tmp is fine above it, never as the run directory itself), and it is not a symlink; its
+ancestors belong to the caller or root and are sticky where others can write them
+(:func:`check_run_dir`). Every file in it is opened without following a link
+(``O_NOFOLLOW`` relative to the checked directory): a planted ``results.jsonl`` ->
+/victim is refused, never appended to, truncated or replaced.
+
 Exactly once per cell: a cell counts as done only when its line is in
 ``results.jsonl``. A line is written with one ``write()`` and fsync'ed; a torn last line
 (the launcher killed mid-write) is cut off on the next open, and the cell reruns. A
@@ -23,8 +32,8 @@ import fcntl
 import json
 import os
 import platform
-import shutil
 import socket
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,13 +68,55 @@ class Opened:
     corrupt_lines: tuple[int, ...] = ()
 
 
+def check_run_dir(path: Path, option: str = "--out", create: bool = False) -> bool:
+    """Check that nobody but the caller (or root) controls the run directory ``path``;
+    return True when it exists (``create``: it is made first, ``mkdir -p -m 0755``).
+
+    Refused with one RunDirError line naming the path, its owner or mode and the fix: an
+    ancestor another user owns or can write without the sticky bit; a run directory that
+    is a symlink, not a directory, another user's, or writable by group or others."""
+    path = Path(os.path.abspath(path))
+    fix = f"choose another {option} (a directory of your own) or remove it (rm -rf --one-file-system {path})"
+    try:
+        fsio.check_ancestors(path.parent, option)
+        if create:
+            os.makedirs(path, 0o755, exist_ok=True)  # a race with a planter is caught below
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            raise RunDirError(
+                f"{path} ({option}) is a symlink (to {os.readlink(path)}): gpudoctor never"
+                f" follows one there; give the real directory ({os.path.realpath(path)})"
+            )
+        if not stat.S_ISDIR(st.st_mode):
+            raise RunDirError(f"{path} ({option}) is not a directory; choose another {option}")
+        fsio.judge_owner(path, st, f"the {option} run directory", fix)
+    except fsio.FsioError as exc:
+        raise RunDirError(str(exc)) from None
+    except OSError as exc:
+        raise RunDirError(f"cannot use {option} {path}: {exc.strerror or exc}") from None
+    return True
+
+
+def read_run_file(path: Path) -> bytes | None:
+    """Return the bytes of a run file (``cat DIR/NAME``), None when it does not exist; never
+    through a symlink (RunDirError, one line, for a link, FIFO or device there)."""
+    try:
+        return fsio.read_regular(path)
+    except FileNotFoundError:
+        return None
+    except fsio.FsioError as exc:
+        raise RunDirError(str(exc)) from None
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temp file, fsync, rename, fsync dir) with
-    :func:`gpudoctor.fsio.atomic_replace`; raise RunDirError (one line) on a refusal."""
+    :func:`gpudoctor.fsio.atomic_replace`, in a trusted directory and never through or
+    over a symlink; raise RunDirError (one line) on a refusal."""
     try:
-        fsio.atomic_replace(
-            path, text, keep_mode=False, refuse_non_regular=False, follow_dir_link=True
-        )
+        fsio.atomic_replace(path, text, keep_mode=False, require_trusted_dir=True)
     except fsio.FsioError as exc:
         raise RunDirError(str(exc)) from None
 
@@ -91,9 +142,8 @@ def scan_records(path: Path, repair: bool = False) -> RecordScan:
     torn tail. With ``repair`` the torn tail (bytes after the last newline) is cut off;
     corrupt lines in the middle are left in place (never truncated: the lines after them
     are finished cells)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    data = read_run_file(path)
+    if data is None:
         return RecordScan([])
     good_end = data.rfind(b"\n") + 1
     records: list[dict[str, Any]] = []
@@ -112,7 +162,7 @@ def scan_records(path: Path, repair: bool = False) -> RecordScan:
     dropped = len(data) - good_end
     if dropped and repair:
         try:
-            fsio.truncate_file(path, good_end, follow_dir_link=True)
+            fsio.truncate_file(path, good_end, require_trusted_dir=True)
         except fsio.FsioError as exc:
             raise RunDirError(str(exc)) from None
     return RecordScan(records, dropped, tuple(corrupt))
@@ -138,17 +188,31 @@ class RunDir:
         return self.path / RESULTS
 
     def log_path(self, label: str) -> Path:
-        """Return the server log path of one configuration (``logs/auto@tp1.log``)."""
-        return self.path / "logs" / f"{label.replace('/', '_')}.log"
+        """Return the server log path of one configuration (``logs/auto@tp1.log``); ``logs/``
+        is created (``mkdir``, never through a symlink: RunDirError)."""
+        return self._subdir("logs") / f"{label.replace('/', '_')}.log"
 
     def raw_path(self, cell_key: str) -> Path:
-        """Return the raw per-request record path of one cell."""
-        return self.path / "raw" / f"{cell_key}.jsonl"
+        """Return the raw per-request record path of one cell; ``raw/`` is created
+        (``mkdir``, never through a symlink: RunDirError)."""
+        return self._subdir("raw") / f"{cell_key}.jsonl"
+
+    def _subdir(self, name: str) -> Path:
+        path = self.path / name
+        if os.path.islink(path):
+            raise RunDirError(
+                f"{path} is a symlink (to {os.readlink(path)}): gpudoctor never writes through"
+                f" one in a run directory; remove it (rm {path}) and run again"
+            )
+        try:
+            return fsio.make_dirs(self.path, name)
+        except OSError as exc:
+            raise RunDirError(f"{exc}; remove it (rm {path}) and run again") from None
 
     def __enter__(self) -> RunDir:
-        self.path.mkdir(parents=True, exist_ok=True)
+        check_run_dir(self.path, create=True)
         try:
-            fd = fsio.open_lock(self.path / ".lock", follow_dir_link=True)
+            fd = fsio.open_lock(self.path / ".lock", require_trusted_dir=True)
         except fsio.FsioError as exc:
             raise RunDirError(str(exc)) from None
         try:
@@ -173,8 +237,9 @@ class RunDir:
         different one; ``True`` resumes whatever the plan (cells match by key);
         ``False`` moves earlier files to ``previous-<time>/`` and starts afresh."""
         plan_file = self.path / PLAN
-        old_plan = plan_file.read_text(encoding="utf-8") if plan_file.exists() else None
-        has_results = self.results_path.exists()
+        old_bytes = read_run_file(plan_file)
+        old_plan = None if old_bytes is None else old_bytes.decode("utf-8", "replace")
+        has_results = os.path.lexists(self.results_path)
         archived = None
         if old_plan is not None or has_results:
             if resume is False:
@@ -197,9 +262,9 @@ class RunDir:
         dest = self.path / time.strftime("previous-%Y%m%dT%H%M%S")
         dest.mkdir()
         for name in (PLAN, RESULTS, "run.json", "preflight.jsonl", "logs", "raw"):
-            if (self.path / name).exists():
-                shutil.move(str(self.path / name), str(dest / name))
-        fsio.fsync_dir(self.path, follow_dir_link=True)
+            if os.path.lexists(self.path / name):  # a rename: moves a link, never follows it
+                os.rename(self.path / name, dest / name)
+        fsio.fsync_dir(self.path)
         return str(dest)
 
     def drop_records(self, keys: set[str]) -> int:
@@ -219,7 +284,7 @@ class RunDir:
     def _append_lines(self, path: Path, records: list[dict[str, Any]]) -> None:
         blob = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records).encode()
         try:
-            fsio.durable_append(path, blob, follow_dir_link=True)
+            fsio.durable_append(path, blob, require_trusted_dir=True)
         except fsio.FsioError as exc:
             raise RunDirError(str(exc)) from None
 
@@ -235,9 +300,10 @@ class RunDir:
         """Write run.json (the environment of this launch; earlier launches kept in ``launches``)."""
         path = self.path / "run.json"
         launches: list[Any] = []
-        if path.exists():
+        old_bytes = read_run_file(path)
+        if old_bytes is not None:
             try:
-                old = json.loads(path.read_text(encoding="utf-8"))
+                old = json.loads(old_bytes)
                 launches = old.get("launches", [])
                 if old.get("tag") != facts.get("tag"):  # an earlier launch: keep its facts
                     launches = [*launches, {k: v for k, v in old.items() if k != "launches"}]

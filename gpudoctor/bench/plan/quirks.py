@@ -10,7 +10,7 @@ table, so the next run (any run directory) skips it until ``--retry-crashed``.
 from __future__ import annotations
 
 import fnmatch
-import json
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -119,14 +119,41 @@ def find_quirk(
     return next((q for q in quirks if q.matches(arch, engine, version, config)), None)
 
 
+_TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",
+                 "\r": "\\r"}  # fmt: skip
+
+
+def toml_string(text: str) -> str:
+    """Return ``text`` as a TOML basic string (``"..."``): quote, backslash and control
+    characters (U+0000-U+001F, U+007F) escaped, every other character written as itself
+    (UTF-8; an emoji stays one character, never JSON's surrogate pair ``\\ud83d\\ude80``,
+    which TOML forbids); a lone surrogate (not encodable) becomes U+FFFD."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in _TOML_ESCAPES:
+            out.append(_TOML_ESCAPES[char])
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04X}")
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append("\ufffd")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
 def _toml_value(value: object) -> str:
+    """Return ``value`` as a TOML value (bool, integer, float incl. inf/nan, string, array)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ("nan" if value != value else
+                                                          ("inf" if value > 0 else "-inf"))  # fmt: skip
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+    return toml_string(str(value))
 
 
 def record_crash(
@@ -145,16 +172,20 @@ def record_crash(
         reason=reason,
         source=str(path),
     )
-    args = ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in config.args)
+    args = ", ".join(f"{toml_string(k)} = {_toml_value(v)}" for k, v in config.args)
+    shown = "".join(c if c.isprintable() else "?" for c in config.label)  # a comment: one line
     block = (
-        f"\n# added {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: {config.label}"
+        f"\n# added {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: {shown}"
         f" crashed its server\n[[quirk]]\nid = {_toml_value(quirk.id)}\narch = {_toml_value(arch)}\n"
         f"engine = {_toml_value(engine)}\nengine_version = {_toml_value(quirk.engine_version)}\n"
         f"match = {{ config_key = {_toml_value(config.key)} }}\n"
         f"config = {_toml_value(config.label)}\nargs = {{ {args} }}\nreason = {_toml_value(reason)}\n"
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    fsio.durable_append(path, block, lock=True, follow_link=True, follow_dir_link=True)
+    try:  # never through a link, in a directory only the caller (or root) controls
+        fsio.durable_append(path, block, lock=True, follow_dir_link=True, require_trusted_dir=True)
+    except fsio.FsioError as exc:
+        raise QuirksError(f"cannot add to the local quirks table: {exc}") from None
     return quirk
 
 

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.bench.plan import load_plan, parse_plan
-from gpudoctor.bench.plan.quirks import find_quirk, load_quirks, load_table, record_crash
+from gpudoctor.bench.plan.quirks import (
+    find_quirk,
+    load_quirks,
+    load_table,
+    record_crash,
+    toml_string,
+)
 
 EXAMPLES = Path(__file__).parents[3] / "docs" / "examples"
 SEED = (EXAMPLES / "qwen36-dflash-ddtree.toml").read_text()
@@ -44,3 +50,45 @@ def test_local_crash_quirk_round_trip(local_quirks: Path) -> None:
     assert find_quirk(quirks, "sm_90", "sglang", "0.5.24", crashed) is None  # another version
     assert find_quirk(quirks, "sm_120", "sglang", "0.5.23", crashed) is None  # another GPU
     assert find_quirk(quirks, "sm_90", "sglang", "0.5.23", plan.configs[0]) is None
+
+
+NASTY = '🚀 launch 𝔘𝔫𝔦 "quoted" back\\slash tab\tnew\nline nul\x00 esc\x1b del\x7f é'
+
+
+def test_crash_quirk_with_non_bmp_and_control_text_round_trips(local_quirks: Path) -> None:
+    """Attack (issue 22.8): a crashed config whose argument holds an emoji was written to the
+    local quirks table as JSON's `\\ud83d\\ude80`, which is invalid TOML: every later bench on
+    the machine failed to read the table. Non-BMP text, quotes, backslashes and control
+    characters (a newline would even start a new TOML line) must come back exactly."""
+    plan = parse_plan(
+        "[model]\npath = '/m'\n[engine]\nname = 'sglang'\n"
+        f"[[configs]]\nname = {toml_string('rocket 🚀')}\n"
+        f"args = {{ {toml_string('chat-template')} = {toml_string(NASTY)}, mem-fraction-static = 0.5,"
+        " disable-cuda-graph = true, cuda-graph-bs = [1, 2] }\n"
+    )
+    config = plan.configs[0]
+    assert config.arg("chat-template") == NASTY  # the plan itself parsed it
+    record_crash(local_quirks, "sm_90", "sglang", "0.5.23", config, f"died: {NASTY}")
+    record_crash(local_quirks, "sm_90", "sglang", "0.5.23", config, "again 🚀")
+    raw = local_quirks.read_bytes()
+    assert b"\\ud83d" not in raw.lower() and "🚀".encode() in raw
+
+    import tomllib
+
+    data = tomllib.loads(raw.decode("utf-8"))  # valid TOML: every later bench can read it
+    entry = data["quirk"][0]
+    assert entry["args"] == {"chat-template": NASTY, "mem-fraction-static": 0.5,
+                             "disable-cuda-graph": True, "cuda-graph-bs": [1, 2]}  # fmt: skip
+    assert entry["reason"] == f"died: {NASTY}" and entry["config"] == "rocket 🚀@tp1"
+    table = load_table(local_quirks, str(local_quirks))
+    assert find_quirk(table, "sm_90", "sglang", "0.5.23", config).reason == f"died: {NASTY}"
+
+
+@pytest.mark.parametrize(
+    "text", ["", "plain", "🚀", "\ud83d", "\x00\x1f\x7f", '\\"\\', "\u2028\ufeff"]
+)
+def test_toml_string_is_read_back_by_tomllib(text: str) -> None:
+    import tomllib
+
+    got = tomllib.loads(f"v = {toml_string(text)}\n")["v"]
+    assert got == ("\ufffd" if text == "\ud83d" else text)

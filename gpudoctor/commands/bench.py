@@ -86,8 +86,9 @@ def bench() -> None:
 @click.option(
     "--quirks",
     "quirks_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Local quirks table (default $GPUDOCTOR_BENCH_QUIRKS or ~/.config/gpudoctor/bench-quirks.toml).",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Local quirks table, an existing file (touch it to start one; default "
+    "$GPUDOCTOR_BENCH_QUIRKS or ~/.config/gpudoctor/bench-quirks.toml).",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the summary (or the dry run) as JSON on stdout."

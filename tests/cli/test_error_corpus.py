@@ -77,6 +77,17 @@ def files(tmp_path_factory):
     (root / "run-b").mkdir()
     (root / "run-b" / "results.jsonl").write_text("{not json\n")
     (root / "secret").write_text("")
+    model = root / "model"
+    model.mkdir()
+    for name, body in (("port.toml", 'args = { port = 8000 }'), ("model.toml", 'args = { model = "x" }'),
+                       ("conc.toml", "[axes]\nconcurrency = [1000000000000000000000000000000]"),
+                       ("rate.toml", "[workload]\nrequest_rate = nan"),
+                       ("ok.toml", "")):  # fmt: skip
+        (root / name).write_text(
+            f'[model]\npath = "{model}"\n[engine]\nname = "transformers"\n{body}\n'
+        )
+    (root / "run-link").mkdir()
+    (root / "run-link" / "results.jsonl").symlink_to(root / "run-b" / "results.jsonl")
     return root
 
 
@@ -163,6 +174,19 @@ def corpus(p: dict, f: Path) -> list[tuple[list[str], set[int]]]:
         (["bench", "compare", "/nonexistent/a", str(f / "run-a")], {2}),
         (["bench", "compare", str(f / "run-a"), str(f / "run-b")], {1}),
         (["bench", "run", "/nonexistent/plan.toml", "--json"], {2}),
+        # bench: static plan checks run without validation too (issue 26.9)
+        (["bench", str(f / "port.toml"), "--dry-run", "--no-validate"], {1}),
+        (["bench", str(f / "model.toml"), "--dry-run", "--no-validate"], {1}),
+        (["bench", str(f / "conc.toml"), "--dry-run", "--no-validate"], {1}),
+        (["bench", str(f / "rate.toml"), "--dry-run", "--no-validate", "--json"], {1}),
+        (
+            ["bench", str(f / "ok.toml"), "--dry-run", "--no-validate", "--quirks", "/nonexistent"],
+            {2},
+        ),
+        (["bench", str(f / "ok.toml"), "--dry-run", "--quirks", "/nonexistent"], {2}),
+        # bench: a run file that is a symlink is never read through (issue 22.1)
+        (["bench", "report", str(f / "run-link")], {1}),
+        (["bench", "compare", str(f / "run-link"), str(f / "run-b")], {1}),
         # service (writes nothing here: each fails before touching /etc)
         (["service", "rules", "-o", "/proc/x"], {1}),
         (["service", "install", "/nonexistent/plan.toml", "--out", str(f / "run")], {2}),

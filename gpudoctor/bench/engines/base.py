@@ -42,14 +42,19 @@ class FlagProblem:
         flag: the flag as it would be passed (``--speculative-ddtree-budgt``).
         configs: labels of the configurations that use it.
         suggestion: the closest accepted flag, or empty.
+        reserved: a flag gpudoctor sets itself (host, port, model, tp): remove it.
     """
 
     flag: str
     configs: tuple[str, ...]
     suggestion: str = ""
+    reserved: bool = False
 
     def message(self) -> str:
-        """Return the problem as one line (``unknown flag --x (did you mean --y?) in a@tp1``)."""
+        """Return the problem as one line (``unknown flag --x (did you mean --y?) in a@tp1``;
+        ``--port is set by gpudoctor; remove it, used by a@tp1`` for a reserved flag)."""
+        if self.reserved:
+            return f"{self.flag} is set by gpudoctor; remove it, used by {', '.join(self.configs)}"
         hint = f" (did you mean {self.suggestion}?)" if self.suggestion else ""
         return f"unknown flag {self.flag}{hint}, used by {', '.join(self.configs)}"
 
@@ -213,7 +218,7 @@ class Engine(abc.ABC):
         for flag, labels in users.items():
             dashed = f"--{flag}"
             if flag in self.reserved:
-                problems.append(FlagProblem(dashed, tuple(labels), "(set by gpudoctor; remove it)"))
+                problems.append(FlagProblem(dashed, tuple(labels), reserved=True))
             elif dashed not in known:
                 close = difflib.get_close_matches(dashed, sorted(known), n=1, cutoff=0.75)
                 problems.append(FlagProblem(dashed, tuple(labels), close[0] if close else ""))

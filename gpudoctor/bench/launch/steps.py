@@ -115,11 +115,14 @@ def keeps_text(limits: Limits, config: ServerConfig) -> bool:
 
 
 def model_problems(plan: Plan) -> list[str]:
-    """Return what is wrong with the plan's local model paths before anything starts
-    (``test -d PATH``): a ``path`` or ``tokenizer`` that does not exist (a ``repo``'s
-    ``dir`` is created by the weights step and is not checked)."""
+    """Return what is wrong with the plan's local paths before anything starts (``test -e
+    PATH``), in a run and in both dry-run modes: a model ``path``, ``tokenizer`` or
+    workload ``dataset_path`` that does not exist (a ``repo``'s ``dir`` is created by the
+    weights step and is not checked)."""
     problems = []
-    for key, value in (("model.path", plan.model.path), ("model.tokenizer", plan.model.tokenizer)):
+    named = (("model.path", plan.model.path), ("model.tokenizer", plan.model.tokenizer),
+             ("workload.dataset_path", plan.workload.dataset_path))  # fmt: skip
+    for key, value in named:
         if value and not Path(value).exists():
             problems.append(
                 f"{plan.source}: {key} {value} does not exist; fix the path "

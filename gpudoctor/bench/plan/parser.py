@@ -12,6 +12,7 @@ from typing import Any
 
 from gpudoctor.bench.cell_spec import SLO, WorkloadSpec
 from gpudoctor.bench.engines import ENGINES
+from gpudoctor.bench.plan.bounds import out_of_bounds
 from gpudoctor.bench.plan.model import (
     ArgValue,
     EngineSpec,
@@ -103,6 +104,10 @@ class _Reader:
             raise self.error(path, f"expected {_kind_names(kinds)}, got a boolean")
         if not isinstance(value, kinds):
             raise self.error(path, f"expected {_kind_names(kinds)}, got {value!r}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            why = out_of_bounds(key, value)
+            if why:
+                raise self.error(path, why)
         return value
 
     def int_list(self, value: Any, path: str) -> tuple[int, ...]:
@@ -114,6 +119,12 @@ class _Reader:
             or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
         ):
             raise self.error(path, f"expected a non-empty list of positive integers, got {value!r}")
+        key = path.rsplit(".", 1)[-1]
+        key = "concurrency" if key.isdigit() else key  # concurrency = { 2 = [...] }
+        for item in value:
+            why = out_of_bounds(key, item)
+            if why:
+                raise self.error(path, why)
         if len(set(value)) != len(value):
             raise self.error(path, f"duplicate values in {value!r}")
         return tuple(value)
@@ -221,10 +232,12 @@ def _parse_engine(r: _Reader, t: dict) -> EngineSpec:
         raise r.error("engine.command", 'needed with name = "command" (and only then)')
     if command and not any("{port}" in w for w in command):
         raise r.error("engine.command", "must contain {port} (gpudoctor picks a free port)")
+    args = r.args(t.get("args", {}), "engine.args")
+    _refuse_reserved(r, name, args, "engine.args")
     return EngineSpec(
         name=name,
         python=r.typed(t, "python", "engine.python", (str,), None),
-        args=r.args(t.get("args", {}), "engine.args"),
+        args=args,
         env=r.env(t.get("env", {}), "engine.env"),
         startup_timeout_s=float(
             r.typed(t, "startup_timeout_s", "engine.startup_timeout_s", (int, float), 900)
@@ -302,6 +315,22 @@ def _parse_preflight(r: _Reader, t: dict) -> PreflightSpec:
     )
 
 
+def _refuse_reserved(
+    r: _Reader, engine: str, args: tuple[tuple[str, ArgValue], ...], path: str
+) -> None:
+    """Raise PlanError for a flag gpudoctor sets itself (the engine's ``reserved``: model
+    path, host, port, tp), in both ``--dry-run`` modes: no engine ``--help`` is needed."""
+    # every engine: gpudoctor passes the model itself (sglang's --model aliases --model-path)
+    reserved = {*ENGINES[engine].reserved, "host", "port", "model"}
+    for flag, _ in args:
+        if flag in reserved:
+            raise r.error(
+                f"{path}.{flag}",
+                f"--{flag} is set by gpudoctor (it passes the model path, host, port and tp"
+                f" itself); remove {flag} from the plan",
+            )
+
+
 def _concurrency_for(r: _Reader, value: Any, path: str, tp: int) -> tuple[int, ...]:
     """Return the concurrency list for ``tp`` from a list or a ``{tp = [...]}`` table."""
     if isinstance(value, dict):
@@ -336,6 +365,8 @@ def _expand_configs(
         if not isinstance(sweep, dict):
             raise r.error(f"{path}.sweep", "expected a table flag = [values]")
         sweep_args = r.args(sweep, f"{path}.sweep")
+        _refuse_reserved(r, engine.name, args, f"{path}.args")
+        _refuse_reserved(r, engine.name, sweep_args, f"{path}.sweep")
         for flag, values in sweep_args:
             if not isinstance(values, tuple) or not values:
                 raise r.error(f"{path}.sweep.{flag}", "expected a non-empty list of values")

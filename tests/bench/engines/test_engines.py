@@ -98,9 +98,18 @@ def test_misspelled_flag_gets_a_suggestion() -> None:
 
 
 def test_reserved_flags_are_refused() -> None:
-    plan = parse_plan('[model]\npath = "/m"\n[engine]\nname = "sglang"\nargs = { tp-size = 2 }\n')
-    problems = engine_for(plan.engine).check_flags(plan.configs, SGLANG_HELP)
-    assert problems[0].flag == "--tp-size" and "set by gpudoctor" in problems[0].message()
+    """A flag gpudoctor sets itself is refused when the plan is read (both dry-run modes)
+    and, for a config built otherwise, by check_flags; never "did you mean (set by...)?"."""
+    for where in ("[engine]\nname = 'sglang'\nargs = { tp-size = 2 }\n",
+                  "[engine]\nname = 'sglang'\n[[configs]]\nname = 'a'\nargs = { model = 'x' }\n",
+                  "[engine]\nname = 'vllm'\n[[configs]]\nname = 'a'\nsweep = { port = [1, 2] }\n"):  # fmt: skip
+        with pytest.raises(PlanError, match=r"is set by gpudoctor .*; remove \S+ from the plan"):
+            parse_plan('[model]\npath = "/m"\n' + where)
+    plan = parse_plan('[model]\npath = "/m"\n[engine]\nname = "sglang"\n')
+    config = dataclasses.replace(plan.configs[0], args=(("tp-size", 2),))
+    problems = engine_for(plan.engine).check_flags([config], SGLANG_HELP)
+    assert problems[0].flag == "--tp-size" and problems[0].reserved
+    assert problems[0].message() == "--tp-size is set by gpudoctor; remove it, used by default@tp1"
 
 
 VLLM_PLAN = """\

@@ -75,6 +75,50 @@ def test_dry_run_no_validate_runs_no_program_of_the_plan(
     assert marker.exists()  # the same plan without --no-validate does run it
 
 
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ("args = { port = 8000 }", "engine.args.port: --port is set by gpudoctor"),
+        ('[[configs]]\nname = "a"\nargs = { model = "x" }', "configs[0].args.model: --model is set by gpudoctor"),
+        ("[axes]\nconcurrency = [1000000000000000000000000000000]", "axes.concurrency: must be at most 65536, got 1e+30"),
+        ("[axes]\nconcurrency = { 1 = [100000] }", "axes.concurrency.1: must be at most 65536, got 100000"),
+        ("[workload]\nnum_prompts = 100000000000", "workload.num_prompts: must be at most 10000000"),
+        ("[workload]\nrequest_rate = nan", "workload.request_rate: must be a number between 0 and inf, got nan"),
+        ("[limits]\ncell_timeout_s = inf", "limits.cell_timeout_s: must be at most 2592000, got inf"),
+        ("[slo]\nttft_ms = -1", "slo.ttft_ms: must be > 0, got -1"),
+    ],
+)  # fmt: skip
+def test_static_plan_checks_run_with_and_without_validation(
+    tmp_path: Path, tiny_model_dir: Path, body: str, needle: str
+) -> None:
+    """Issue 26.9: a plan setting `port` or `model` in `args`, `concurrency = [1e30]`-like
+    numbers, nan and inf were accepted by `--dry-run --no-validate` (and the reserved flag
+    read "did you mean (set by gpudoctor; remove it)?" with validation). Every static check
+    runs when the plan is read, in both modes, with one line naming the key."""
+    plan = write(
+        tmp_path, f'[model]\npath = "{tiny_model_dir}"\n[engine]\nname = "transformers"\n{body}\n'
+    )
+    for mode in (("--no-validate",), ()):
+        proc = _cli(str(plan), "--dry-run", *mode, "--out", str(tmp_path / "o"))
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        line = _one_line_error(proc)
+        assert needle in line and "did you mean" not in line, line
+
+
+def test_a_named_file_that_does_not_exist_is_an_error(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Issue 26.9: `--quirks /nonexistent` was ignored (a typo meant the local table was not
+    read); a plan's dataset_path that does not exist is a problem in both dry-run modes."""
+    plan = write(tmp_path, f'[model]\npath = "{tiny_model_dir}"\n[engine]\nname = "transformers"\n')
+    for mode in (("--no-validate",), ()):
+        proc = _cli(str(plan), "--dry-run", *mode, "--quirks", str(tmp_path / "nonexistent"))
+        assert proc.returncode == 2, proc.stderr
+        assert "nonexistent" in _one_line_error(proc) and "does not exist" in proc.stderr
+    data = write(tmp_path, f'[model]\npath = "{tiny_model_dir}"\n[engine]\nname = "transformers"\n'
+                 f'[workload]\nkind = "jsonl"\ndataset_path = "{tmp_path}/gone.jsonl"\n', "data.toml")  # fmt: skip
+    proc = _cli(str(data), "--dry-run", "--no-validate")
+    assert proc.returncode == 1 and "workload.dataset_path" in _one_line_error(proc)
+
+
 def test_no_validate_needs_dry_run(tmp_path: Path, tiny_model_dir: Path) -> None:
     proc = _cli(str(write(tmp_path, stub_plan(tiny_model_dir))), "--no-validate")
     assert proc.returncode == 2 and "--no-validate only goes with --dry-run" in proc.stderr

@@ -93,6 +93,15 @@ def judge_model_dir(ctx: CheckContext, directory: str) -> Finding:
             evidence=[f"ls {directory}: No such file or directory"],
             remediation=ensure_hint(ctx, directory, None),
         )
+    except NotADirectoryError:
+        parent = directory.rsplit("/", 1)[0] or "/" if "/" in directory else "."
+        return ctx.fail(
+            directory,
+            f"{directory} is a file, not a directory: --model-dir names the model's directory.",
+            evidence=[f"ls {directory}: Not a directory"],
+            remediation=f"Give the directory that holds config.json and the weights,"
+            f" e.g. --model-dir {parent}.",
+        )
     except OSError as exc:
         return ctx.fail(
             directory,

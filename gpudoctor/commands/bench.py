@@ -185,7 +185,12 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
 
 
 def _dry_run_text(result: dict) -> str:
-    lines = [f"plan {result['plan']}: engine {result['engine']} {result['engine_version'] or '(not installed)'}, "
+    unknown = (
+        "(not installed)"
+        if result.get("validated", True)
+        else "version not checked (--no-validate)"
+    )
+    lines = [f"plan {result['plan']}: engine {result['engine']} {result['engine_version'] or unknown}, "
              f"GPU arch {result['gpu_arch']}, {len(result['cells'])} cells"]  # fmt: skip
     lines += [f"note: {n}" for n in result["notes"]]
     lines += [f"PROBLEM: {p}" for p in result["problems"]]

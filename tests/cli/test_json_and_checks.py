@@ -71,3 +71,18 @@ def test_ct_that_is_no_number_is_a_usage_error_in_pve_flavor():
     assert done.returncode == 2 and "a Proxmox CT id is a number" in done.stderr
     lxc = gpudoctor("check", "--ct", "abc", "--flavor", "lxc", "--only", "proc.usable")
     assert "a Proxmox CT id is a number" not in lxc.stderr  # a plain LXC name is fine
+
+
+def test_model_dir_that_is_a_file_says_so_and_names_a_directory(tmp_path):
+    """Issue 26.11: `check --model-dir FILE` (the config.json instead of its folder) got
+    the remedy "Check permissions"; it says the path is a file and names a directory."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    done = gpudoctor("check", "--only", "model.present", "--json", "--model-dir",
+                     str(model / "config.json"))  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    finding = next(f for f in json.loads(done.stdout)["findings"] if f["status"] == "FAIL")
+    assert "is a file, not a directory" in finding["message"]
+    assert "permissions" not in finding["remediation"].lower()
+    assert f"--model-dir {model}" in finding["remediation"]

@@ -427,7 +427,7 @@ def dry_run(plan: Plan, options: LaunchOptions, validate: bool = True) -> dict[s
     cells = [{"key": d.cell.key, "label": d.cell.config.label, "concurrency": d.cell.concurrency,
               "action": d.action, "reason": d.reason} for d in decisions]  # fmt: skip
     return {"plan": plan.name, "engine": plan.engine.name, "engine_version": campaign.version,
-            "gpu_arch": campaign.arch, "configs": configs, "cells": cells, "notes": notes,
+            "validated": validate, "gpu_arch": campaign.arch, "configs": configs, "cells": cells, "notes": notes,
             "problems": model_problems(plan),
             "workload": dataclasses.asdict(plan.workload)}  # fmt: skip
 

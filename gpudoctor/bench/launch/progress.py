@@ -13,6 +13,17 @@ import time
 from typing import TextIO
 
 
+def eta_text(seconds: float) -> str:
+    """Return a time left in words: ``~12 s`` below a minute (never ``~0 min``), ``~3 min``
+    below 90 minutes, else ``~2 h 05 min``."""
+    if seconds < 59.5:
+        return f"~{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"~{round(seconds / 60)} min"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"~{hours} h {minutes:02d} min"
+
+
 class PlainReporter:
     """One line per event, for logs and pipes (``gpudoctor bench ... 2>campaign.log``)."""
 
@@ -20,6 +31,7 @@ class PlainReporter:
         self.stream = stream or sys.stderr
         self.total = self.done = self.ok = self.crashed = self.skipped = 0
         self.started = time.monotonic()
+        self.first_cell: float | None = None  # when this launch's first cell started
         self._lock = threading.Lock()
 
     def _line(self, text: str) -> None:
@@ -29,30 +41,39 @@ class PlainReporter:
 
     def _counts(self) -> str:
         eta = self.eta()
-        tail = f", ~{eta / 60:.0f} min left" if eta is not None else ""
+        tail = f", {eta_text(eta)} left" if eta is not None else ""
         return (
             f"[{self.done}/{self.total} done: {self.ok} ok, {self.crashed} crashed, "
             f"{self.skipped} skipped; {time.monotonic() - self.started:.0f} s{tail}]"
         )
 
-    def eta(self) -> float | None:
-        """Return the estimated seconds left (average cell time so far x cells left)."""
+    def eta(self, now: float | None = None) -> float | None:
+        """Return the estimated seconds left: the mean wall time of the cells measured in
+        this launch (from its first cell's start, servers' start-ups included; preflight
+        and weights excluded) x the cells left; None before a cell was measured."""
         measured = self.ok + self.crashed
-        if not measured or self.done >= self.total:
+        if not measured or self.done >= self.total or self.first_cell is None:
             return None
-        return (time.monotonic() - self.started) / measured * (self.total - self.done)
+        now = time.monotonic() if now is None else now
+        return (now - self.first_cell) / measured * (self.total - self.done)
 
     def begin(self, total: int, already_done: int) -> None:
         """Start the display for ``total`` cells of which ``already_done`` are finished."""
         self.total, self.done = total, already_done
         self._line(f"bench: {total} cells, {already_done} already done")
 
+    def _first_cell(self) -> None:
+        if self.first_cell is None:
+            self.first_cell = time.monotonic()
+
     def config(self, label: str, text: str) -> None:
         """Announce a configuration step (``starting server``, ``ready in 9.1 s``)."""
+        self._first_cell()  # the first server's start-up is part of the cells' time
         self._line(f"bench: {label}: {text}")
 
     def cell_start(self, label: str, concurrency: int) -> None:
         """Announce that a cell starts."""
+        self._first_cell()
         self._line(f"bench: {label} concurrency {concurrency}: measuring")
 
     def requests(self, done: int, total: int) -> None:

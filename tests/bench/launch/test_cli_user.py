@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -73,6 +74,21 @@ def test_dry_run_no_validate_runs_no_program_of_the_plan(
     assert any("no program of the plan was run" in n for n in result["notes"])
     _cli(str(plan), "--dry-run", "--json", "--out", str(tmp_path / "o"))  # validates
     assert marker.exists()  # the same plan without --no-validate does run it
+
+
+def test_no_validate_does_not_call_an_unchecked_engine_not_installed(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Issue 26.11: `--dry-run --no-validate` said "transformers (not installed)" although
+    it is installed: without validation the version is not asked, and it says so."""
+    text = f'[model]\npath = "{tiny_model_dir}"\n[engine]\nname = "transformers"\n'
+    plan = write(tmp_path, text)
+    proc = _cli(str(plan), "--dry-run", "--no-validate", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert "not installed" not in first and "version not checked (--no-validate)" in first
+    as_json = json.loads(_cli(str(plan), "--dry-run", "--no-validate", "--json").stdout)
+    assert as_json["validated"] is False and as_json["engine_version"] is None
 
 
 @pytest.mark.parametrize(
@@ -162,6 +178,9 @@ def test_run_ends_with_a_table_of_its_numbers(tmp_path: Path, tiny_model_dir: Pa
     out = tmp_path / "run"
     proc = _cli(str(plan), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
+    # issue 26.11: the time left after 1 of 2 cells is in seconds, never "~0 min left"
+    progress = next(line for line in proc.stderr.splitlines() if "[1/2 done" in line)
+    assert re.search(r", ~[1-9]\d* (s|min) left\]", progress), progress
     lines = proc.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("config "))
     assert lines[header].split() == ["config", "TP", "c", "status", "out", "tok/s", "TTFT", "p50",

@@ -15,6 +15,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,16 +55,17 @@ def _one_line_error(proc: subprocess.CompletedProcess[str], needle: str) -> str:
 
 
 @pytest.fixture
-def public(tmp_path: Path) -> Path:
-    """A real directory with mode 1777 (like /tmp), reachable by ``nobody``."""
-    point = tmp_path / "public"
+def public() -> Iterator[Path]:
+    """A real directory with mode 1777 (like /tmp), reachable by ``nobody``: under a 0711
+    directory of its own in /tmp (not under pytest's tmp root, which a concurrent pytest
+    session resets to 0700)."""
+    base = Path(tempfile.mkdtemp(prefix="gpudoctor-public-", dir="/tmp"))
+    os.chmod(base, 0o711)  # x for others, nothing more
+    point = base / "public"
     point.mkdir()
     os.chmod(point, 0o1777)
-    for parent in point.parents:
-        if parent == Path("/"):
-            break
-        os.chmod(parent, os.stat(parent).st_mode | 0o011)  # x for others, nothing more
-    return point
+    yield point
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

@@ -137,9 +137,7 @@ def stale(ctx: CheckContext, path: str, st: FileStat, major: int | None, driver:
     )
     names = ctx.facts.proc_devices().char_names(st.major)
     current = (
-        f"major {st.major} is {'/'.join(names)} now"
-        if names
-        else f"no driver has major {st.major}"
+        f"major {st.major} is {'/'.join(names)} now" if names else f"no driver has major {st.major}"
     )
     return ctx.fail(
         path,

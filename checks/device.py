@@ -15,6 +15,7 @@ from gpudoctor.context import CheckContext, DeviceRequest
 from gpudoctor.facts.idmap import OVERFLOW_UID, UID_MAP, IdMap, parse_idmap
 from gpudoctor.facts.nodes import (
     NVIDIA_FAMILIES,
+    a_kind,
     discover_nvidia_nodes,
     driver_name_for_major,
     family_major,
@@ -114,15 +115,25 @@ def device_nodes(ctx: CheckContext) -> Iterator[Finding]:
 def judge_node(ctx: CheckContext, path: str, st: FileStat, major: int, driver: str) -> Finding:
     """Return PASS for a char node with the expected major, FAIL (stale/not a node) otherwise."""
     if st.kind != "char":
+        why = (
+            "the host's node was missing when the container started, so the bind mount's "
+            "create= left an empty placeholder."
+            if st.kind in ("file", "dir")
+            else "something other than the driver put it there; nothing can open it as a GPU."
+        )
         return ctx.fail(
             path,
-            f"{path} is a {st.kind}, not a char device: the host's node was missing when the "
-            "container started, so the bind mount's create= left an empty placeholder.",
+            f"{path} is {a_kind(st.kind)}, not a char device: {why}",
             evidence=[
-                f"stat {path}: {st.kind}, size {st.size}",
+                f"stat {path}: {a_kind(st.kind)}, mode {st.mode & 0o7777:04o}, size {st.size}",
                 f"/proc/devices: {major} {driver}",
             ],
-            remediation="On the host create the node (`nvidia-modprobe -u -c=0`), then restart the CT.",
+            remediation=(
+                "On the host create the node (`nvidia-modprobe -u -c=0`), then restart the CT."
+                if st.kind in ("file", "dir")
+                else f"Remove {path} (`rm {path}`), create the node on the host "
+                "(`nvidia-modprobe -u -c=0`) and restart the CT."
+            ),
             fix_hint=ctx.options.fix_command(),
         )
     if st.major != major:
@@ -189,8 +200,8 @@ def requested_node(ctx: CheckContext, request: DeviceRequest) -> Iterator[Findin
         if st.kind not in ("char", "block"):
             yield ctx.fail(
                 request.path,
-                f"{request.path} is a {st.kind}, not a device node.",
-                evidence=[f"stat {request.path}: {st.kind}"],
+                f"{request.path} is {a_kind(st.kind)}, not a device node.",
+                evidence=[f"stat {request.path}: {a_kind(st.kind)}, mode {st.mode & 0o7777:04o}"],
                 remediation="Pass the host's device node into the container.",
             )
             return

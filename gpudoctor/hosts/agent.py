@@ -47,6 +47,8 @@ _KINDS = (
     (stat_mod.S_ISDIR, "dir"),
     (stat_mod.S_ISREG, "file"),
     (stat_mod.S_ISLNK, "link"),
+    (stat_mod.S_ISFIFO, "fifo"),
+    (stat_mod.S_ISSOCK, "socket"),
 )
 
 
@@ -64,7 +66,8 @@ def op_read_bytes(path, length, offset=0):
 
 
 def file_kind(mode):
-    """Return the FileStat kind of an ``st_mode``: char, block, dir, file, link or other."""
+    """Return the FileStat kind of an ``st_mode``: char, block, dir, file, link,
+    fifo, socket or other."""
     return next((name for test, name in _KINDS if test(mode)), "other")
 
 

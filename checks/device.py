@@ -11,12 +11,15 @@ import errno
 import re
 from collections.abc import Iterator
 
+from gpudoctor.checks import _node_changes
+
 from gpudoctor.context import CheckContext, DeviceRequest
+from gpudoctor.facts import node_snapshot
+from gpudoctor.facts.gpu import NO_PYTHON, python_missing
 from gpudoctor.facts.idmap import OVERFLOW_UID, UID_MAP, IdMap, parse_idmap
 from gpudoctor.facts.nodes import (
     NVIDIA_FAMILIES,
     a_kind,
-    discover_nvidia_nodes,
     driver_name_for_major,
     family_major,
     family_of,
@@ -34,16 +37,15 @@ def describe(st: FileStat) -> str:
 
 
 def stat_or_none(ctx: CheckContext, path: str) -> FileStat | None:
-    """Return the node's stat, or None when it does not exist."""
-    try:
-        return ctx.host.stat(path)
-    except FileNotFoundError:
-        return None
+    """Return the node's stat as it was before the GPU probe ran, or None when it did not
+    exist (:meth:`gpudoctor.context.FactCache.node_stat`)."""
+    return ctx.facts.node_stat(path)
 
 
 def node_paths(ctx: CheckContext) -> list[str]:
-    """Return the NVIDIA nodes present plus the ``--device`` paths (each once, in order)."""
-    paths = ctx.facts.get("nvidia_nodes", lambda: discover_nvidia_nodes(ctx.host.list_dir))
+    """Return the NVIDIA nodes present (before the GPU probe) plus the ``--device`` paths
+    (each once, in order)."""
+    paths = ctx.facts.nvidia_nodes()
     extra = [d.path for d in ctx.options.devices]
     return list(dict.fromkeys([*paths, *extra]))
 
@@ -244,6 +246,22 @@ def device_open(ctx: CheckContext) -> Iterator[Finding]:
         result = ctx.host.try_open(path, write=True)
         if result.errno in (errno.EACCES, errno.EROFS) and not st.mode & 0o222:
             result = ctx.host.try_open(path, write=False)
+        if result.errno == errno.ENOENT:
+            yield ctx.fail(
+                path,
+                f"{path} ({describe(st)}) was there when the check began and is gone now "
+                "(open: ENOENT): it vanished while the CUDA/NVML probe ran. The NVIDIA driver "
+                "library, running as root, removes a node it thinks wrong (see "
+                "device.unchanged).",
+                evidence=[
+                    f"stat {path} before the probe: {describe(st)}",
+                    f"open({path}, {result.flags}) = ENOENT",
+                ],
+                remediation="Follow device.nodes and device.unchanged: make the node right on "
+                "the host side, then restart the CT so it gets the node back.",
+                fix_hint=ctx.options.fix_command(),
+            )
+            continue
         if not result.ok and node_failed(ctx, path):
             yield ctx.fail(
                 path,
@@ -349,3 +367,44 @@ def judge_open(
         evidence=evidence,
         remediation=f"Check dmesg on the host for NVRM/Xid errors about {driver}.",
     )
+
+
+@check(
+    id="device.unchanged",
+    title="The CUDA/NVML probe left every GPU device node as it was",
+    severity=Severity.HIGH,
+    proves="every NVIDIA node stats the same after cuInit and nvmlInit as before them: the "
+    "driver library did not remove, re-create or re-mode a node while gpudoctor checked. A check "
+    "run as root can make the driver rewrite nodes (the nvidia module's ModifyDeviceFiles, on by "
+    "default); the node checks report what was there before the probe",
+    remediation="Make the node right at its source (device.nodes says how) and restart the CT "
+    "to get it back; to check without the driver touching nodes, run gpudoctor as a non-root "
+    "user, or load nvidia with NVreg_ModifyDeviceFiles=0.",
+    after=("driver.loaded", "cuda.init", "nvml.init"),
+    fix="gpudoctor fix",
+)
+def device_unchanged(ctx: CheckContext) -> Iterator[Finding]:
+    """Yield PASS when the nodes stat the same before and after the probe, else one finding
+    per node changed (``stat /dev/nvidia*`` before and after ``cuInit``)."""
+    if python_missing(ctx.host):
+        yield ctx.skip("nodes", f"{NO_PYTHON}: no probe ran, so nothing could change a node.")
+        return
+    if not ctx.facts.probe_started():
+        yield ctx.skip(
+            "nodes",
+            "No CUDA/NVML probe ran in this run (no NVIDIA driver, or --only left out the "
+            "checks that need it), so nothing could change a node.",
+        )
+        return
+    before = ctx.facts.nodes_before()
+    probe = ctx.facts.gpu_probe()
+    after = node_snapshot.again(ctx.host, before)
+    found = node_snapshot.changes(before, after)
+    for change in found:
+        yield _node_changes.finding(ctx, change, before, probe)
+    if not found:
+        yield ctx.passed(
+            "nodes",
+            f"cuInit and nvmlInit left the {len(after.paths)} device node(s) as they were "
+            "(stat before and after the probe).",
+        )

@@ -6,11 +6,14 @@
 - Every check has a timeout; a check that overruns, or raises, becomes ERROR (with the
   traceback in ``--json`` only) and never vanishes from the report.
 - The CUDA/NVML probe runs in a child process (see :mod:`gpudoctor.facts.gpu`), started
-  first so that it overlaps the file-based checks.
+  first so that it overlaps the file-based checks, but only after every device-node fact
+  was read (:meth:`gpudoctor.context.FactCache.nodes_before`): the driver library in the
+  probe may rewrite nodes, and the node checks report what was there before it ran.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import traceback
@@ -62,8 +65,11 @@ def run_checks(
     if ct_host is not None:
         facts_by_scope["ct_host"] = FactCache(ct_host, options)
     target_facts = facts_by_scope["target"]
-    if any(s.uses_gpu_probe for s in selected) and nvidia_majors(target_facts.proc_devices()):
-        target_facts.start_gpu_probe()  # no NVIDIA driver: every probe check SKIPs anyway
+    if any(s.uses_gpu_probe for s in selected):
+        with contextlib.suppress(Exception):  # observe before disturbing (errors: cached)
+            target_facts.nodes_before()
+        if nvidia_majors(target_facts.proc_devices()):
+            target_facts.start_gpu_probe()  # no NVIDIA driver: every probe check SKIPs anyway
     results = Schedule(selected, facts_by_scope, options, progress).run()
     return Report(
         target=target_name or host.name,

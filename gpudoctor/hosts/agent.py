@@ -73,7 +73,11 @@ def file_kind(mode):
 
 def op_stat(path):
     """Return ``stat PATH`` (symlinks followed) as a dict of FileStat fields."""
-    st = os.stat(path)
+    return stat_fields(path, os.stat(path))
+
+
+def stat_fields(path, st):
+    """Return the FileStat fields of ``path``'s ``os.stat_result`` ``st``, as a dict."""
     kind = file_kind(st.st_mode)
     rdev = st.st_rdev if kind in ("char", "block") else 0
     return {

@@ -23,6 +23,7 @@ from gpudoctor.facts.nodes import (
     driver_name_for_major,
     family_major,
     family_of,
+    nvidia_majors,
 )
 from gpudoctor.hosts.base import FileStat, OpenResult
 from gpudoctor.model import Finding, Severity
@@ -386,15 +387,17 @@ def judge_open(
 def device_unchanged(ctx: CheckContext) -> Iterator[Finding]:
     """Yield PASS when the nodes stat the same before and after the probe, else one finding
     per node changed (``stat /dev/nvidia*`` before and after ``cuInit``)."""
-    if python_missing(ctx.host):
-        yield ctx.skip("nodes", f"{NO_PYTHON}: no probe ran, so nothing could change a node.")
-        return
-    if not ctx.facts.probe_started():
-        yield ctx.skip(
-            "nodes",
-            "No CUDA/NVML probe ran in this run (no NVIDIA driver, or --only left out the "
-            "checks that need it), so nothing could change a node.",
-        )
+    # No probe in this run: gpudoctor disturbed nothing. That is a PASS where there are nodes
+    # to watch (a SKIP would make a healthy `--only device` run read as "nothing checked"),
+    # a SKIP like device.nodes' where there are none.
+    if python_missing(ctx.host) or not ctx.facts.probe_started():
+        why = NO_PYTHON if python_missing(ctx.host) else "--only left out the checks that need it"
+        if not nvidia_majors(ctx.facts.proc_devices()) and not ctx.options.devices:
+            yield ctx.skip(
+                "nodes", "No NVIDIA driver is registered: no probe ran, no node to watch."
+            )
+        else:
+            yield ctx.passed("nodes", f"No CUDA/NVML probe ran ({why}): no node was disturbed.")
         return
     before = ctx.facts.nodes_before()
     probe = ctx.facts.gpu_probe()

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import traceback
@@ -65,11 +64,10 @@ def run_checks(
     if ct_host is not None:
         facts_by_scope["ct_host"] = FactCache(ct_host, options)
     target_facts = facts_by_scope["target"]
-    if any(s.uses_gpu_probe for s in selected):
-        with contextlib.suppress(Exception):  # observe before disturbing (errors: cached)
-            target_facts.nodes_before()
-        if nvidia_majors(target_facts.proc_devices()):
-            target_facts.start_gpu_probe()  # no NVIDIA driver: every probe check SKIPs anyway
+    if any(s.uses_gpu_probe for s in selected) and nvidia_majors(target_facts.proc_devices()):
+        # reads every node fact first (observe before disturbing), then starts the probe;
+        # no NVIDIA driver: every probe check SKIPs anyway, and nothing disturbs the nodes
+        target_facts.start_gpu_probe()
     results = Schedule(selected, facts_by_scope, options, progress).run()
     return Report(
         target=target_name or host.name,

@@ -19,6 +19,7 @@ CATALOGUE = (
     "nvml.init",
     "driver.userspace_match",
     "cuda.init",
+    "device.unchanged",
     "gpu.health",
     "shm.capacity",
     "model.present",

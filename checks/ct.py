@@ -9,6 +9,7 @@ the CT is even restarted.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from gpudoctor.context import CheckContext
 from gpudoctor.model import Finding, Severity
@@ -35,9 +36,9 @@ def device_rules(ctx: CheckContext) -> Iterator[Finding]:
     missing (``cat /etc/pve/lxc/ID.conf; cat /proc/devices; stat NODE; pveversion``)."""
     from gpudoctor.pve import facts as facts_mod
     from gpudoctor.pve.apply import ApplyError, Layout, read_config, resolve_target
-    from gpudoctor.pve.audit import pinned_dynamic
-    from gpudoctor.pve.entries import read_entries
-    from gpudoctor.pve.planner import RULES, PlanOptions, paths_of_interest, plan
+    from gpudoctor.pve.audit import device_refusal, pinned_dynamic
+    from gpudoctor.pve.entries import host_path, read_entries
+    from gpudoctor.pve.planner import RULES, PlanError, PlanOptions, paths_of_interest, plan
 
     ct = ctx.options.ct
     if not ct:
@@ -59,7 +60,35 @@ def device_rules(ctx: CheckContext) -> Iterator[Finding]:
     is_pve = target.flavor == "pve"
     paths = paths_of_interest(snap.config, options)
     facts = facts_mod.gather(ctx.host, paths, is_pve, layout.pveversion)
-    the_plan = plan(snap.config, facts, options)
+    entries = read_entries(snap.config)
+    passable = []
+    for asked in options.devices:  # the planner refuses these; a check reports them
+        path = host_path(entries, asked)
+        node = facts.node(path)
+        why = device_refusal(asked, path, node)
+        if why is None:
+            passable.append(asked)
+            continue
+        yield ctx.fail(
+            asked,
+            f"{why}: {target.config_path} cannot pass it into CT {ct}, and open() of it inside "
+            "the CT cannot reach a device",
+            evidence=(f"host: stat {path}: {_node_text(node)}",),
+            remediation=f"Give --device the host's device node, not {path}; if {path} should be "
+            "a device node, remove what is there and re-create the node (mknod, or the "
+            "driver's nvidia-modprobe).",
+        )
+    options = replace(options, devices=tuple(passable))
+    try:
+        the_plan = plan(snap.config, facts, options)
+    except PlanError as exc:
+        yield ctx.fail(
+            target.config_path,
+            f"the config cannot be planned: {exc}",
+            evidence=(f"config: {target.config_path}",),
+            remediation="Fix the config (or the options) as the message says, then check again.",
+        )
+        return
     adds = [e.line for e in the_plan.edits if e.action == "add" and "devices.allow" in e.line]
     for missing in the_plan.missing:
         yield ctx.fail(
@@ -114,6 +143,19 @@ def _fragile(
         remediation=todo,
         fix_hint=migrate if devn_ok else ctx.options.fix_command(),
     )
+
+
+def _node_text(node: object) -> str:
+    """Return what a host path is, in words (``a FIFO, mode 0644``), for evidence."""
+    from gpudoctor.facts.nodes import a_kind
+
+    kind = getattr(node, "kind", "missing")
+    if node is None or kind == "missing":
+        return "No such file or directory"
+    text = f"{a_kind(kind)}, mode {getattr(node, 'mode', 0) & 0o7777:04o}"
+    if kind in ("char", "block"):
+        text += f", {getattr(node, 'major', 0)}:{getattr(node, 'minor', 0)}"
+    return text
 
 
 def _rules(config: object) -> list:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import posixpath
 
+from gpudoctor.facts.nodes import a_kind
 from gpudoctor.pve.config import Config, Kind
 from gpudoctor.pve.entries import Entries
 from gpudoctor.pve.facts import HostFacts, HostNode
@@ -101,7 +102,7 @@ def device_refusal(asked: str, path: str, node: HostNode | None) -> str | None:
     elif node.kind == "dir":
         why = "a directory outside /dev"
     else:
-        why = f"a {node.kind}, not a character device"
+        why = f"{a_kind(node.kind)}, not a character device"
     return (
         f"{what} is {why}: only character devices, or directories under /dev that hold "
         "them, can be passed into a CT"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpudoctor.facts.nodes import driver_name_for_major
+from gpudoctor.facts.nodes import a_kind, driver_name_for_major
 from gpudoctor.pve.audit import config_warnings, device_refusal, is_dynamic_major, stale_rules
 from gpudoctor.pve.config import Config, Kind, Line, unified_diff
 from gpudoctor.pve.devn import (
@@ -237,7 +237,7 @@ def _wanted_nodes(
         if node is None or not node.exists:
             build.warnings.append(f"{path} does not exist on the host: not passed")
         elif node.kind not in ("char", "dir"):
-            build.warnings.append(f"{path} is a {node.kind}, not a device node: not passed")
+            build.warnings.append(f"{path} is {a_kind(node.kind)}, not a device node: not passed")
         elif node not in wanted:
             wanted.append(node)
     return wanted

@@ -8,11 +8,11 @@ import os
 import socket
 
 import pytest
+from gpudoctor.hosts.shell_replies import stat_result
 
 from gpudoctor.context import CheckOptions, DeviceRequest
 from gpudoctor.facts.nodes import a_kind
 from gpudoctor.hosts.local import LocalHost
-from gpudoctor.hosts.shell_replies import stat_result
 from gpudoctor.model import Status
 from gpudoctor.runner import run_checks
 

@@ -175,6 +175,8 @@ class _Builder:
 
 def plan(config: Config, facts: HostFacts, options: PlanOptions) -> Plan:
     """Return the plan that gives the CT access to the wanted nodes (pure; no I/O)."""
+    if options.dev_gid is not None and options.dev_gid < 0:
+        raise PlanError(f"--dev-gid {options.dev_gid}: a gid is >= 0 (devN's minimum)", "usage")
     try:
         mode = resolve_mode(options.mode, config, facts.pve_version)
     except ModeError as exc:
@@ -188,11 +190,14 @@ def plan(config: Config, facts: HostFacts, options: PlanOptions) -> Plan:
     passed = _passed_nodes(entries, facts)
     missing = _missing_rules(entries, facts, [*wanted, *passed])
     gpu_ct = any("nvidia" in n.path for n in [*wanted, *passed])
-    dev_paths: tuple[str, ...] = tuple(d.path for _, d in entries.devs)
+    dev_paths: tuple[str, ...] = tuple(d.path for _, d in entries.devs if d.path)
     if mode == RULES:
         _plan_raw(config, facts, entries, wanted, missing, build)
     else:
-        dev_paths = _plan_devn(config, facts, entries, wanted, passed, options, build)
+        try:
+            dev_paths = _plan_devn(config, facts, entries, wanted, passed, options, build)
+        except ModeError as exc:
+            raise PlanError(str(exc)) from None
     stale = stale_rules(entries, facts, [*wanted, *passed], gpu_ct)
     for index, rule_text, why in stale:
         if options.prune:

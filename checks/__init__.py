@@ -26,4 +26,5 @@ CATALOGUE = (
     "nccl.p2p",
     "nccl.allreduce",
     "ct.device_rules",
+    "ct.hooks",
 )

@@ -30,6 +30,7 @@ from gpudoctor.pve.apply import (
     resolve_target,
     save_client_copy,
 )
+from gpudoctor.pve.hooks import read_hooks
 from gpudoctor.pve.inside import container_host, device_checks, safe_probe, worse
 from gpudoctor.pve.planner import DEVN, Plan, PlanOptions, paths_of_interest, plan
 from gpudoctor.pve.restart import Controller, controller_for
@@ -147,9 +148,11 @@ def make_plan(host: Host, options: FixOptions) -> tuple[Target, Snapshot, Plan]:
     snap = read_config(host, target, options.layout)
     plan_options = PlanOptions(**{**options.plan.__dict__, "label": target.config_path})
     want_version = options.flavor == "pve" and plan_options.mode != "rules"
-    paths = paths_of_interest(snap.config, plan_options)
-    facts = facts_mod.gather(host, paths, want_version, options.layout.pveversion)
-    the_plan = plan(snap.config, facts, plan_options)
+    hooks = read_hooks(host, snap.config)  # hook scripts that mknod nodes (cat FILE)
+    paths = [*paths_of_interest(snap.config, plan_options),
+             *(m.path for h in hooks for m in h.mknods if m.path.startswith("/dev/"))]  # fmt: skip
+    facts = facts_mod.gather(host, dict.fromkeys(paths), want_version, options.layout.pveversion)
+    the_plan = plan(snap.config, replace(facts, hooks=hooks), plan_options)
     if the_plan.mode == DEVN and options.api is not None and options.api.token:
         note = (
             "devN entries are refused through the API for API tokens (only root@pam may set "

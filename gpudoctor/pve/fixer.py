@@ -86,6 +86,8 @@ class FixOutcome:
         checks: the device checks' findings inside the CT after the restart (dicts).
         host_prep: the plan of the boot unit that creates /dev/nvidia-uvm before guests
             start, when devN entries need it and it is missing (applied with the fix).
+        start_log: when the restart failed, the lines of the CT's debug start log that
+            say why (a hook's error, a missing node, a bad devN value).
     """
 
     status: str
@@ -100,6 +102,7 @@ class FixOutcome:
     init_pids: tuple[int | None, int | None] = (None, None)
     checks: tuple[dict[str, Any], ...] = ()
     host_prep: Plan | None = None
+    start_log: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Return the outcome as JSON-ready data (the ``--json`` output)."""
@@ -129,6 +132,7 @@ class FixOutcome:
             "mode": plan.mode if plan else None,
             "pve_version": plan.pve_version if plan else None,
             "host_prep": _prep_dict(self.host_prep),
+            "start_log": list(self.start_log),
         }
 
 
@@ -330,9 +334,8 @@ def _restart_and_verify(
         _rollback(
             host, ctl, target, options.layout, result, snap, f"the CT did not come back ({exc})"
         )
-        return FixOutcome(
-            "rolled_back", ExitCode.FAILED, f"rolled back: {exc}", before=before, **base
-        )
+        return FixOutcome("rolled_back", ExitCode.FAILED, f"rolled back: {exc}", before=before,
+                          start_log=exc.details, **base)  # fmt: skip
     inside = container_host(host, target, options.layout)
     try:
         progress("re-checking the devices inside the CT")

@@ -27,4 +27,5 @@ CATALOGUE = (
     "nccl.p2p",
     "nccl.allreduce",
     "ct.device_rules",
+    "ct.hooks",
 )

@@ -38,7 +38,7 @@ def device_rules(ctx: CheckContext) -> Iterator[Finding]:
     from gpudoctor.pve.apply import ApplyError, Layout, read_config, resolve_target
     from gpudoctor.pve.audit import device_refusal, pinned_dynamic
     from gpudoctor.pve.entries import host_path, read_entries
-    from gpudoctor.pve.planner import RULES, PlanError, PlanOptions, paths_of_interest, plan
+    from gpudoctor.pve.planner import RULES, FixPlanError, PlanOptions, paths_of_interest, plan
 
     ct = ctx.options.ct
     if not ct:
@@ -81,7 +81,7 @@ def device_rules(ctx: CheckContext) -> Iterator[Finding]:
     options = replace(options, devices=tuple(passable))
     try:
         the_plan = plan(snap.config, facts, options)
-    except PlanError as exc:
+    except FixPlanError as exc:
         yield ctx.fail(
             target.config_path,
             f"the config cannot be planned: {exc}",
@@ -162,3 +162,72 @@ def _rules(config: object) -> list:
     from gpudoctor.pve.entries import read_entries
 
     return [rule for _, rule in read_entries(config).allows]  # type: ignore[arg-type]
+
+
+@check(
+    id="ct.hooks",
+    title="No CT hook makes GPU nodes with a fixed major",
+    severity=Severity.CRITICAL,
+    proves="no lxc.hook.autodev/mount/pre-start script (or inline sh -c) the CT config names "
+    "mknods an NVIDIA node (or a --device path) with numbers other than the host's node has "
+    "now; the hook files are read on the host, never run",
+    remediation="Comment the hook line out of the CT config and pass the host's nodes instead: "
+    "devN entries on Proxmox VE >= 8.1, bind mounts + allow rules for their current majors "
+    "elsewhere (gpudoctor fix plans exactly that; the hook file is left as it is).",
+    scope="ct_host",
+    fix="gpudoctor fix --host HOST --ct ID",
+)
+def hooks(ctx: CheckContext) -> Iterator[Finding]:
+    """Yield FAIL per hook mknod of a GPU node whose numbers differ from the host's node
+    now (stale), WARN per one that matches today (a fixed major breaks when it moves) and
+    per unreadable hook script, one PASS otherwise (``grep mknod HOOK; cat /proc/devices;
+    stat /dev/nvidia-uvm``)."""
+    from dataclasses import replace
+
+    from gpudoctor.pve import facts as facts_mod
+    from gpudoctor.pve.apply import ApplyError, Layout, read_config, resolve_target
+    from gpudoctor.pve.hookplan import gpu_verdicts
+    from gpudoctor.pve.hooks import read_hooks
+
+    ct = ctx.options.ct
+    if not ct:
+        yield ctx.skip("config", "no --ct given: there is no container config to read")
+        return
+    layout = Layout.from_env()
+    try:
+        target = resolve_target(ctx.host, ctx.options.flavor, ct, layout)
+        snap = read_config(ctx.host, target, layout)
+    except ApplyError as exc:
+        yield ctx.skip(f"ct {ct}", f"cannot read the CT config: {exc}")
+        return
+    found = read_hooks(ctx.host, snap.config)
+    paths = [m.path for h in found for m in h.mknods]
+    facts = replace(facts_mod.gather(ctx.host, dict.fromkeys(paths)), hooks=found)
+    devices = tuple(d.path for d in ctx.options.devices)
+    for hook in found:
+        if hook.error:
+            yield ctx.warn(hook.where, f"{hook.key}: {hook.error}: its mknods are not known",
+                           evidence=(f"config line {hook.index + 1}: {hook.key}: {hook.value}",))  # fmt: skip
+    verdicts = gpu_verdicts(facts, devices)
+    for v in verdicts:
+        evidence = (
+            f"{target.config_path} line {v.hook.index + 1}: {v.hook.key}: {v.hook.value}",
+            f"{v.hook.where} line {v.mknod.line_no}: {v.mknod.text}",
+            *([f"host: {v.source}: char {v.current[0]}:{v.current[1]} ({v.driver})"]
+              if v.current else []),
+        )  # fmt: skip
+        todo = (
+            f"comment out line {v.hook.index + 1} of {target.config_path} ({v.hook.key}) and "
+            f"pass the host's {v.mknod.path} instead: {ctx.options.fix_command()}"
+        )
+        subject = f"{v.hook.where}:{v.mknod.line_no}"
+        if v.stale:
+            yield ctx.fail(subject, f"{v.describe()}: open() of it inside the CT fails",
+                           evidence=evidence, remediation=todo,
+                           fix_hint=ctx.options.fix_command())  # fmt: skip
+        else:
+            yield ctx.warn(subject, v.describe(), evidence=evidence, remediation=todo,
+                           fix_hint=ctx.options.fix_command())  # fmt: skip
+    if not verdicts and not any(h.error for h in found):
+        names = ", ".join(h.where for h in found) or "none"
+        yield ctx.passed(target.config_path, f"no hook makes GPU nodes itself (hooks: {names})")

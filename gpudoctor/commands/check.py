@@ -145,7 +145,7 @@ def validate_selection(only: tuple[str, ...], ct: str | None, flavor: str, fleet
     "--ct",
     metavar="ID",
     help="Check inside this container (pct exec / lxc-attach on "
-    "its host) and its config on the host (ct.device_rules).",
+    "its host) and its config and hooks on the host (ct.device_rules, ct.hooks).",
 )
 @FLAVOR
 @click.option(

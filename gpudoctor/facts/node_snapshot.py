@@ -95,7 +95,7 @@ def take(host: Host, extra: Iterable[str] = (), files: Iterable[str] = FILES) ->
 def from_early(raw: dict) -> NodeSnapshot:
     """Return the snapshot :func:`gpudoctor.early_probe.snapshot` took (``os.stat`` results,
     listings and file bytes, or the errno of each failure) in this form."""
-    from gpudoctor.hosts.agent import stat_fields
+    from gpudoctor.hosts.agent.server import stat_fields
 
     def list_dir(path: str) -> list[str]:
         names = raw["dirs"].get(path, errno.ENOENT)

@@ -8,7 +8,7 @@ import os
 import socket
 
 import pytest
-from gpudoctor.hosts.shell_replies import stat_result
+from gpudoctor.hosts.agent.shell_replies import stat_result
 
 from gpudoctor.context import CheckOptions, DeviceRequest
 from gpudoctor.facts.nodes import a_kind

@@ -126,7 +126,9 @@ def test_setgid_and_sticky_bits_are_not_written_into_mode() -> None:
 @pytest.mark.parametrize("path", ["/dev/nv,idia0", "/dev/nv=0", "/dev/nv idia0", "/dev/nv\tx"])
 def test_a_device_path_neither_devn_nor_a_mount_entry_can_carry_is_refused(path, mode) -> None:
     node = HostNode(path, "char", 10, 232, 0o666)
-    with pytest.raises(FixPlanError, match=r"neither a devN entry nor an lxc\.mount\.entry") as info:
+    with pytest.raises(
+        FixPlanError, match=r"neither a devN entry nor an lxc\.mount\.entry"
+    ) as info:
         plan(parse("arch: amd64\n"), node_facts(node), PlanOptions(mode=mode, devices=(path,)))
     assert info.value.code == "usage"
 

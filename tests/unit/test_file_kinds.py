@@ -8,10 +8,10 @@ import os
 import socket
 
 import pytest
-from gpudoctor.hosts.agent.shell_replies import stat_result
 
 from gpudoctor.context import CheckOptions, DeviceRequest
 from gpudoctor.facts.nodes import a_kind
+from gpudoctor.hosts.agent.shell_replies import stat_result
 from gpudoctor.hosts.local import LocalHost
 from gpudoctor.model import Status
 from gpudoctor.runner import run_checks

@@ -28,7 +28,7 @@ MISMATCH_REMEDY = (
     proves="/proc/driver/nvidia/version names a loaded NVRM module and /proc/devices registers it",
     remediation="On the host: `modprobe nvidia` (install the driver if it is missing); "
     "containers share the host's kernel module, so fix the host, not the CT.",
-    after=("proc.usable",),
+    after=("proc.usable", "host.kernel_modules"),
 )
 def driver_loaded(ctx: CheckContext) -> Iterator[Finding]:
     """Yield PASS with the module version (``cat /proc/driver/nvidia/version``), FAIL, or
@@ -54,13 +54,25 @@ def driver_loaded(ctx: CheckContext) -> Iterator[Finding]:
             "/proc/devices: "
             + (", ".join(f"{n}={m}" for n, m in majors.items()) or "no nvidia majors")
         )
+        from gpudoctor.checks.host import missing_module_cause
+
+        cause = missing_module_cause(ctx)
+        if cause:
+            evidence.append(f"host.kernel_modules: {cause}")
         yield ctx.fail(
             "kernel module",
-            "No NVIDIA kernel module is loaded: /proc/driver/nvidia/version does not exist.",
+            "No NVIDIA kernel module is loaded: /proc/driver/nvidia/version does not exist."
+            + (f" Cause: {cause} DKMS did not build the module for this kernel." if cause else ""),
             evidence=evidence,
-            remediation="On the host: `modprobe nvidia && nvidia-modprobe -u -c=0` (install the "
-            "driver first if `modinfo nvidia` finds none). A container cannot load it itself.",
-            caused_by=caused_by,
+            remediation=(
+                "Build the module for the running kernel (see host.kernel_modules: `dkms "
+                "autoinstall -k $(uname -r)`), then `modprobe nvidia`; or boot a kernel that "
+                "has one (`proxmox-boot-tool kernel pin K`)."
+                if cause
+                else "On the host: `modprobe nvidia && nvidia-modprobe -u -c=0` (install the "
+                "driver first if `modinfo nvidia` finds none). A container cannot load it itself."
+            ),
+            caused_by=(*caused_by, *(("host.kernel_modules",) if cause else ())),
         )
         return
     version = parse_driver_version(text)

@@ -28,4 +28,5 @@ CATALOGUE = (
     "nccl.p2p",
     "nccl.allreduce",
     "ct.device_rules",
+    "driver.libs_mode",
 )

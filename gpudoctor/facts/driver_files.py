@@ -115,7 +115,7 @@ def _stable(names: set[str], name: str, version: str) -> str:
     """Return the soname link beside ``name`` (``libcuda.so.1`` for libcuda.so.V), or ""."""
     if not name.endswith(f".so.{version}"):
         return ""
-    base = name[: -len(version) - 1]
+    base = name[: -len(version)]
     links = sorted(n for n in names if n.startswith(base) and re.fullmatch(r"\d+", n[len(base) :]))
     return links[0] if links else ""
 

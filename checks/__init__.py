@@ -13,11 +13,13 @@ for it) and add its id here.
 
 CATALOGUE = (
     "proc.usable",
+    "host.kernel_modules",
     "driver.loaded",
     "device.nodes",
     "device.open",
     "nvml.init",
     "driver.userspace_match",
+    "host.xid",
     "cuda.init",
     "device.unchanged",
     "gpu.health",
@@ -28,4 +30,5 @@ CATALOGUE = (
     "nccl.allreduce",
     "ct.device_rules",
     "ct.hooks",
+    "driver.libs_mode",
 )

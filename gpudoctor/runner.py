@@ -42,7 +42,7 @@ def select(specs: list[CheckSpec], only: Iterable[str], with_ct_host: bool) -> l
             if dep not in chosen:
                 chosen.add(dep)
                 stack.append(dep)
-    return [s for s in specs if s.id in chosen and (with_ct_host or s.scope == "target")]
+    return [s for s in specs if s.id in chosen and (with_ct_host or s.scope != "ct_host")]
 
 
 def run_checks(
@@ -167,7 +167,8 @@ class Schedule:
 
     def execute(self, spec: CheckSpec) -> tuple[Finding, ...]:
         """Return the check's findings, or one ERROR finding when it raised."""
-        facts = self.facts["ct_host" if spec.scope == "ct_host" else "target"]
+        on_host = spec.scope == "ct_host" or (spec.scope == "node" and "ct_host" in self.facts)
+        facts = self.facts["ct_host" if on_host else "target"]
         ctx = CheckContext(spec.id, facts.host, self.options, facts, self.results)
         box: dict[str, object] = {}
         try:

@@ -52,6 +52,8 @@ class FixOptions:
         layout: where things live on the host.
         api: Proxmox API settings: status, restart and task waiting go through the API
             (the config write still goes over SSH); None = ``pct`` over SSH.
+        driver_libs: ``bind`` (bind the host's driver files into the CT), ``copy`` (print
+            the exact-version install), or "" (leave the CT's libraries alone).
     """
 
     ct: str
@@ -62,6 +64,7 @@ class FixOptions:
     restart: bool = True
     layout: Layout = field(default_factory=Layout)
     api: ApiSettings | None = None
+    driver_libs: str = ""
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,24 @@ def make_plan(host: Host, options: FixOptions) -> tuple[Target, Snapshot, FixPla
             "them): gpudoctor writes them over SSH; edit them later as root@pam"
         )
         the_plan = replace(the_plan, warnings=(*the_plan.warnings, note))
+    if options.driver_libs:
+        the_plan = _with_driver_libs(host, options.driver_libs, the_plan, target.config_path)
     return target, snap, the_plan
+
+
+def _with_driver_libs(host: Host, mode: str, the_plan: FixPlan, label: str) -> FixPlan:
+    """Return the plan with ``--driver-libs`` applied (:mod:`driver_libs`); raise
+    FixPlanError when the host's driver files cannot be listed."""
+    from gpudoctor.facts.driver_files import read_driver_files
+    from gpudoctor.pve import driver_libs
+    from gpudoctor.pve.planner import FixPlanError
+
+    files = read_driver_files(host)
+    if files.error:
+        raise FixPlanError(f"--driver-libs {mode}: {files.error}")
+    if mode == driver_libs.BIND:
+        return driver_libs.add_binds(the_plan, files, label)
+    return driver_libs.add_copy(the_plan, files)
 
 
 def make_controller(host: Host, target: Target, options: FixOptions, snap: Snapshot) -> Controller:
@@ -338,6 +358,13 @@ def _restart_and_verify(
                           start_log=exc.details, **base)  # fmt: skip
     inside = container_host(host, target, options.layout)
     try:
+        if options.driver_libs == "bind":
+            from gpudoctor.pve.driver_libs import LIB_DIR, ldconfig_script
+
+            progress(f"inside the CT: ld.so.conf.d names {LIB_DIR}; ldconfig")
+            done = inside.run(["sh", "-c", ldconfig_script()], timeout=60)
+            if not done.ok:
+                progress(f"ldconfig inside the CT failed: {(done.stderr or done.stdout)[-200:]}")
         progress("re-checking the devices inside the CT")
         after = safe_probe(inside, the_plan.probe_paths)
         checks = device_checks(inside, target, the_plan.probe_paths)

@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gpudoctor.hosts import agent as ops
+from gpudoctor.hosts.agent import server as ops
 from gpudoctor.hosts.base import CommandResult, DiskUsage, FileStat, Host, OpenResult
 from gpudoctor.hosts.local import run_local
 

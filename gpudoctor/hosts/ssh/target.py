@@ -50,6 +50,7 @@ class SSHTarget:
         proxy_command: ``ProxyCommand``, tokens expanded, or None.
         connect_timeout: ``ConnectTimeout`` in seconds, or None when unset.
         hash_known_hosts: ``HashKnownHosts``: save accepted keys under a hashed name.
+        revoked_host_keys: ``RevokedHostKeys`` files (KRLs or key lists), expanded.
     """
 
     alias: str
@@ -68,6 +69,7 @@ class SSHTarget:
     proxy_command: str | None = None
     connect_timeout: float | None = None
     hash_known_hosts: bool = False
+    revoked_host_keys: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def known_hosts_name(self) -> str:
@@ -241,7 +243,8 @@ def target_from_options(alias: str, options: dict[str, list[str]]) -> SSHTarget:
     def paths(key: str) -> tuple[str, ...]:
         found: list[str] = []
         for value in options.get(key, []):
-            for item in value.split() if key.endswith("knownhostsfile") else [value]:
+            several = key.endswith("knownhostsfile") or key == "revokedhostkeys"
+            for item in value.split() if several else [value]:
                 path = expand(item, tokens)
                 if path not in found and path.lower() != "none":
                     found.append(path)
@@ -275,6 +278,7 @@ def target_from_options(alias: str, options: dict[str, list[str]]) -> SSHTarget:
         ),
         connect_timeout=float(timeout) if timeout and timeout != "none" else None,
         hash_known_hosts=(one("hashknownhosts", "no") or "no").lower() in ("yes", "true"),
+        revoked_host_keys=paths("revokedhostkeys"),
     )
 
 

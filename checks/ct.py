@@ -34,6 +34,8 @@ def device_rules(ctx: CheckContext) -> Iterator[Finding]:
     """Yield FAIL per node whose current major no rule allows, WARN per stale/legacy rule
     and per rule that pins a dynamic NVIDIA major (fragile), and one PASS when nothing is
     missing (``cat /etc/pve/lxc/ID.conf; cat /proc/devices; stat NODE; pveversion``)."""
+    from dataclasses import replace
+
     from gpudoctor.pve import facts as facts_mod
     from gpudoctor.pve.apply import ApplyError, Layout, read_config, resolve_target
     from gpudoctor.pve.audit import device_refusal, pinned_dynamic
@@ -45,6 +47,8 @@ def device_rules(ctx: CheckContext) -> Iterator[Finding]:
         yield ctx.skip("config", "no --ct given: there is no container config to read")
         return
     layout = Layout.from_env()
+    if ctx.options.lxcpath:  # --lxcpath, or the inventory node's lxcpath
+        layout = replace(layout, lxcpath=ctx.options.lxcpath)
     try:
         target = resolve_target(ctx.host, ctx.options.flavor, ct, layout)
         snap = read_config(ctx.host, target, layout)

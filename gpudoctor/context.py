@@ -55,6 +55,8 @@ class CheckOptions:
         probe_timeout_s: timeout of the CUDA/NVML child probe in seconds.
         ct: the container id when checking a CT from its host (``--ct``).
         flavor: ``pve`` or ``lxc``: how the container's host is managed.
+        lxcpath: LXC's container directory for flavor ``lxc`` (``--lxcpath``; None: LXC's
+            default, ``lxc-config lxc.lxcpath``).
         fix_host: how to name the CT's host in remedies (``root@pve1``), when known.
         expect_gpus: GPUs the workload needs (``--expect-gpus``), when known.
         deep: run the slow, opt-in checks too (``--deep``: NCCL all-reduce, ...).
@@ -67,6 +69,7 @@ class CheckOptions:
     probe_timeout_s: float = 20.0
     ct: str | None = None
     flavor: str = "pve"
+    lxcpath: str | None = None
     fix_host: str | None = None
     expect_gpus: int | None = None
     deep: bool = False
@@ -75,13 +78,15 @@ class CheckOptions:
         """Return the CT config path remedies should name (``/etc/pve/lxc/<id>.conf``)."""
         ct = self.ct or "<id>"
         if self.flavor == "lxc":
-            return f"/var/lib/lxc/{ct}/config"
+            return f"{(self.lxcpath or '/var/lib/lxc').rstrip('/')}/{ct}/config"
         return f"/etc/pve/lxc/{ct}.conf"
 
     def fix_command(self) -> str:
         """Return the ``gpudoctor fix`` command line for this target."""
         host = self.fix_host or "<proxmox-host>"
         flavor = " --flavor lxc" if self.flavor == "lxc" else ""
+        if self.flavor == "lxc" and self.lxcpath:
+            flavor += f" --lxcpath {self.lxcpath}"
         return f"gpudoctor fix --host {host} --ct {self.ct or '<id>'}{flavor}"
 
 

@@ -12,6 +12,7 @@ from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
     FLAVOR,
     KNOWN_HOSTS,
+    LXCPATH,
     api_credentials,
     api_options,
     cluster_option,
@@ -106,11 +107,7 @@ def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: s
     help="Instead of a CT: install a systemd oneshot "
     "that creates /dev/nvidia-uvm at boot before containers start.",
 )
-@click.option(
-    "--lxcpath",
-    metavar="DIR",
-    help="LXC's container directory (plain LXC, default: lxc-config lxc.lxcpath).",
-)
+@LXCPATH
 @KNOWN_HOSTS
 @ACCEPT_NEW_HOST_KEY
 @click.option(

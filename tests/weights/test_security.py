@@ -13,7 +13,9 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,19 @@ def as_nobody(script: str, **kwargs) -> subprocess.Popen | subprocess.CompletedP
     if kwargs.pop("background", False):
         return subprocess.Popen(command, **kwargs)
     return subprocess.run(command, check=True, capture_output=True, text=True, **kwargs)
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """This module's temp dir: a fresh ``/tmp/gpudoctor-sec-*`` (mode 0711) instead of
+    pytest's, because ``nobody`` must reach into it and pytest resets
+    ``/tmp/pytest-of-root`` to 0700 whenever another pytest session starts on the machine."""
+    path = Path(tempfile.mkdtemp(prefix="gpudoctor-sec-", dir="/tmp"))
+    os.chmod(path, 0o711)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

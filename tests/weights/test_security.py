@@ -13,9 +13,7 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,16 +38,9 @@ def as_nobody(script: str, **kwargs) -> subprocess.Popen | subprocess.CompletedP
 
 
 @pytest.fixture
-def tmp_path() -> Iterator[Path]:
-    """This module's temp dir: a fresh ``/tmp/gpudoctor-sec-*`` (mode 0711) instead of
-    pytest's, because ``nobody`` must reach into it and pytest resets
-    ``/tmp/pytest-of-root`` to 0700 whenever another pytest session starts on the machine."""
-    path = Path(tempfile.mkdtemp(prefix="gpudoctor-sec-", dir="/tmp"))
-    os.chmod(path, 0o711)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def tmp_path(public_tmp_path: Path) -> Path:
+    """Files here must be reachable by ``nobody`` (see tests/conftest.py public_tmp_path)."""
+    return public_tmp_path
 
 
 @pytest.fixture

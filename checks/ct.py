@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
+from gpudoctor.checks._ct_config import read_ct_config
+
 from gpudoctor.context import CheckContext
 from gpudoctor.model import Finding, Severity
 from gpudoctor.registry import check
@@ -34,27 +36,17 @@ def device_rules(ctx: CheckContext) -> Iterator[Finding]:
     """Yield FAIL per node whose current major no rule allows, WARN per stale/legacy rule
     and per rule that pins a dynamic NVIDIA major (fragile), and one PASS when nothing is
     missing (``cat /etc/pve/lxc/ID.conf; cat /proc/devices; stat NODE; pveversion``)."""
-    from dataclasses import replace
 
     from gpudoctor.pve import facts as facts_mod
-    from gpudoctor.pve.apply import ApplyError, Layout, read_config, resolve_target
     from gpudoctor.pve.audit import device_refusal, pinned_dynamic
     from gpudoctor.pve.entries import host_path, read_entries
     from gpudoctor.pve.planner import RULES, FixPlanError, PlanOptions, paths_of_interest, plan
 
-    ct = ctx.options.ct
-    if not ct:
-        yield ctx.skip("config", "no --ct given: there is no container config to read")
+    read = read_ct_config(ctx)
+    if isinstance(read, Finding):
+        yield read
         return
-    layout = Layout.from_env()
-    if ctx.options.lxcpath:  # --lxcpath, or the inventory node's lxcpath
-        layout = replace(layout, lxcpath=ctx.options.lxcpath)
-    try:
-        target = resolve_target(ctx.host, ctx.options.flavor, ct, layout)
-        snap = read_config(ctx.host, target, layout)
-    except ApplyError as exc:
-        yield ctx.skip(f"ct {ct}", f"cannot read the CT config: {exc}")
-        return
+    ct, target, layout, snap = ctx.options.ct, read.target, read.layout, read.snap
     options = PlanOptions(
         mode=RULES,
         devices=tuple(d.path for d in ctx.options.devices),
@@ -186,24 +178,16 @@ def hooks(ctx: CheckContext) -> Iterator[Finding]:
     now (stale), WARN per one that matches today (a fixed major breaks when it moves) and
     per unreadable hook script, one PASS otherwise (``grep mknod HOOK; cat /proc/devices;
     stat /dev/nvidia-uvm``)."""
-    from dataclasses import replace
 
     from gpudoctor.pve import facts as facts_mod
-    from gpudoctor.pve.apply import ApplyError, Layout, read_config, resolve_target
     from gpudoctor.pve.hookplan import gpu_verdicts
     from gpudoctor.pve.hooks import read_hooks
 
-    ct = ctx.options.ct
-    if not ct:
-        yield ctx.skip("config", "no --ct given: there is no container config to read")
+    read = read_ct_config(ctx)
+    if isinstance(read, Finding):
+        yield read
         return
-    layout = Layout.from_env()
-    try:
-        target = resolve_target(ctx.host, ctx.options.flavor, ct, layout)
-        snap = read_config(ctx.host, target, layout)
-    except ApplyError as exc:
-        yield ctx.skip(f"ct {ct}", f"cannot read the CT config: {exc}")
-        return
+    target, snap = read.target, read.snap
     found = read_hooks(ctx.host, snap.config)
     paths = [m.path for h in found for m in h.mknods]
     facts = replace(facts_mod.gather(ctx.host, dict.fromkeys(paths)), hooks=found)

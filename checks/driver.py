@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from gpudoctor.checks._ct_config import read_ct_config
+
 from gpudoctor.context import CheckContext
 from gpudoctor.facts.gpu import NO_PYTHON, python_missing
 from gpudoctor.facts.nodes import nvidia_majors
@@ -185,19 +187,12 @@ def libs_mode(ctx: CheckContext) -> Iterator[Finding]:
     copies inside the CT (fragile: the next host upgrade breaks them) or stale binds
     (``grep gpudoctor-driver /etc/pve/lxc/ID.conf``; cuda.init's libcuda path)."""
     from gpudoctor.pve import driver_libs
-    from gpudoctor.pve.apply import ApplyError, Layout, read_config, resolve_target
 
-    ct = ctx.options.ct
-    if not ct:
-        yield ctx.skip("config", "no --ct given: there is no container config to read")
+    read = read_ct_config(ctx)
+    if isinstance(read, Finding):
+        yield read
         return
-    layout = Layout.from_env()
-    try:
-        target = resolve_target(ctx.host, ctx.options.flavor, ct, layout)
-        snap = read_config(ctx.host, target, layout)
-    except ApplyError as exc:
-        yield ctx.skip(f"ct {ct}", f"cannot read the CT config: {exc}")
-        return
+    target, snap = read.target, read.snap
     bound = driver_libs.bound_entries(snap.config)
     hint = ctx.options.fix_command() + " --driver-libs bind"
     cuda = ctx.result("cuda.init")

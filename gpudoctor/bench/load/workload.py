@@ -37,18 +37,30 @@ class Prompt:
         prompt_len: tokens the server will see (after the chat template for chat).
         output_len: ``max_tokens`` to request.
         chat: True when ``text`` is sent as a chat message.
+        cut_from: the prompt's length before it was cut to fit the context, if it was.
+        messages: a whole conversation ``((role, content), ...)`` sent as chat messages
+            (multi-turn, shared system prompt); ``text`` is then its last user message,
+            or (completions) the conversation rendered by the chat template.
+        after: the index of the prompt that must be over before this one is sent (the
+            previous turn of a conversation), or None.
+        at_s: the send time in seconds after the cell's first request (trace replay).
     """
 
     text: str
     prompt_len: int
     output_len: int
     chat: bool = False
-    cut_from: int | None = None  # the prompt's length before it was cut to fit, if it was
+    cut_from: int | None = None
+    messages: tuple[tuple[str, str], ...] | None = None
+    after: int | None = None
+    at_s: float | None = None
 
     def body(self, model: str) -> dict[str, Any]:
         """Return the OpenAI request body (without streaming/sampling fields)."""
         body: dict[str, Any] = {"model": model, "max_tokens": self.output_len}
-        if self.chat:
+        if self.chat and self.messages:
+            body["messages"] = [{"role": r, "content": c} for r, c in self.messages]
+        elif self.chat:
             body["messages"] = [{"role": "user", "content": self.text}]
         else:
             body["prompt"] = self.text

@@ -23,7 +23,8 @@ from gpudoctor.bench.cell_spec import SLO, CellTarget, WorkloadSpec, rate_to_jso
 from gpudoctor.bench.load import accept_length as spec
 from gpudoctor.bench.load.client import ClientOptions, make_client, run_requests
 from gpudoctor.bench.load.telemetry import GpuSampler
-from gpudoctor.bench.load.workload import Prompt, build_prompts, load_tokenizer
+from gpudoctor.bench.load.workload import Prompt, load_tokenizer
+from gpudoctor.bench.load.workloads import build_prompts
 from gpudoctor.bench.request_record import RequestRecord
 from gpudoctor.bench.results.metrics import compute_metrics, count_errors, max_in_flight
 

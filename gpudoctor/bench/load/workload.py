@@ -223,6 +223,16 @@ def jsonl_prompts(
             entries.append((text, entry.get("output_len")))
     if not entries:
         raise ValueError(f"{spec.dataset_path}: no prompt with a user turn")
+    return prompts_from_entries(entries, spec, tokenizer, count, max_total)
+
+
+def prompts_from_entries(
+    entries: list[tuple[str, Any]], spec: WorkloadSpec, tokenizer: Any, count: int,
+    max_total: int | None = None,
+) -> list[Prompt]:  # fmt: skip
+    """Return ``count`` prompts from ``(text, own output_len or None)`` entries (shuffled
+    by seed, cycled if short), each cut to ``max_total`` as :func:`jsonl_prompts`."""
+    entries = list(entries)
     rng = random.Random(spec.seed)
     rng.shuffle(entries)
     output_lens = draw_lengths(rng, spec.output_len, spec.range_ratio, count)
@@ -254,4 +264,6 @@ def build_prompts(
         return random_prompts(spec, tokenizer, count)
     if spec.kind == "jsonl":
         return jsonl_prompts(spec, tokenizer, count, max_total)
-    raise ValueError(f"unknown workload kind {spec.kind!r} (expected 'random' or 'jsonl')")
+    raise ValueError(
+        f"workload kind {spec.kind!r} is built by gpudoctor.bench.load.workloads.build_prompts"
+    )

@@ -13,12 +13,15 @@ for it) and add its id here.
 
 CATALOGUE = (
     "proc.usable",
+    "host.kernel_modules",
     "driver.loaded",
     "device.nodes",
     "device.open",
     "nvml.init",
     "driver.userspace_match",
+    "host.xid",
     "cuda.init",
+    "device.unchanged",
     "gpu.health",
     "shm.capacity",
     "model.present",
@@ -26,4 +29,6 @@ CATALOGUE = (
     "nccl.p2p",
     "nccl.allreduce",
     "ct.device_rules",
+    "ct.hooks",
+    "driver.libs_mode",
 )

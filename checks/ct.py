@@ -9,6 +9,9 @@ the CT is even restarted.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
+
+from gpudoctor.checks._ct_config import read_ct_config
 
 from gpudoctor.context import CheckContext
 from gpudoctor.model import Finding, Severity
@@ -33,23 +36,17 @@ def device_rules(ctx: CheckContext) -> Iterator[Finding]:
     """Yield FAIL per node whose current major no rule allows, WARN per stale/legacy rule
     and per rule that pins a dynamic NVIDIA major (fragile), and one PASS when nothing is
     missing (``cat /etc/pve/lxc/ID.conf; cat /proc/devices; stat NODE; pveversion``)."""
-    from gpudoctor.pve import facts as facts_mod
-    from gpudoctor.pve.apply import ApplyError, Layout, read_config, resolve_target
-    from gpudoctor.pve.audit import pinned_dynamic
-    from gpudoctor.pve.entries import read_entries
-    from gpudoctor.pve.planner import RULES, PlanOptions, paths_of_interest, plan
 
-    ct = ctx.options.ct
-    if not ct:
-        yield ctx.skip("config", "no --ct given: there is no container config to read")
+    from gpudoctor.pve import facts as facts_mod
+    from gpudoctor.pve.audit import device_refusal, pinned_dynamic
+    from gpudoctor.pve.entries import host_path, read_entries
+    from gpudoctor.pve.planner import RULES, FixPlanError, PlanOptions, paths_of_interest, plan
+
+    read = read_ct_config(ctx)
+    if isinstance(read, Finding):
+        yield read
         return
-    layout = Layout.from_env()
-    try:
-        target = resolve_target(ctx.host, ctx.options.flavor, ct, layout)
-        snap = read_config(ctx.host, target, layout)
-    except ApplyError as exc:
-        yield ctx.skip(f"ct {ct}", f"cannot read the CT config: {exc}")
-        return
+    ct, target, layout, snap = ctx.options.ct, read.target, read.layout, read.snap
     options = PlanOptions(
         mode=RULES,
         devices=tuple(d.path for d in ctx.options.devices),
@@ -59,7 +56,35 @@ def device_rules(ctx: CheckContext) -> Iterator[Finding]:
     is_pve = target.flavor == "pve"
     paths = paths_of_interest(snap.config, options)
     facts = facts_mod.gather(ctx.host, paths, is_pve, layout.pveversion)
-    the_plan = plan(snap.config, facts, options)
+    entries = read_entries(snap.config)
+    passable = []
+    for asked in options.devices:  # the planner refuses these; a check reports them
+        path = host_path(entries, asked)
+        node = facts.node(path)
+        why = device_refusal(asked, path, node)
+        if why is None:
+            passable.append(asked)
+            continue
+        yield ctx.fail(
+            asked,
+            f"{why}: {target.config_path} cannot pass it into CT {ct}, and open() of it inside "
+            "the CT cannot reach a device",
+            evidence=(f"host: stat {path}: {_node_text(node)}",),
+            remediation=f"Give --device the host's device node, not {path}; if {path} should be "
+            "a device node, remove what is there and re-create the node (mknod, or the "
+            "driver's nvidia-modprobe).",
+        )
+    options = replace(options, devices=tuple(passable))
+    try:
+        the_plan = plan(snap.config, facts, options)
+    except FixPlanError as exc:
+        yield ctx.fail(
+            target.config_path,
+            f"the config cannot be planned: {exc}",
+            evidence=(f"config: {target.config_path}",),
+            remediation="Fix the config (or the options) as the message says, then check again.",
+        )
+        return
     adds = [e.line for e in the_plan.edits if e.action == "add" and "devices.allow" in e.line]
     for missing in the_plan.missing:
         yield ctx.fail(
@@ -116,7 +141,81 @@ def _fragile(
     )
 
 
+def _node_text(node: object) -> str:
+    """Return what a host path is, in words (``a FIFO, mode 0644``), for evidence."""
+    from gpudoctor.facts.nodes import a_kind
+
+    kind = getattr(node, "kind", "missing")
+    if node is None or kind == "missing":
+        return "No such file or directory"
+    text = f"{a_kind(kind)}, mode {getattr(node, 'mode', 0) & 0o7777:04o}"
+    if kind in ("char", "block"):
+        text += f", {getattr(node, 'major', 0)}:{getattr(node, 'minor', 0)}"
+    return text
+
+
 def _rules(config: object) -> list:
     from gpudoctor.pve.entries import read_entries
 
     return [rule for _, rule in read_entries(config).allows]  # type: ignore[arg-type]
+
+
+@check(
+    id="ct.hooks",
+    title="No CT hook makes GPU nodes with a fixed major",
+    severity=Severity.CRITICAL,
+    proves="no lxc.hook.autodev/mount/pre-start script (or inline sh -c) the CT config names "
+    "mknods an NVIDIA node (or a --device path) with numbers other than the host's node has "
+    "now; the hook files are read on the host, never run",
+    remediation="Comment the hook line out of the CT config and pass the host's nodes instead: "
+    "devN entries on Proxmox VE >= 8.1, bind mounts + allow rules for their current majors "
+    "elsewhere (gpudoctor fix plans exactly that; the hook file is left as it is).",
+    scope="ct_host",
+    fix="gpudoctor fix --host HOST --ct ID",
+)
+def hooks(ctx: CheckContext) -> Iterator[Finding]:
+    """Yield FAIL per hook mknod of a GPU node whose numbers differ from the host's node
+    now (stale), WARN per one that matches today (a fixed major breaks when it moves) and
+    per unreadable hook script, one PASS otherwise (``grep mknod HOOK; cat /proc/devices;
+    stat /dev/nvidia-uvm``)."""
+
+    from gpudoctor.pve import facts as facts_mod
+    from gpudoctor.pve.hookplan import gpu_verdicts
+    from gpudoctor.pve.hooks import read_hooks
+
+    read = read_ct_config(ctx)
+    if isinstance(read, Finding):
+        yield read
+        return
+    target, snap = read.target, read.snap
+    found = read_hooks(ctx.host, snap.config)
+    paths = [m.path for h in found for m in h.mknods]
+    facts = replace(facts_mod.gather(ctx.host, dict.fromkeys(paths)), hooks=found)
+    devices = tuple(d.path for d in ctx.options.devices)
+    for hook in found:
+        if hook.error:
+            yield ctx.warn(hook.where, f"{hook.key}: {hook.error}: its mknods are not known",
+                           evidence=(f"config line {hook.index + 1}: {hook.key}: {hook.value}",))  # fmt: skip
+    verdicts = gpu_verdicts(facts, devices)
+    for v in verdicts:
+        evidence = (
+            f"{target.config_path} line {v.hook.index + 1}: {v.hook.key}: {v.hook.value}",
+            f"{v.hook.where} line {v.mknod.line_no}: {v.mknod.text}",
+            *([f"host: {v.source}: char {v.current[0]}:{v.current[1]} ({v.driver})"]
+              if v.current else []),
+        )  # fmt: skip
+        todo = (
+            f"comment out line {v.hook.index + 1} of {target.config_path} ({v.hook.key}) and "
+            f"pass the host's {v.mknod.path} instead: {ctx.options.fix_command()}"
+        )
+        subject = f"{v.hook.where}:{v.mknod.line_no}"
+        if v.stale:
+            yield ctx.fail(subject, f"{v.describe()}: open() of it inside the CT fails",
+                           evidence=evidence, remediation=todo,
+                           fix_hint=ctx.options.fix_command())  # fmt: skip
+        else:
+            yield ctx.warn(subject, v.describe(), evidence=evidence, remediation=todo,
+                           fix_hint=ctx.options.fix_command())  # fmt: skip
+    if not verdicts and not any(h.error for h in found):
+        names = ", ".join(h.where for h in found) or "none"
+        yield ctx.passed(target.config_path, f"no hook makes GPU nodes itself (hooks: {names})")

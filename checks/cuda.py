@@ -24,7 +24,7 @@ def cuda_version(code: int | None) -> str:
     remediation="Fix the first failing upstream check (device.open, proc.usable, "
     "driver.userspace_match); cuInit's code alone rarely names the cause.",
     requires=("driver.loaded",),
-    after=("device.open", "proc.usable", "nvml.init", "driver.userspace_match"),
+    after=("device.open", "proc.usable", "nvml.init", "driver.userspace_match", "host.xid"),
     uses_gpu_probe=True,
     fix="gpudoctor fix",
 )
@@ -46,10 +46,12 @@ def cuda_init(ctx: CheckContext) -> Iterator[Finding]:
                 f"cuInit(0) did not return within {probe.timeout_s:g} s: the driver is hung."
                 if hung
                 else f"The CUDA probe did not run (exit {probe.returncode}): {probe.stderr.strip()[-300:]}"
-            ),
+            )
+            + gpu_faults_text(ctx),
             evidence=[f"probe stdout stages: {sorted(probe.stages)}", probe.stderr.strip()[-300:]],
             remediation="On the host: check `dmesg | grep -i -e xid -e nvrm`, `nvidia-smi`; a GPU "
             "stuck in a bad state needs `nvidia-smi -r` or a host reboot.",
+            caused_by=("host.xid",) if gpu_faults_text(ctx) else (),
         )
         return
     data = stage.data
@@ -96,9 +98,10 @@ def cuda_init(ctx: CheckContext) -> Iterator[Finding]:
     causes = attribute(ctx, code)
     cause_text = f" (caused by {', '.join(causes)})" if causes else ""
     why = f" Likely cause: {meaning.likely_cause}." if meaning.likely_cause and not causes else ""
+    faults = gpu_faults_text(ctx) if causes == ("host.xid",) else ""
     yield ctx.fail(
         "cuInit",
-        f"cuInit(0) returned {code} {meaning.name}{cause_text}: {meaning.meaning}.{why}",
+        f"cuInit(0) returned {code} {meaning.name}{cause_text}: {meaning.meaning}.{why}{faults}",
         evidence=evidence,
         remediation=(
             f"Fix {causes[0]} first (see its finding); cuInit will follow."
@@ -111,8 +114,26 @@ def cuda_init(ctx: CheckContext) -> Iterator[Finding]:
     )
 
 
+def gpu_faults_text(ctx: CheckContext) -> str:
+    """Return the sentence that names the host's GPU faults as the cause ("" when none)."""
+    from gpudoctor.checks.host import gpu_faults
+
+    faults = gpu_faults(ctx)
+    if not faults:
+        return ""
+    return (
+        f" The host's kernel log has {', '.join(faults)} since boot: a GPU problem, not a "
+        "config problem; no change to the CT config helps (see host.xid)."
+    )
+
+
 def attribute(ctx: CheckContext, code: int) -> tuple[str, ...]:
-    """Return the upstream checks that explain a failing cuInit code, most direct first."""
+    """Return the upstream checks that explain a failing cuInit code, most direct first (a
+    GPU-breaking Xid in the host's kernel log comes first: no config change cures it)."""
+    from gpudoctor.checks.host import gpu_faults
+
+    if gpu_faults(ctx):
+        return ("host.xid",)
     order = {
         304: ("proc.usable", "device.open"),
         803: ("driver.userspace_match",),

@@ -11,14 +11,19 @@ import errno
 import re
 from collections.abc import Iterator
 
+from gpudoctor.checks import _node_changes
+
 from gpudoctor.context import CheckContext, DeviceRequest
+from gpudoctor.facts import node_snapshot
+from gpudoctor.facts.gpu import NO_PYTHON, python_missing
 from gpudoctor.facts.idmap import OVERFLOW_UID, UID_MAP, IdMap, parse_idmap
 from gpudoctor.facts.nodes import (
     NVIDIA_FAMILIES,
-    discover_nvidia_nodes,
+    a_kind,
     driver_name_for_major,
     family_major,
     family_of,
+    nvidia_majors,
 )
 from gpudoctor.hosts.base import FileStat, OpenResult
 from gpudoctor.model import Finding, Severity
@@ -33,16 +38,15 @@ def describe(st: FileStat) -> str:
 
 
 def stat_or_none(ctx: CheckContext, path: str) -> FileStat | None:
-    """Return the node's stat, or None when it does not exist."""
-    try:
-        return ctx.host.stat(path)
-    except FileNotFoundError:
-        return None
+    """Return the node's stat as it was before the GPU probe ran, or None when it did not
+    exist (:meth:`gpudoctor.context.FactCache.node_stat`)."""
+    return ctx.facts.node_stat(path)
 
 
 def node_paths(ctx: CheckContext) -> list[str]:
-    """Return the NVIDIA nodes present plus the ``--device`` paths (each once, in order)."""
-    paths = ctx.facts.get("nvidia_nodes", lambda: discover_nvidia_nodes(ctx.host.list_dir))
+    """Return the NVIDIA nodes present (before the GPU probe) plus the ``--device`` paths
+    (each once, in order)."""
+    paths = ctx.facts.nvidia_nodes()
     extra = [d.path for d in ctx.options.devices]
     return list(dict.fromkeys([*paths, *extra]))
 
@@ -114,15 +118,25 @@ def device_nodes(ctx: CheckContext) -> Iterator[Finding]:
 def judge_node(ctx: CheckContext, path: str, st: FileStat, major: int, driver: str) -> Finding:
     """Return PASS for a char node with the expected major, FAIL (stale/not a node) otherwise."""
     if st.kind != "char":
+        why = (
+            "the host's node was missing when the container started, so the bind mount's "
+            "create= left an empty placeholder."
+            if st.kind in ("file", "dir")
+            else "something other than the driver put it there; nothing can open it as a GPU."
+        )
         return ctx.fail(
             path,
-            f"{path} is a {st.kind}, not a char device: the host's node was missing when the "
-            "container started, so the bind mount's create= left an empty placeholder.",
+            f"{path} is {a_kind(st.kind)}, not a char device: {why}",
             evidence=[
-                f"stat {path}: {st.kind}, size {st.size}",
+                f"stat {path}: {a_kind(st.kind)}, mode {st.mode & 0o7777:04o}, size {st.size}",
                 f"/proc/devices: {major} {driver}",
             ],
-            remediation="On the host create the node (`nvidia-modprobe -u -c=0`), then restart the CT.",
+            remediation=(
+                "On the host create the node (`nvidia-modprobe -u -c=0`), then restart the CT."
+                if st.kind in ("file", "dir")
+                else f"Remove {path} (`rm {path}`), create the node on the host "
+                "(`nvidia-modprobe -u -c=0`) and restart the CT."
+            ),
             fix_hint=ctx.options.fix_command(),
         )
     if st.major != major:
@@ -137,7 +151,7 @@ def stale(ctx: CheckContext, path: str, st: FileStat, major: int | None, driver:
     )
     names = ctx.facts.proc_devices().char_names(st.major)
     current = (
-        f"major {st.major} is {'/'.join(names)}" if names else f"no driver has major {st.major}"
+        f"major {st.major} is {'/'.join(names)} now" if names else f"no driver has major {st.major}"
     )
     return ctx.fail(
         path,
@@ -189,8 +203,8 @@ def requested_node(ctx: CheckContext, request: DeviceRequest) -> Iterator[Findin
         if st.kind not in ("char", "block"):
             yield ctx.fail(
                 request.path,
-                f"{request.path} is a {st.kind}, not a device node.",
-                evidence=[f"stat {request.path}: {st.kind}"],
+                f"{request.path} is {a_kind(st.kind)}, not a device node.",
+                evidence=[f"stat {request.path}: {a_kind(st.kind)}, mode {st.mode & 0o7777:04o}"],
                 remediation="Pass the host's device node into the container.",
             )
             return
@@ -233,6 +247,22 @@ def device_open(ctx: CheckContext) -> Iterator[Finding]:
         result = ctx.host.try_open(path, write=True)
         if result.errno in (errno.EACCES, errno.EROFS) and not st.mode & 0o222:
             result = ctx.host.try_open(path, write=False)
+        if result.errno == errno.ENOENT:
+            yield ctx.fail(
+                path,
+                f"{path} ({describe(st)}) was there when the check began and is gone now "
+                "(open: ENOENT): it vanished while the CUDA/NVML probe ran. The NVIDIA driver "
+                "library, running as root, removes a node it thinks wrong (see "
+                "device.unchanged).",
+                evidence=[
+                    f"stat {path} before the probe: {describe(st)}",
+                    f"open({path}, {result.flags}) = ENOENT",
+                ],
+                remediation="Follow device.nodes and device.unchanged: make the node right on "
+                "the host side, then restart the CT so it gets the node back.",
+                fix_hint=ctx.options.fix_command(),
+            )
+            continue
         if not result.ok and node_failed(ctx, path):
             yield ctx.fail(
                 path,
@@ -338,3 +368,46 @@ def judge_open(
         evidence=evidence,
         remediation=f"Check dmesg on the host for NVRM/Xid errors about {driver}.",
     )
+
+
+@check(
+    id="device.unchanged",
+    title="The CUDA/NVML probe left every GPU device node as it was",
+    severity=Severity.HIGH,
+    proves="every NVIDIA node stats the same after cuInit and nvmlInit as before them: the "
+    "driver library did not remove, re-create or re-mode a node while gpudoctor checked. A check "
+    "run as root can make the driver rewrite nodes (the nvidia module's ModifyDeviceFiles, on by "
+    "default); the node checks report what was there before the probe",
+    remediation="Make the node right at its source (device.nodes says how) and restart the CT "
+    "to get it back; to check without the driver touching nodes, run gpudoctor as a non-root "
+    "user, or load nvidia with NVreg_ModifyDeviceFiles=0.",
+    after=("driver.loaded", "cuda.init", "nvml.init"),
+    fix="gpudoctor fix",
+)
+def device_unchanged(ctx: CheckContext) -> Iterator[Finding]:
+    """Yield PASS when the nodes stat the same before and after the probe, else one finding
+    per node changed (``stat /dev/nvidia*`` before and after ``cuInit``)."""
+    # No probe in this run: gpudoctor disturbed nothing. That is a PASS where there are nodes
+    # to watch (a SKIP would make a healthy `--only device` run read as "nothing checked"),
+    # a SKIP like device.nodes' where there are none.
+    if python_missing(ctx.host) or not ctx.facts.probe_started():
+        why = NO_PYTHON if python_missing(ctx.host) else "--only left out the checks that need it"
+        if not nvidia_majors(ctx.facts.proc_devices()) and not ctx.options.devices:
+            yield ctx.skip(
+                "nodes", "No NVIDIA driver is registered: no probe ran, no node to watch."
+            )
+        else:
+            yield ctx.passed("nodes", f"No CUDA/NVML probe ran ({why}): no node was disturbed.")
+        return
+    before = ctx.facts.nodes_before()
+    probe = ctx.facts.gpu_probe()
+    after = node_snapshot.again(ctx.host, before)
+    found = node_snapshot.changes(before, after)
+    for change in found:
+        yield _node_changes.finding(ctx, change, before, probe)
+    if not found:
+        yield ctx.passed(
+            "nodes",
+            f"cuInit and nvmlInit left the {len(after.paths)} device node(s) as they were "
+            "(stat before and after the probe).",
+        )

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from gpudoctor.checks._ct_config import read_ct_config
+
 from gpudoctor.context import CheckContext
 from gpudoctor.facts.gpu import NO_PYTHON, python_missing
 from gpudoctor.facts.nodes import nvidia_majors
@@ -28,7 +30,7 @@ MISMATCH_REMEDY = (
     proves="/proc/driver/nvidia/version names a loaded NVRM module and /proc/devices registers it",
     remediation="On the host: `modprobe nvidia` (install the driver if it is missing); "
     "containers share the host's kernel module, so fix the host, not the CT.",
-    after=("proc.usable",),
+    after=("proc.usable", "host.kernel_modules"),
 )
 def driver_loaded(ctx: CheckContext) -> Iterator[Finding]:
     """Yield PASS with the module version (``cat /proc/driver/nvidia/version``), FAIL, or
@@ -54,13 +56,25 @@ def driver_loaded(ctx: CheckContext) -> Iterator[Finding]:
             "/proc/devices: "
             + (", ".join(f"{n}={m}" for n, m in majors.items()) or "no nvidia majors")
         )
+        from gpudoctor.checks.host import missing_module_cause
+
+        cause = missing_module_cause(ctx)
+        if cause:
+            evidence.append(f"host.kernel_modules: {cause}")
         yield ctx.fail(
             "kernel module",
-            "No NVIDIA kernel module is loaded: /proc/driver/nvidia/version does not exist.",
+            "No NVIDIA kernel module is loaded: /proc/driver/nvidia/version does not exist."
+            + (f" Cause: {cause} DKMS did not build the module for this kernel." if cause else ""),
             evidence=evidence,
-            remediation="On the host: `modprobe nvidia && nvidia-modprobe -u -c=0` (install the "
-            "driver first if `modinfo nvidia` finds none). A container cannot load it itself.",
-            caused_by=caused_by,
+            remediation=(
+                "Build the module for the running kernel (see host.kernel_modules: `dkms "
+                "autoinstall -k $(uname -r)`), then `modprobe nvidia`; or boot a kernel that "
+                "has one (`proxmox-boot-tool kernel pin K`)."
+                if cause
+                else "On the host: `modprobe nvidia && nvidia-modprobe -u -c=0` (install the "
+                "driver first if `modinfo nvidia` finds none). A container cannot load it itself."
+            ),
+            caused_by=(*caused_by, *(("host.kernel_modules",) if cause else ())),
         )
         return
     version = parse_driver_version(text)
@@ -118,6 +132,19 @@ def userspace_match(ctx: CheckContext) -> Iterator[Finding]:
     if kernel is None:
         yield ctx.skip("driver versions", "The kernel module version is unknown.")
         return
+    if not libs and nvml.get("init") == 0 and nvml.get("driver_version") == kernel.version:
+        yield ctx.passed(
+            "driver versions",
+            f"NVML initialises and reports driver {kernel.version}, the kernel module's: its "
+            "library matches the module (NVML refuses to start on a mismatch).",
+            evidence=[
+                f"kernel module: {kernel.version}",
+                f"nvmlSystemGetDriverVersion: {nvml.get('driver_version')}",
+                f"libnvidia-ml: {nvml.get('lib_path')} (no version in its name: bound from the "
+                "host by soname)",
+            ],
+        )
+        return
     if not libs:
         yield ctx.skip(
             "driver versions",
@@ -140,4 +167,76 @@ def userspace_match(ctx: CheckContext) -> Iterator[Finding]:
         "driver versions",
         f"{', '.join(sorted(libs))} match the kernel module {kernel.version}.",
         evidence=evidence,
+    )
+
+
+@check(
+    id="driver.libs_mode",
+    title="The CT's NVIDIA user-space driver follows the host's (bound, not copied)",
+    severity=Severity.WARNING,
+    proves="the CT config binds the host's driver files (gpudoctor fix --driver-libs bind), "
+    "each bound source exists on the host now, so a host driver upgrade needs only a CT restart",
+    remediation="gpudoctor fix --host HOST --ct ID --driver-libs bind (read-only bind mounts of "
+    "the host's driver files; copies inside the CT break at the next host driver upgrade)",
+    after=("cuda.init",),
+    scope="ct_host",
+    fix="gpudoctor fix --host HOST --ct ID --driver-libs bind",
+)
+def libs_mode(ctx: CheckContext) -> Iterator[Finding]:
+    """Yield PASS when the CT binds the host's driver files (all sources present), WARN for
+    copies inside the CT (fragile: the next host upgrade breaks them) or stale binds
+    (``grep gpudoctor-driver /etc/pve/lxc/ID.conf``; cuda.init's libcuda path)."""
+    from gpudoctor.pve import driver_libs
+
+    read = read_ct_config(ctx)
+    if isinstance(read, Finding):
+        yield read
+        return
+    target, snap = read.target, read.snap
+    bound = driver_libs.bound_entries(snap.config)
+    hint = ctx.options.fix_command() + " --driver-libs bind"
+    cuda = ctx.result("cuda.init")
+    lib = next((e.split(": ", 1)[1] for f in (cuda.findings if cuda else ())
+                for e in f.evidence if e.startswith("libcuda: ")), "")  # fmt: skip
+    if bound:
+        missing = [s for _, s, _ in bound if not ctx.host.exists(s)]
+        evidence = [f"{target.config_path}: {len(bound)} driver bind(s) into {driver_libs.LIB_DIR}"]
+        evidence += [f"bound: {s} -> /{t.lstrip('/')}" for _, s, t in bound[:6]]
+        if lib:
+            evidence.append(f"libcuda inside the CT: {lib}")
+        if missing:
+            yield ctx.warn(
+                target.config_path,
+                f"bind mode, but {len(missing)} bound source(s) no longer exist on the host "
+                f"(an older driver's versioned files: {', '.join(missing[:3])}): LXC skips them "
+                "(optional); re-run fix to bind the current driver's list.",
+                evidence=evidence,
+                remediation=hint,
+                fix_hint=hint,
+            )
+            return
+        yield ctx.passed(
+            target.config_path,
+            "bind mode: the CT uses the host's own driver files, read-only; after a host "
+            "driver upgrade a restart of the CT is all it takes.",
+            evidence=evidence,
+        )
+        return
+    if not lib or lib == "None":
+        yield ctx.warn(
+            target.config_path,
+            "the CT holds no NVIDIA user-space driver and binds none from the host.",
+            evidence=[f"{target.config_path}: no bind of the host's driver files"],
+            remediation=hint,
+            fix_hint=hint,
+        )
+        return
+    yield ctx.warn(
+        target.config_path,
+        f"copy mode (a fragile config): the CT uses its own copy of the driver ({lib}); the "
+        "next host driver upgrade breaks it with 'Driver/library version mismatch' until the "
+        "same version is installed inside again.",
+        evidence=[f"libcuda inside the CT: {lib}", f"{target.config_path}: no driver bind"],
+        remediation=hint,
+        fix_hint=hint,
     )

@@ -9,9 +9,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from gpudoctor.facts import node_snapshot
 from gpudoctor.facts.gpu import GpuProbe, run_gpu_probe
+from gpudoctor.facts.node_snapshot import NodeSnapshot
+from gpudoctor.facts.nodes import discover_nvidia_nodes
 from gpudoctor.facts.procfs import ProcDevices, parse_proc_devices
-from gpudoctor.hosts.base import Host
+from gpudoctor.hosts.base import FileStat, Host
 from gpudoctor.model import CheckResult, Finding, Status
 
 T = TypeVar("T")
@@ -52,6 +55,8 @@ class CheckOptions:
         probe_timeout_s: timeout of the CUDA/NVML child probe in seconds.
         ct: the container id when checking a CT from its host (``--ct``).
         flavor: ``pve`` or ``lxc``: how the container's host is managed.
+        lxcpath: LXC's container directory for flavor ``lxc`` (``--lxcpath``; None: LXC's
+            default, ``lxc-config lxc.lxcpath``).
         fix_host: how to name the CT's host in remedies (``root@pve1``), when known.
         expect_gpus: GPUs the workload needs (``--expect-gpus``), when known.
         deep: run the slow, opt-in checks too (``--deep``: NCCL all-reduce, ...).
@@ -64,6 +69,7 @@ class CheckOptions:
     probe_timeout_s: float = 20.0
     ct: str | None = None
     flavor: str = "pve"
+    lxcpath: str | None = None
     fix_host: str | None = None
     expect_gpus: int | None = None
     deep: bool = False
@@ -72,13 +78,15 @@ class CheckOptions:
         """Return the CT config path remedies should name (``/etc/pve/lxc/<id>.conf``)."""
         ct = self.ct or "<id>"
         if self.flavor == "lxc":
-            return f"/var/lib/lxc/{ct}/config"
+            return f"{(self.lxcpath or '/var/lib/lxc').rstrip('/')}/{ct}/config"
         return f"/etc/pve/lxc/{ct}.conf"
 
     def fix_command(self) -> str:
         """Return the ``gpudoctor fix`` command line for this target."""
         host = self.fix_host or "<proxmox-host>"
         flavor = " --flavor lxc" if self.flavor == "lxc" else ""
+        if self.flavor == "lxc" and self.lxcpath:
+            flavor += f" --lxcpath {self.lxcpath}"
         return f"gpudoctor fix --host {host} --ct {self.ct or '<id>'}{flavor}"
 
 
@@ -87,6 +95,8 @@ class FactCache:
 
     The GPU probe can be started early (:meth:`start_gpu_probe`) so that it runs in
     parallel with the file-based checks: the whole catalogue then costs about one cuInit.
+    Observe before disturbing: the device-node facts (:meth:`nodes_before`) are read before
+    the probe starts, since the driver library in the probe may rewrite nodes (issue 21).
     """
 
     def __init__(self, host: Host, options: CheckOptions) -> None:
@@ -111,11 +121,14 @@ class FactCache:
         return future.result()
 
     def start_gpu_probe(self) -> None:
-        """Start the GPU probe in a background thread (idempotent)."""
+        """Read the node facts (:meth:`nodes_before`), then start the GPU probe in a
+        background thread (idempotent)."""
         with self._lock:
             if "gpu_probe" in self._futures or getattr(self, "_probe_started", False):
                 return
             self._probe_started = True
+        with contextlib.suppress(Exception):  # cached for the checks that read it
+            self.nodes_before()
         threading.Thread(target=self._prefetch_probe, name="gpu-probe", daemon=True).start()
 
     def _prefetch_probe(self) -> None:
@@ -124,8 +137,64 @@ class FactCache:
             self.gpu_probe()
 
     def gpu_probe(self) -> GpuProbe:
-        """Return the GPU probe's result (running it now if nobody started it)."""
-        return self.get("gpu_probe", lambda: run_gpu_probe(self.host, self.options.probe_timeout_s))
+        """Return the GPU probe's result (running it now if nobody started it, after the
+        node facts were read)."""
+
+        def load() -> GpuProbe:
+            with contextlib.suppress(Exception):
+                self.nodes_before()
+            return run_gpu_probe(self.host, self.options.probe_timeout_s)
+
+        return self.get("gpu_probe", load)
+
+    def probe_started(self) -> bool:
+        """Return True when the GPU probe was started (or ran) in this run."""
+        with self._lock:
+            return "gpu_probe" in self._futures or getattr(self, "_probe_started", False)
+
+    def nodes_before(self) -> NodeSnapshot:
+        """Return the NVIDIA nodes, ``/proc/devices`` and the cgroup files as they were
+        before the GPU probe ran (read once, first; for a local check the snapshot
+        :mod:`gpudoctor.early_probe` took just before it forked the probe). The node facts
+        the checks read (:meth:`nvidia_nodes`, :meth:`node_stat`, :meth:`proc_devices`,
+        :meth:`read_optional`) then answer from it."""
+        return self.get("nodes_before", self._observe)
+
+    def _observe(self) -> NodeSnapshot:
+        from gpudoctor import early_probe
+        from gpudoctor.hosts.local import LocalHost
+
+        raw = early_probe.take_snapshot() if isinstance(self.host, LocalHost) else None
+        if raw is not None:
+            snap = node_snapshot.from_early(raw)
+        else:
+            snap = node_snapshot.take(self.host, [d.path for d in self.options.devices])
+        self._prime("nvidia_nodes", list(snap.nodes))
+        for path, st in snap.stats:
+            self._prime("node:" + path, st)
+        for path, text in snap.files:
+            self._prime("file:" + path, text)
+        devices = dict(snap.files).get("/proc/devices")
+        if "/proc/devices" in dict(snap.files):
+            self._prime("proc_devices", parse_proc_devices(devices) if devices else ProcDevices())
+        return snap
+
+    def _prime(self, key: str, value: object) -> None:
+        """Record ``value`` as fact ``key`` unless it was read already."""
+        with self._lock:
+            if key not in self._futures:
+                future: Future[Any] = Future()
+                future.set_result(value)
+                self._futures[key] = future
+
+    def nvidia_nodes(self) -> list[str]:
+        """Return the NVIDIA node paths present (``ls /dev/nvidia* /dev/nvidia-caps*``)."""
+        return self.get("nvidia_nodes", lambda: discover_nvidia_nodes(self.host.list_dir))
+
+    def node_stat(self, path: str) -> FileStat | None:
+        """Return ``stat PATH`` (None when it does not exist; other errors raise), as it
+        was before the probe for every node the snapshot looked at."""
+        return self.get("node:" + path, lambda: node_snapshot.stat_or_none(self.host, path))
 
     def proc_devices(self) -> ProcDevices:
         """Return the parsed ``/proc/devices`` of the host (empty when unreadable)."""

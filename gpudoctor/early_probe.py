@@ -17,6 +17,10 @@ process that runs the probe's source itself: a new interpreter (``posix_spawn`` 
 the same bytes either way (tests/unit/test_early_probe.py). A child that nobody adopts (the
 command took another path) is killed when the process exits. This module imports nothing
 of gpudoctor: the CLI imports it, never the other way round.
+Just before the child starts, :func:`snapshot` reads every device-node fact (``stat`` of
+each ``/dev/nvidia*`` node, ``/proc/devices``, the cgroup and id-map files): the driver
+library in the child may rewrite nodes (issue 21), and the node checks report what was
+there before it ran (:mod:`gpudoctor.facts.node_snapshot` adopts it).
 ``GPUDOCTOR_EARLY_PROBE=0`` turns this off (the probe then starts where the runner starts it);
 ``GPUDOCTOR_EARLY_PROBE=spawn`` starts it as a new interpreter (benchmarks/check_latency.py's
 A/B).
@@ -32,6 +36,17 @@ STAGES = ("env", "nvml", "cuda")
 NOT_LOCAL = ("--host", "--ct", "--cluster", "--inventory", "--only", "-h", "--help")
 GLOBAL_FLAGS = ("--debug",)  # root-group flags allowed before the subcommand
 AFTER_KILL_S = 1.0  # reading after the kill at the deadline, as op_run (the spawned path) waits
+# Observe before disturbing (issue 21): what is read before the probe child starts. The
+# directories are gpudoctor.facts.nodes.NVIDIA_FAMILIES' (a test keeps them equal).
+NODE_DIRS = ("/dev", "/dev/nvidia-caps", "/dev/nvidia-caps-imex-channels")
+SNAPSHOT_FILES = (
+    "/proc/devices",
+    "/sys/fs/cgroup/devices/devices.list",
+    "/proc/self/uid_map",
+    "/proc/sys/kernel/overflowuid",
+    "/proc/self/status",
+    "/proc/driver/nvidia/params",
+)
 
 
 class Pending:
@@ -43,6 +58,7 @@ class Pending:
 
 
 _PENDING: list[Pending] = []  # at most one; list.pop() hands it over atomically
+_SNAPSHOT: list[dict] = []  # the node facts read just before the child started (at most one)
 
 
 def wanted(args: list[str]) -> bool:
@@ -76,6 +92,48 @@ def nvidia_registered(proc_devices: str = "/proc/devices") -> bool:
             )
     except OSError:
         return False
+
+
+def snapshot() -> dict:
+    """Return the device-node facts of this machine now, read with plain ``os`` calls
+    before any CUDA or NVML call: ``{"dirs": {dir: sorted names}, "stats": {path:
+    os.stat_result}, "files": {path: bytes}}`` for :data:`NODE_DIRS` (every ``/dev/nvidia*``
+    entry and everything in the NVIDIA node directories) and :data:`SNAPSHOT_FILES`; a
+    failure is recorded as its errno. ``ls /dev/nvidia*; stat ...; cat /proc/devices``."""
+    dirs: dict[str, object] = {}
+    stats: dict[str, object] = {}
+    files: dict[str, object] = {}
+    for path in SNAPSHOT_FILES:
+        try:
+            with open(path, "rb") as fh:
+                files[path] = fh.read(1 << 20)
+        except OSError as exc:
+            files[path] = exc.errno or 5  # EIO
+    for directory in NODE_DIRS:
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError as exc:
+            dirs[directory] = exc.errno or 5
+            continue
+        dirs[directory] = names
+        for name in names:
+            if directory == "/dev" and not name.startswith("nvidia"):
+                continue
+            path = f"{directory}/{name}"
+            try:
+                stats[path] = os.stat(path)
+            except OSError as exc:
+                stats[path] = exc.errno or 5
+    return {"dirs": dirs, "stats": stats, "files": files}
+
+
+def take_snapshot() -> dict | None:
+    """Return (once) the :func:`snapshot` taken just before the early child started, or
+    None when no child was started early."""
+    try:
+        return _SNAPSHOT.pop()
+    except IndexError:
+        return None
 
 
 def probe_argv(python: str) -> list[str]:
@@ -170,9 +228,11 @@ def start(argv: list[str]) -> None:
         return
     try:
         argv_of_probe = probe_argv(sys.executable)
+        facts = snapshot()  # observe before disturbing: the probe may rewrite nodes
         pending = spawn(argv_of_probe) if mode == "spawn" else fork_probe(argv_of_probe)
     except Exception:  # OSError, or no POSIX_SPAWN_SETSID here: the normal path runs it
         return
+    _SNAPSHOT.append(facts)
     _PENDING.append(pending)
     import atexit
 
@@ -195,7 +255,8 @@ def adopt(argv: list[str], timeout_s: float) -> dict | None:
 
 
 def discard() -> None:
-    """Kill and reap an early child nobody adopted (at exit)."""
+    """Kill and reap an early child nobody adopted (at exit); drop its snapshot."""
+    _SNAPSHOT.clear()
     while _PENDING:
         _collect(_PENDING.pop(), 0.0)
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 CheckFunc = Callable[["CheckContext"], Iterable[Finding]]
 
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
-SCOPES = ("target", "ct_host")
+SCOPES = ("target", "ct_host", "node")
 
 
 class CatalogueError(ValueError):
@@ -65,7 +65,8 @@ class CheckSpec:
             without being required, e.g. to attribute a cause.
         uses_gpu_probe: True when the check reads the CUDA/NVML child-process probe.
         scope: ``target`` (runs where the workload runs) or ``ct_host`` (runs on the
-            Proxmox/LXC host that owns the container; only with ``--ct``).
+            Proxmox/LXC host that owns the container; only with ``--ct``) or ``node``
+            (the machine's own kernel: on the CT's host with ``--ct``, else on the target).
         fix: the gpudoctor command that fixes a FAIL, when one exists.
         module: the module that defines it.
     """

@@ -6,7 +6,9 @@
 - Every check has a timeout; a check that overruns, or raises, becomes ERROR (with the
   traceback in ``--json`` only) and never vanishes from the report.
 - The CUDA/NVML probe runs in a child process (see :mod:`gpudoctor.facts.gpu`), started
-  first so that it overlaps the file-based checks.
+  first so that it overlaps the file-based checks, but only after every device-node fact
+  was read (:meth:`gpudoctor.context.FactCache.nodes_before`): the driver library in the
+  probe may rewrite nodes, and the node checks report what was there before it ran.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def select(specs: list[CheckSpec], only: Iterable[str], with_ct_host: bool) -> l
             if dep not in chosen:
                 chosen.add(dep)
                 stack.append(dep)
-    return [s for s in specs if s.id in chosen and (with_ct_host or s.scope == "target")]
+    return [s for s in specs if s.id in chosen and (with_ct_host or s.scope != "ct_host")]
 
 
 def run_checks(
@@ -63,7 +65,9 @@ def run_checks(
         facts_by_scope["ct_host"] = FactCache(ct_host, options)
     target_facts = facts_by_scope["target"]
     if any(s.uses_gpu_probe for s in selected) and nvidia_majors(target_facts.proc_devices()):
-        target_facts.start_gpu_probe()  # no NVIDIA driver: every probe check SKIPs anyway
+        # reads every node fact first (observe before disturbing), then starts the probe;
+        # no NVIDIA driver: every probe check SKIPs anyway, and nothing disturbs the nodes
+        target_facts.start_gpu_probe()
     results = Schedule(selected, facts_by_scope, options, progress).run()
     return Report(
         target=target_name or host.name,
@@ -163,7 +167,8 @@ class Schedule:
 
     def execute(self, spec: CheckSpec) -> tuple[Finding, ...]:
         """Return the check's findings, or one ERROR finding when it raised."""
-        facts = self.facts["ct_host" if spec.scope == "ct_host" else "target"]
+        on_host = spec.scope == "ct_host" or (spec.scope == "node" and "ct_host" in self.facts)
+        facts = self.facts["ct_host" if on_host else "target"]
         ctx = CheckContext(spec.id, facts.host, self.options, facts, self.results)
         box: dict[str, object] = {}
         try:

@@ -72,3 +72,20 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.support.tiny_llm import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llm")
+
+
+@pytest.fixture
+def public_tmp_path() -> Iterator[Path]:
+    """A fresh ``/tmp/gpudoctor-test-*`` directory (mode 0711) for tests in which a second
+    user (``nobody`` through ``setpriv``) plants files: pytest's own ``tmp_path`` lies under
+    ``/tmp/pytest-of-root``, which pytest resets to 0700 whenever another pytest session
+    starts on the machine. Removed after the test."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="gpudoctor-test-", dir="/tmp"))
+    os.chmod(path, 0o711)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

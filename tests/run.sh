@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=(lxc uidmap busybox-static openssh-server openssh-client util-linux iproute2 procps git
-  systemd prometheus prometheus-node-exporter debootstrap)
+  systemd prometheus prometheus-node-exporter debootstrap chromium)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

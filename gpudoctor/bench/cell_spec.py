@@ -7,8 +7,11 @@ against this OpenAI-compatible base URL, return the cell's record".
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+INF = float("inf")
 
 
 @dataclass(frozen=True)
@@ -16,7 +19,9 @@ class WorkloadSpec:
     """What load one cell sends (the plan's ``[workload]`` table).
 
     Attributes:
-        kind: ``random`` (random token prompts) or ``jsonl`` (prompts from a file).
+        kind: ``random`` (random token prompts), ``jsonl`` (prompts from a file),
+            ``sharegpt`` (a ShareGPT JSON/JSONL file), ``multi_turn``, ``shared_prefix``
+            or ``trace`` (a Mooncake-format JSONL trace); see docs/bench-metrics.md.
         input_len: prompt length in tokens (random), before ``range_ratio``.
         output_len: ``max_tokens`` of every request.
         range_ratio: lengths drawn uniformly in ``[len * range_ratio, len]`` (1.0 = fixed).
@@ -30,7 +35,18 @@ class WorkloadSpec:
             speculative acceptance, see docs).
         api: ``completions`` (/v1/completions) or ``chat`` (/v1/chat/completions).
         warmup: warmup requests sent before measuring, excluded from metrics.
-        request_rate: requests per second (Poisson, open loop); None = closed loop.
+        request_rate: requests per second (open loop, seeded arrivals); None = closed
+            loop; ``inf`` = every request at once (capped by the concurrency). The plan's
+            ``[axes] request_rate`` sets it per cell.
+        burstiness: the shape of the gamma-distributed inter-arrival times (SGLang's and
+            vLLM's bench_serving ``--burstiness``): 1 (the default, None) = Poisson
+            arrivals, below 1 burstier, above 1 more regular; the mean rate is unchanged.
+        turns: ``multi_turn``: user turns per conversation (each carries the history).
+        groups, prompts_per_group, system_prompt_len: ``shared_prefix``: groups of
+            prompts sharing one system prompt of ``system_prompt_len`` tokens, each
+            followed by its own ``input_len``-token question.
+        trace_slowdown: ``trace``: multiply the trace's time gaps by this (2 = half speed).
+        trace_block_size: ``trace``: tokens per ``hash_ids`` block (512, as Mooncake).
     """
 
     kind: str = "random"
@@ -45,6 +61,13 @@ class WorkloadSpec:
     warmup: int = 2
     request_rate: float | None = None
     prompts_per_concurrency: int | None = None
+    burstiness: float | None = None
+    turns: int | None = None
+    groups: int | None = None
+    prompts_per_group: int | None = None
+    system_prompt_len: int | None = None
+    trace_slowdown: float | None = None
+    trace_block_size: int | None = None
 
     def for_concurrency(self, concurrency: int) -> WorkloadSpec:
         """Return the workload of one cell at ``concurrency``: ``num_prompts`` =
@@ -81,3 +104,26 @@ class CellTarget:
     tokenizer_dir: str
     flush_cache_path: str | None = None
     raw_path: Path | None = None
+
+
+def rate_to_json(rate: float | None) -> float | str | None:
+    """Return a request rate as stored in JSON: a number, ``"inf"`` or None (closed loop)."""
+    if rate is None:
+        return None
+    return "inf" if math.isinf(rate) else rate
+
+
+def rate_from_json(value: object) -> float | None:
+    """Return the request rate of a JSON value (a number, ``"inf"``; else None)."""
+    if value == "inf":
+        return INF
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def rate_label(rate: float | None) -> str:
+    """Return a request rate for tables: ``2``, ``0.5``, ``inf`` (``-`` = closed loop)."""
+    if rate is None:
+        return "-"
+    return "inf" if math.isinf(rate) else f"{rate:g}"

@@ -31,7 +31,9 @@ def _warn(lines: tuple[str, ...] | list[str]) -> None:
               help="Write report.md and the PNGs here instead of RUN_DIR.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the written paths as JSON.")
 def report(run_dir: Path, out_dir: Path | None, as_json: bool) -> None:
-    """Write RUN_DIR/report.md (a table per TP) and PNG plots from RUN_DIR/results.jsonl.
+    """Write RUN_DIR/report.md (a table per TP), PNG plots and RUN_DIR/report.html from
+    RUN_DIR/results.jsonl. report.html is self-contained (inline SVG, no network): open it
+    in a browser.
 
     \b
     Each table: rows = configs, columns = concurrency, cells =
@@ -61,10 +63,11 @@ def report(run_dir: Path, out_dir: Path | None, as_json: bool) -> None:
     _warn(files.warnings)
     if as_json:
         click.echo(json.dumps({"markdown": str(files.markdown), "cells": files.cells,
-                               "plots": [str(p) for p in files.plots],
+                               "plots": [str(p) for p in files.plots], "html": str(files.html),
                                "warnings": list(files.warnings)}))  # fmt: skip
         return
-    click.echo(f"wrote {files.markdown} ({files.cells} cells) and {len(files.plots)} plots")
+    click.echo(f"wrote {files.markdown} ({files.cells} cells), {files.html} and "
+               f"{len(files.plots)} plots")  # fmt: skip
 
 
 def _side_by_side(a: float | None, b: float | None, r: float | None, noise: bool | None,

@@ -13,6 +13,7 @@ from gpudoctor.commands.options import (
     COUNT_MAX,
     FLAVOR,
     KNOWN_HOSTS,
+    LXCPATH,
     SECONDS,
     api_options,
     cluster_option,
@@ -145,9 +146,10 @@ def validate_selection(only: tuple[str, ...], ct: str | None, flavor: str, fleet
     "--ct",
     metavar="ID",
     help="Check inside this container (pct exec / lxc-attach on "
-    "its host) and its config on the host (ct.device_rules).",
+    "its host) and its config and hooks on the host (ct.device_rules, ct.hooks).",
 )
 @FLAVOR
+@LXCPATH
 @click.option(
     "--expect-gpus",
     type=click.IntRange(min=0, max=COUNT_MAX),
@@ -189,6 +191,7 @@ def check(
     host_spec: str | None,
     ct: str | None,
     flavor: str,
+    lxcpath: str | None,
     expect_gpus: int | None,
     deep: bool,
     known_hosts: str | None,
@@ -223,6 +226,7 @@ def check(
     if fleet and host_spec:
         raise click.UsageError("--host is for one machine; --cluster/--inventory name the nodes")
     validate_selection(split_ids(only), ct, flavor, fleet)
+    validate_lxcpath(lxcpath, flavor, fleet)
     require_writable_file(output, "-o")
 
     options = CheckOptions(
@@ -233,6 +237,7 @@ def check(
         probe_timeout_s=timeout,
         ct=ct,
         flavor=flavor,
+        lxcpath=lxcpath,
         fix_host=host_spec if host_spec and host_spec != "local" else ("local" if ct else None),
         expect_gpus=expect_gpus,
         deep=deep,
@@ -256,7 +261,7 @@ def check(
         ctx.exit(run_fleet_command(request, options, fmt_enum, output, verbose, write_atomically))
     try:
         target, ct_host, closers = open_targets(
-            host_spec, ct, flavor, known_hosts, accept_new_host_key
+            host_spec, ct, flavor, known_hosts, accept_new_host_key, lxcpath
         )
         try:
             report = run_checks(
@@ -279,6 +284,20 @@ def check(
     if code == ExitCode.NOTHING_DONE:
         click.echo(nothing_checked_line([report]), err=True)
     ctx.exit(code)
+
+
+def validate_lxcpath(lxcpath: str | None, flavor: str, fleet: bool) -> None:
+    """Raise click.UsageError for a ``--lxcpath`` that cannot apply (before any work)."""
+    if not lxcpath:
+        return
+    if fleet:
+        raise click.UsageError(
+            "--lxcpath is for one host; in an inventory set lxcpath per node (docs/fleet.md)"
+        )
+    if flavor != "lxc":
+        raise click.UsageError("--lxcpath is for plain LXC containers: add --flavor lxc")
+    if not lxcpath.startswith("/"):
+        raise click.UsageError(f"--lxcpath {lxcpath!r}: give an absolute directory")
 
 
 def target_label(host_spec: str | None, ct: str | None, flavor: str) -> str:
@@ -312,8 +331,9 @@ def prestart_local_probe(options: CheckOptions, host_spec, ct, fleet):  # type: 
     return facts
 
 
-def open_targets(host_spec, ct, flavor, known_hosts, accept_new):  # type: ignore[no-untyped-def]
-    """Return (target host, CT host or None, hosts to close) for the command-line options."""
+def open_targets(host_spec, ct, flavor, known_hosts, accept_new, lxcpath=None):  # type: ignore[no-untyped-def]
+    """Return (target host, CT host or None, hosts to close) for the command-line options
+    (``lxcpath``: ``--lxcpath``, the container's LXC directory for flavor ``lxc``)."""
     from gpudoctor.hosts.connect import open_container, open_host
 
     opts = {"known_hosts": known_hosts, "accept_new_host_key": accept_new}
@@ -326,7 +346,7 @@ def open_targets(host_spec, ct, flavor, known_hosts, accept_new):  # type: ignor
         host = LocalHost()
     if ct is None:
         return host, None, [host]
-    container = open_container(host, ct, flavor=flavor)
+    container = open_container(host, ct, flavor=flavor, lxcpath=lxcpath)
     return container, host, [container, host]
 
 

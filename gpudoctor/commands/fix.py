@@ -12,6 +12,7 @@ from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
     FLAVOR,
     KNOWN_HOSTS,
+    LXCPATH,
     api_credentials,
     api_options,
     cluster_option,
@@ -87,6 +88,16 @@ def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: s
 @click.option(
     "--prune", is_flag=True, help="Remove stale NVIDIA allow rules (only flagged without it)."
 )
+@click.option(
+    "--driver-libs",
+    type=click.Choice(["bind", "copy"]),
+    help="Also give the CT the host's NVIDIA user-space driver. bind: read-only bind mounts "
+    "of the files the host's driver lists (nvidia-container-cli list, the package's file "
+    "list, else the libcuda directory's *.so.VERSION) into /usr/lib/gpudoctor-driver, "
+    "nvidia-smi and firmware, + ldconfig in the CT: after a host driver upgrade a CT restart "
+    "is all it takes. copy: print the exact-version install for inside the CT (breaks at the "
+    "next host upgrade).",
+)
 @click.option("--dry-run", is_flag=True, help="Show the plan and the diff; change nothing.")
 @click.option("-y", "--yes", is_flag=True, help="Apply without asking.")
 @click.option("--no-restart", is_flag=True, help="Write the config but do not restart the CT.")
@@ -96,11 +107,7 @@ def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: s
     help="Instead of a CT: install a systemd oneshot "
     "that creates /dev/nvidia-uvm at boot before containers start.",
 )
-@click.option(
-    "--lxcpath",
-    metavar="DIR",
-    help="LXC's container directory (plain LXC, default: lxc-config lxc.lxcpath).",
-)
+@LXCPATH
 @KNOWN_HOSTS
 @ACCEPT_NEW_HOST_KEY
 @click.option(
@@ -134,7 +141,8 @@ def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: s
 )
 @click.pass_context
 def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
-        devices: tuple[str, ...], mode: str, dev_gid: int | None, prune: bool, dry_run: bool,
+        devices: tuple[str, ...], mode: str, dev_gid: int | None, prune: bool,
+        driver_libs: str | None, dry_run: bool,
         yes: bool, no_restart: bool, host_prep: bool, lxcpath: str | None,
         known_hosts: str | None, accept_new_host_key: bool, identity_file: str | None,
         api: str | None, as_json: bool, cluster: str | None = None,
@@ -150,6 +158,7 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
       gpudoctor fix --host local --ct 200 --mode rules    # old style, even on PVE >= 8.1
       gpudoctor fix --host root@box --ct web1 --flavor lxc --device /dev/dri
       gpudoctor fix --host root@pve1 --host-prep          # /dev/nvidia-uvm before CTs boot
+      gpudoctor fix --host root@pve1 --ct 200 --driver-libs bind  # libs follow the host
       gpudoctor fix --cluster pve1 --yes                  # every GPU CT, 2 restarts at a time
       gpudoctor fix --inventory hosts.toml --ct 'llm-*' --dry-run
 
@@ -214,6 +223,7 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
             yes=yes,
             restart=not no_restart,
             layout=Layout.from_env(),
+            driver_libs=driver_libs or "",
         )
         request = ClusterFixRequest(
             cluster=cluster,
@@ -259,7 +269,8 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
             code = _run_host_prep(host, dry_run, yes, as_json)
         else:
             options = FixOptions(ct=ct or "", flavor=flavor, plan=plan_options, dry_run=dry_run,
-                                 yes=yes, restart=not no_restart, layout=layout, api=settings)  # fmt: skip
+                                 yes=yes, restart=not no_restart, layout=layout, api=settings,
+                                 driver_libs=driver_libs or "")  # fmt: skip
             code = _run_fix(host, options, host_spec, as_json)
     except (ApplyError, FixPlanError, ConfigError) as exc:
         code = _fail(str(exc), getattr(exc, "code", "error"), as_json)

@@ -106,6 +106,7 @@ def run_cluster_fix(
         dry_run=template.dry_run,
         yes=template.yes,
         restart=template.restart,
+        driver_libs=template.driver_libs,
         connection=FleetSettings(
             known_hosts=request.known_hosts,
             accept_new_host_key=request.accept_new_host_key,

@@ -13,6 +13,13 @@ from gpudoctor.registry import CheckSpec, load_catalogue
 MARKER = "<!-- written by `gpudoctor list --markdown`: regenerate, do not edit -->"
 
 
+RUNS = {
+    "ct_host": "on the CT host",
+    "target": "where the workload runs",
+    "node": "on the machine that owns the kernel (the CT's host with --ct)",
+}
+
+
 def check_page(spec: CheckSpec) -> str:
     """Return the Markdown documentation page of one check."""
     lines = [
@@ -23,7 +30,7 @@ def check_page(spec: CheckSpec) -> str:
         f"- **Proves:** {spec.proves}",
         f"- **Requires:** {', '.join(f'`{d}`' for d in spec.requires) or 'nothing'}",
         f"- **Runs after:** {', '.join(f'`{d}`' for d in spec.after) or 'nothing'}",
-        f"- **Runs:** {'on the CT host' if spec.scope == 'ct_host' else 'where the workload runs'}"
+        f"- **Runs:** {RUNS[spec.scope]}"
         + (" (reads the CUDA/NVML child-process probe)" if spec.uses_gpu_probe else ""),
         f"- **Fix:** {f'`{spec.fix}`' if spec.fix else 'manual (see remediation)'}",
         "",

@@ -1,4 +1,5 @@
-"""Command-line options that several commands share, defined once (``check`` and ``fix``)."""
+"""Command-line options that several commands share, defined once (``check`` and ``fix``:
+``--flavor``, ``--lxcpath``, ``--known-hosts``, the API credentials, ...)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,12 @@ FLAVOR = click.option(
     show_default=True,
     help="How the container's host is managed: Proxmox VE (/etc/pve, pct) or plain LXC "
     "(/var/lib/lxc/NAME/config, lxc-attach).",
+)
+LXCPATH = click.option(
+    "--lxcpath",
+    metavar="DIR",
+    help="LXC's container directory for --flavor lxc (lxc-attach/lxc-start -P DIR; "
+    "default: lxc-config lxc.lxcpath). An inventory node's lxcpath is the same setting.",
 )
 KNOWN_HOSTS = click.option(
     "--known-hosts", type=click.Path(dir_okay=False), help="Extra known_hosts file."

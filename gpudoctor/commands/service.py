@@ -178,11 +178,11 @@ def _load_plan_in_root(root: str, plan: str):  # type: ignore[no-untyped-def]
     """Return the Plan at ``plan`` read inside ``root`` (links resolved within it)."""
     from pathlib import PurePosixPath
 
-    from gpudoctor import fsio
+    from gpudoctor import fsio, fsio_root
     from gpudoctor.bench.plan import PlanError, parse_plan
 
     try:
-        text = fsio.read_under_root(root, plan).decode("utf-8")
+        text = fsio_root.read_under_root(root, plan).decode("utf-8")
     except FileNotFoundError as exc:
         raise click.BadParameter(
             f"no plan file at {exc.filename or plan}", param_hint="PLAN"

@@ -120,3 +120,21 @@ def discover_nvidia_nodes(list_dir: Callable[[str], list[str]]) -> list[str]:
             if family_of(path) is not None:
                 found.append(path)
     return found
+
+
+KIND_PHRASES = {
+    "char": "a character device",
+    "block": "a block device",
+    "dir": "a directory",
+    "file": "a regular file",
+    "link": "a symbolic link",
+    "fifo": "a FIFO",
+    "socket": "a socket",
+}
+
+
+def a_kind(kind: str) -> str:
+    """Return a FileStat ``kind`` in words, with its article (``fifo`` -> ``a FIFO``,
+    ``file`` -> ``a regular file``; ``stat -c %F`` says the same); an unknown kind is
+    ``a file of unknown type (KIND)``."""
+    return KIND_PHRASES.get(kind, f"a file of unknown type ({kind})")

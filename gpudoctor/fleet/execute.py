@@ -276,7 +276,8 @@ class FleetRun:
 
         assert self.pool is not None
         parent = self.hosts[node.name]
-        options = replace(self.settings.options, ct=ct.ct, flavor=node.flavor, fix_host=node.ssh)
+        options = replace(self.settings.options, ct=ct.ct, flavor=node.flavor,
+                          lxcpath=node.lxcpath, fix_host=node.ssh)  # fmt: skip
         labels = ct_labels(node.name, ct.ct)
         inside = ContainerHost(parent, ct.ct, flavor=node.flavor, lxcpath=node.lxcpath,
                                call_timeout=self.settings.target_timeout_s)  # fmt: skip

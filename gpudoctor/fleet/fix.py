@@ -50,6 +50,7 @@ class ClusterFixSettings:
         apply_timeout_s: deadline of one CT's fix (write + restart + re-check).
         connection: SSH options (``known_hosts``, ``identity_file``, ...; its
             ``parallel`` and ``options`` are not used).
+        driver_libs: ``fix --driver-libs`` for every CT ("" = none).
     """
 
     plan: PlanOptions = field(default_factory=PlanOptions)
@@ -59,6 +60,7 @@ class ClusterFixSettings:
     dry_run: bool = False
     yes: bool = False
     restart: bool = True
+    driver_libs: str = ""
     parallel: int = 8
     plan_timeout_s: float = 120.0
     apply_timeout_s: float = 600.0
@@ -197,7 +199,7 @@ def _fix_options(ct: CtSpec, node: NodeSpec, settings: ClusterFixSettings, **kw:
     if node.lxcpath and node.flavor == "lxc":
         layout = replace(layout, lxcpath=node.lxcpath)
     return FixOptions(ct=ct.ct, flavor=node.flavor, plan=settings.plan, layout=layout,
-                      restart=settings.restart, **kw)  # fmt: skip
+                      restart=settings.restart, driver_libs=settings.driver_libs, **kw)  # fmt: skip
 
 
 def _from_outcome(ct: CtSpec, outcome: FixOutcome, began: float, ended: float) -> CtFix:

@@ -122,7 +122,10 @@ def _call(func: Callable[[], Any], creds: ApiCredentials, what: str) -> Any:
 
 
 def describe_error(exc: Exception, creds: ApiCredentials, what: str) -> str:
-    """Return a one-line, secret-free explanation of a failed API call."""
+    """Return a one-line, secret-free explanation of a failed API call (a port that does
+    not speak TLS told apart from an untrusted certificate: :mod:`gpudoctor.pve.tls`)."""
+    from gpudoctor.pve.tls import tls_failure
+
     where = f"Proxmox API at https://{creds.host}"
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
@@ -134,9 +137,9 @@ def describe_error(exc: Exception, creds: ApiCredentials, what: str) -> str:
     if status is not None:
         return f"{where}: {what}: HTTP {status} {getattr(exc, 'status_message', '')}".strip()
     text = str(exc)
-    if "CERTIFICATE_VERIFY_FAILED" in text or name == "SSLError":
-        return (f"{where}: its TLS certificate is not trusted: pass --api-ca-file with the "
-                "cluster's CA (/etc/pve/pve-root-ca.pem), or --api-insecure")  # fmt: skip
+    tls = tls_failure(exc, insecure=creds.verify is False)
+    if tls is not None:
+        return f"{where}: {tls}"
     if name in ("ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout"):
         return f"{where}: cannot connect ({what}): {text.splitlines()[0][:200]}"
     return f"{where}: {what} failed: {name}: {text.splitlines()[0][:200] if text else ''}"

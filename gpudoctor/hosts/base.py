@@ -36,7 +36,8 @@ class FileStat:
 
     Attributes:
         path: the path asked about.
-        kind: ``char``, ``block``, ``dir``, ``file``, ``link`` or ``other``.
+        kind: ``char``, ``block``, ``dir``, ``file``, ``link``, ``fifo``, ``socket`` or
+            ``other`` (:func:`gpudoctor.facts.nodes.a_kind` says it in words).
         mode: permission bits (``0o666``).
         major: device major number (char/block nodes; 0 otherwise).
         minor: device minor number.

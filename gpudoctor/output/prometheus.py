@@ -9,7 +9,10 @@ The metric names are a contract (alert rules are written against them, docs/prom
 - ``gpudoctor_last_success_timestamp_seconds{target}``: unix time of the last run without
   FAIL/ERROR (carried over from the previous file when this run failed; absent if never);
 - ``gpudoctor_check_status{check,subject,target[,node,ct]}``: one gauge per finding;
-- ``gpudoctor_check_duration_seconds{check,target[,node,ct]}``: wall time of each check.
+- ``gpudoctor_check_duration_seconds{check,target[,node,ct]}``: wall time of each check;
+- ``gpudoctor_xid_events{pci,code,kind,fatal,target[,node,ct]}``: NVIDIA Xid events in the
+  host's kernel log since boot (``host.xid``), per GPU and code; ``fatal="1"`` when the GPU
+  is unusable until reset or reboot.
 """
 
 from __future__ import annotations
@@ -138,6 +141,7 @@ def write_prometheus(
             worst[key] = max(worst.get(key, -1), f.status.rank)
         for key, rank in worst.items():
             stream.write(f"gpudoctor_check_status{key} {rank}\n")
+    _write_xid(reports, stream)
     _gauge(stream, "gpudoctor_check_duration_seconds", "Wall time of each check.")
     for report in reports:
         base = [("target", report.target), *report.labels]
@@ -146,6 +150,32 @@ def write_prometheus(
                 f"gpudoctor_check_duration_seconds{labels([('check', r.check_id), *base])} "
                 f"{r.duration_s:.4f}\n"
             )
+
+
+def _write_xid(reports: Sequence[Report], stream: TextIO) -> None:
+    """Write ``gpudoctor_xid_events`` from host.xid's findings (subject ``Xid C on PCI``,
+    evidence ``events since boot: N``); nothing when no report has one."""
+    from gpudoctor.facts.xid import COUNT_EVIDENCE, SUBJECT, XID_TABLE
+
+    rows: dict[str, int] = {}
+    for report in reports:
+        base = [("target", report.target), *report.labels]
+        for f in report.findings:
+            match = SUBJECT.match(f.subject) if f.check_id == "host.xid" else None
+            counts = [COUNT_EVIDENCE.match(e) for e in f.evidence]
+            count = next((int(c["count"]) for c in counts if c), 0)
+            if not match or not count:
+                continue
+            info = XID_TABLE.get(int(match["code"]))
+            pairs = [("pci", match["pci"]), ("code", match["code"]),
+                     ("kind", info.kind if info else "unknown"),
+                     ("fatal", "1" if f.status is Status.FAIL else "0"), *base]  # fmt: skip
+            rows[labels(pairs)] = count
+    if rows:
+        _gauge(stream, "gpudoctor_xid_events",
+               "NVIDIA Xid events in the kernel log since boot, per GPU and code.")  # fmt: skip
+        for key, count in rows.items():
+            stream.write(f"gpudoctor_xid_events{key} {count}\n")
 
 
 def textfile(reports: Sequence[Report], path: str | None, now: float | None = None) -> str:

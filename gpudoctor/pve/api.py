@@ -74,17 +74,29 @@ def connect(settings: ApiSettings) -> Any:
     else:
         raise ApplyError("usage", "--api needs --api-token, or --api-user and --api-password")
     host = parts.hostname
-    return call("logging in", lambda: ProxmoxAPI(host, **common, **auth))
+    return call(
+        "logging in",
+        lambda: ProxmoxAPI(host, **common, **auth),
+        insecure=settings.verify is False,
+        where=f"https://{host}:{common['port']}",
+    )
 
 
-def call(what: str, request: Callable[[], Any]) -> Any:
-    """Run one API request; turn any proxmoxer/HTTP failure into ApplyError("api")."""
+def call(what: str, request: Callable[[], Any], insecure: bool = False, where: str = "") -> Any:
+    """Run one API request; turn any proxmoxer/HTTP failure into ApplyError("api") (a
+    TLS failure named: a port that does not speak TLS, an untrusted certificate)."""
+    from gpudoctor.pve.tls import tls_failure
+
     try:
         return request()
     except ApplyError:
         raise
     except Exception as exc:  # proxmoxer raises ResourceException, requests its own
-        raise ApplyError("api", f"Proxmox API: {what} failed: {exc}") from None
+        at = f" at {where}" if where else ""
+        tls = tls_failure(exc, insecure)
+        if tls is not None:
+            raise ApplyError("api", f"Proxmox API{at}: {what} failed: {tls}") from None
+        raise ApplyError("api", f"Proxmox API{at}: {what} failed: {exc}") from None
 
 
 class ApiController(Controller):

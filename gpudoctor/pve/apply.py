@@ -42,9 +42,10 @@ from gpudoctor.pve.config import LXC, PVE, Config
 class ApplyError(RuntimeError):
     """A refusal or a failed write; ``code`` says which (``changed``, ``locked``, ...)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, details: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.code = code
+        self.details = details  # e.g. the log lines that say why a start failed
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import posixpath
 
+from gpudoctor.facts.nodes import a_kind
 from gpudoctor.pve.config import Config, Kind
+from gpudoctor.pve.devspec import key_problem, unwritable
 from gpudoctor.pve.entries import Entries
 from gpudoctor.pve.facts import HostFacts, HostNode
 
@@ -43,6 +45,31 @@ def config_warnings(config: Config, entries: Entries) -> list[str]:
     lock = config.get("lock")
     if lock:
         warnings.append(f"the CT is locked ({lock})")
+    return warnings + option_warnings(config, entries)
+
+
+def option_warnings(config: Config, entries: Entries) -> list[str]:
+    """Return one warning per live-config line Proxmox would read otherwise than it looks:
+    a key given twice (``parse_pct_config`` keeps the last line, without a word), a devN
+    key it does not know (``dev256``), a devN value it rejects (:mod:`devspec`: the CT
+    does not start)."""
+    warnings = []
+    for earlier, later, key in entries.overridden:
+        warnings.append(
+            f"line {earlier + 1}: `{config.lines[earlier].text.strip()}` has no effect: {key} "
+            f"is given again on line {later + 1}, and Proxmox keeps the last one"
+        )
+    for index, dev in entries.devs:
+        line = config.lines[index]
+        where = f"line {index + 1}: `{line.text.strip()}`"
+        problem = key_problem(line.key)
+        if problem:
+            warnings.append(f"{where}: {problem}")
+        if dev.problems:
+            warnings.append(
+                f"{where} is a devN value Proxmox rejects ({'; '.join(dev.problems)}): "
+                "the CT does not start until it is corrected"
+            )
     return warnings
 
 
@@ -88,11 +115,15 @@ def pinned_dynamic(entries: Entries, facts: HostFacts) -> list[tuple[str, int, s
 def device_refusal(asked: str, path: str, node: HostNode | None) -> str | None:
     """Return why ``--device ASKED`` (host node ``path``) cannot be passed, or None: only
     char nodes and directories under /dev holding char nodes are (``--device /root`` would
-    bind-mount the host's /root read-write). A missing path is not refused here: the plan
+    bind-mount the host's /root read-write), at paths a devN value and a mount entry can
+    carry (no ``,`` ``=`` or whitespace). A missing path is not refused here: the plan
     reports it and passes nothing."""
+    what = f"--device {asked}" + (f" (host {path})" if path != asked else "")
+    odd = unwritable(path)
+    if odd:
+        return f"{what}: {odd}"
     if node is None or not node.exists or node.kind == "char":
         return None
-    what = f"--device {asked}" + (f" (host {path})" if path != asked else "")
     normal = posixpath.normpath(path) == path and path.startswith("/dev/")
     if node.kind == "dir" and normal and node.char_nodes:
         return None
@@ -101,7 +132,7 @@ def device_refusal(asked: str, path: str, node: HostNode | None) -> str | None:
     elif node.kind == "dir":
         why = "a directory outside /dev"
     else:
-        why = f"a {node.kind}, not a character device"
+        why = f"{a_kind(node.kind)}, not a character device"
     return (
         f"{what} is {why}: only character devices, or directories under /dev that hold "
         "them, can be passed into a CT"

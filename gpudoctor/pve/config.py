@@ -31,12 +31,17 @@ PMXCFS_MAX_BYTES = 1024 * 1024  # pmxcfs refuses files larger than 1 MiB
 # Perl's \s on byte strings (pve-container's regexes): no Unicode spaces.
 _WS = r"[ \t\r\f\v]"
 _BLANK = re.compile(rf"{_WS}*")
-_PENDING = re.compile(rf"\[(pve:pending)\]{_WS}*", re.IGNORECASE)
-_SNAPSHOT = re.compile(rf"\[([a-z][a-z0-9_\-]+)\]{_WS}*", re.IGNORECASE)
-_PVE_RAW = re.compile(rf"(lxc\.[a-z0-9_\-.]+)(:|{_WS}*=)({_WS}*)(.*?){_WS}*")
-_PVE_DELETE = re.compile(rf"(delete)(:)({_WS}*)(.*\S){_WS}*")
-_PVE_OPTION = re.compile(rf"([a-z][a-z_]*\d*)(:)({_WS}*)(.+?){_WS}*")
-_LXC_ITEM = re.compile(rf"({_WS}*)([^=]*?)({_WS}*=)({_WS}*)(.*?){_WS}*")
+# re.ASCII everywhere: pve-container's Perl regexes run on the file's BYTES, where \d is
+# [0-9] and /i folds A-Z only. Python's str patterns would take an Arabic-Indic digit for
+# \d (`dev٠`) and the Kelvin sign for k under IGNORECASE (`[\u212asnap]`): not keys or
+# headers for Proxmox (parse_pct_config warns "unable to parse config"), so not for us.
+_A = re.ASCII
+_PENDING = re.compile(rf"\[(pve:pending)\]{_WS}*", re.IGNORECASE | _A)
+_SNAPSHOT = re.compile(rf"\[([a-z][a-z0-9_\-]+)\]{_WS}*", re.IGNORECASE | _A)
+_PVE_RAW = re.compile(rf"(lxc\.[a-z0-9_\-.]+)(:|{_WS}*=)({_WS}*)(.*?){_WS}*", _A)
+_PVE_DELETE = re.compile(rf"(delete)(:)({_WS}*)(.*\S){_WS}*", _A)
+_PVE_OPTION = re.compile(rf"([a-z][a-z_]*[0-9]*)(:)({_WS}*)(.+?){_WS}*", _A)
+_LXC_ITEM = re.compile(rf"({_WS}*)([^=]*?)({_WS}*=)({_WS}*)(.*?){_WS}*", _A)
 
 
 class ConfigError(ValueError):

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpudoctor.pve.config import LXC, Config, Kind
+from gpudoctor.pve.devspec import MAX_DEVICES
 from gpudoctor.pve.entries import Entries, ct_path, dev_value
 from gpudoctor.pve.facts import HostFacts, HostNode
 
@@ -102,12 +103,13 @@ def plan_devn(
     dev_gid: int | None = None,
 ) -> DevnPlan:
     """Return the devN entries for ``wanted`` nodes and the lines they make redundant
-    (``passed``: every node the config passes now, to keep rules still needed)."""
+    (``passed``: every node the config passes now, to keep rules still needed). Raise
+    ModeError when the nodes need an index beyond dev255 (Proxmox's ``$MAX_DEVICES``)."""
     used = {dev.index for _, dev in entries.devs}
     adds: list[tuple[str, str, str]] = []
     warnings: list[str] = []
     fallback: list[HostNode] = []
-    dev_paths = [dev.path for _, dev in entries.devs]
+    dev_paths = [dev.path for _, dev in entries.devs if dev.path]
     next_index = 0
     for node in wanted:
         moved = [c.path for c in node.char_nodes if ct_path(entries, c.path) != c.path]
@@ -123,6 +125,12 @@ def plan_devn(
                 continue
             while next_index in used:
                 next_index += 1
+            if next_index >= MAX_DEVICES:
+                raise ModeError(
+                    f"{char.path} would need dev{next_index}: Proxmox knows dev0 to "
+                    f"dev{MAX_DEVICES - 1} only ($MAX_DEVICES in pve-container's "
+                    "src/PVE/LXC/Config.pm); pass fewer nodes (--device) or use --mode rules"
+                )
             used.add(next_index)
             gid = dev_gid if dev_gid is not None else char.gid
             reason = f"{char.path} (major {char.major}, re-read by Proxmox at every start)"

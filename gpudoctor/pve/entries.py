@@ -13,14 +13,15 @@ import re
 from dataclasses import dataclass
 
 from gpudoctor.pve.config import Config, Kind, Line
+from gpudoctor.pve.devspec import DEV_KEY, mode_text, parse_dev_value
 
 ALLOW_KEY = "lxc.cgroup2.devices.allow"
 DENY_KEY = "lxc.cgroup2.devices.deny"
 LEGACY_PREFIX = "lxc.cgroup.devices."
 MOUNT_KEY = "lxc.mount.entry"
-DEV_KEY = re.compile(r"dev(\d+)")
 
-_RULE = re.compile(r"([abc])\s+(\*|\d+):(\*|\d+)(?:\s+([rwm]+))?(.*)", re.DOTALL)
+# ASCII digits and spaces only (LXC's parser uses isdigit/isspace on bytes)
+_RULE = re.compile(r"([abc])\s+(\*|\d+):(\*|\d+)(?:\s+([rwm]+))?(.*)", re.DOTALL | re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -128,40 +129,51 @@ class DevEntry:
 
     Attributes:
         index: N.
-        path: the host device path (also the path in the CT).
-        options: ``{"gid": "44", "mode": "0666", ...}``.
+        path: the host device path (also the path in the CT), from the default key or
+            ``path=`` wherever it stands in the value.
+        options: ``(("gid", "44"), ("mode", "0666"), ...)``.
+        problems: why Proxmox rejects the value (:mod:`devspec`); empty when it accepts it.
     """
 
     index: int
     path: str
     options: tuple[tuple[str, str], ...] = ()
+    problems: tuple[str, ...] = ()
 
 
 def parse_dev(key: str, value: str) -> DevEntry | None:
-    """Return the devN entry, or None when ``key`` is not ``devN`` or the value is empty."""
+    """Return the devN entry, or None when ``key`` is not ``devN`` (ASCII digits) or the
+    value names no path at all."""
     match = DEV_KEY.fullmatch(key)
     if not match or not value.strip():
         return None
-    parts = value.split(",")
-    path = parts[0][5:] if parts[0].startswith("path=") else parts[0]
-    options = tuple(tuple(p.split("=", 1)) for p in parts[1:] if "=" in p)
-    return DevEntry(int(match.group(1)), path.strip(), options)  # type: ignore[arg-type]
+    parsed = parse_dev_value(value)
+    if parsed.path is None:
+        return DevEntry(int(match.group(1)), "", parsed.options, parsed.problems)
+    return DevEntry(int(match.group(1)), parsed.path, parsed.options, parsed.problems)
 
 
 def dev_value(path: str, gid: int, mode: int) -> str:
-    """Return the devN value the fixer writes: ``/dev/nvidia0,gid=0,mode=0666``."""
-    return f"{path},gid={gid},mode={mode:04o}"
+    """Return the devN value the fixer writes: ``/dev/nvidia0,gid=0,mode=0666`` (only the
+    permission bits: a setgid node's 0o2666 is written ``0666``, Proxmox's ``0[0-7]{3}``)."""
+    return f"{path},gid={gid},mode={mode_text(mode)}"
 
 
 @dataclass(frozen=True)
 class Entries:
-    """The device-related entries of a config's live section, with their line indexes."""
+    """The device-related entries of a config's live section, with their line indexes.
+
+    ``devs`` holds the line in effect per devN key (the last one: ``parse_pct_config``
+    assigns ``$conf->{$key}`` line by line); ``overridden`` is ``(earlier index, index
+    in effect, key)`` of every option line a later line of the same key replaces.
+    """
 
     allows: tuple[tuple[int, DeviceRule], ...]
     unparsed_allows: tuple[tuple[int, str], ...]
     legacy: tuple[tuple[int, Line], ...]
     mounts: tuple[tuple[int, MountEntry], ...]
     devs: tuple[tuple[int, DevEntry], ...]
+    overridden: tuple[tuple[int, int, str], ...] = ()
 
     def covered(self, major: int, minor: int | None = None) -> bool:
         """Return True when some allow rule lets the CT read and write ``major:minor``."""
@@ -181,7 +193,10 @@ class Entries:
 
 def read_entries(config: Config) -> Entries:
     """Return the device-related entries of the live config (sections are never read)."""
-    allows, unparsed, legacy, mounts, devs = [], [], [], [], []
+    allows, unparsed, legacy, mounts = [], [], [], []
+    devs: dict[str, tuple[int, DevEntry]] = {}
+    last: dict[str, int] = {}
+    overridden = []
     for index, line in config.main():
         if line.kind is Kind.RAW and line.key == ALLOW_KEY:
             rule = parse_rule(line.value)
@@ -196,10 +211,16 @@ def read_entries(config: Config) -> Entries:
             if entry is not None:
                 mounts.append((index, entry))
         elif line.kind is Kind.OPTION:
+            if line.key in last and line.key != "delete":
+                overridden.append((last[line.key], index, line.key))
+            last[line.key] = index
             dev = parse_dev(line.key, line.value)
+            devs.pop(line.key, None)
             if dev is not None:
-                devs.append((index, dev))
-    return Entries(tuple(allows), tuple(unparsed), tuple(legacy), tuple(mounts), tuple(devs))
+                devs[line.key] = (index, dev)
+    ordered = tuple(sorted(devs.values(), key=lambda item: item[0]))
+    return Entries(tuple(allows), tuple(unparsed), tuple(legacy), tuple(mounts), ordered,
+                   tuple(overridden))  # fmt: skip
 
 
 def host_path(entries: Entries, path: str) -> str:
@@ -227,6 +248,6 @@ def paths_of_interest(config: Config, options: object) -> list[str]:
     config's bind mounts under /dev, its devN paths, and the requested devices."""
     entries = read_entries(config)
     paths = [m.source.rstrip("/") for _, m in entries.mounts if m.is_bind and m.source[:1] == "/"]
-    paths += [d.path for _, d in entries.devs]
+    paths += [d.path for _, d in entries.devs if d.path]
     paths += [host_path(entries, p) for p in getattr(options, "devices", ())]
     return list(dict.fromkeys(paths))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from gpudoctor.facts.nodes import NVIDIA_FAMILIES
 from gpudoctor.facts.procfs import ProcDevices, parse_proc_devices
 from gpudoctor.hosts.base import FileStat, Host
+from gpudoctor.pve.hooks import Hook
 
 MISSING = "missing"
 
@@ -62,12 +63,15 @@ class HostFacts:
             devices the config already passes through), missing ones included.
         nvidia: the paths of the NVIDIA nodes and node directories found in /dev.
         pve_version: ``8.2.4`` from ``pveversion``, or None when unknown / not Proxmox.
+        hooks: the CT config's hooks with the mknods their scripts hold
+            (:func:`gpudoctor.pve.hooks.read_hooks`; empty when not read).
     """
 
     devices: ProcDevices
     nodes: tuple[HostNode, ...] = ()
     nvidia: tuple[str, ...] = ()
     pve_version: str | None = None
+    hooks: tuple[Hook, ...] = ()
 
     def node(self, path: str) -> HostNode | None:
         """Return the facts about ``path``, or None when it was not looked at."""

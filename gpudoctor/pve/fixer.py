@@ -30,6 +30,7 @@ from gpudoctor.pve.apply import (
     resolve_target,
     save_client_copy,
 )
+from gpudoctor.pve.hooks import read_hooks
 from gpudoctor.pve.inside import container_host, device_checks, safe_probe, worse
 from gpudoctor.pve.planner import DEVN, FixPlan, PlanOptions, paths_of_interest, plan
 from gpudoctor.pve.restart import Controller, controller_for
@@ -51,6 +52,8 @@ class FixOptions:
         layout: where things live on the host.
         api: Proxmox API settings: status, restart and task waiting go through the API
             (the config write still goes over SSH); None = ``pct`` over SSH.
+        driver_libs: ``bind`` (bind the host's driver files into the CT), ``copy`` (print
+            the exact-version install), or "" (leave the CT's libraries alone).
     """
 
     ct: str
@@ -61,6 +64,7 @@ class FixOptions:
     restart: bool = True
     layout: Layout = field(default_factory=Layout)
     api: ApiSettings | None = None
+    driver_libs: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,8 @@ class FixOutcome:
         checks: the device checks' findings inside the CT after the restart (dicts).
         host_prep: the plan of the boot unit that creates /dev/nvidia-uvm before guests
             start, when devN entries need it and it is missing (applied with the fix).
+        start_log: when the restart failed, the lines of the CT's debug start log that
+            say why (a hook's error, a missing node, a bad devN value).
     """
 
     status: str
@@ -99,6 +105,7 @@ class FixOutcome:
     init_pids: tuple[int | None, int | None] = (None, None)
     checks: tuple[dict[str, Any], ...] = ()
     host_prep: FixPlan | None = None
+    start_log: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Return the outcome as JSON-ready data (the ``--json`` output)."""
@@ -128,6 +135,7 @@ class FixOutcome:
             "mode": plan.mode if plan else None,
             "pve_version": plan.pve_version if plan else None,
             "host_prep": _prep_dict(self.host_prep),
+            "start_log": list(self.start_log),
         }
 
 
@@ -147,16 +155,35 @@ def make_plan(host: Host, options: FixOptions) -> tuple[Target, Snapshot, FixPla
     snap = read_config(host, target, options.layout)
     plan_options = PlanOptions(**{**options.plan.__dict__, "label": target.config_path})
     want_version = options.flavor == "pve" and plan_options.mode != "rules"
-    paths = paths_of_interest(snap.config, plan_options)
-    facts = facts_mod.gather(host, paths, want_version, options.layout.pveversion)
-    the_plan = plan(snap.config, facts, plan_options)
+    hooks = read_hooks(host, snap.config)  # hook scripts that mknod nodes (cat FILE)
+    paths = [*paths_of_interest(snap.config, plan_options),
+             *(m.path for h in hooks for m in h.mknods if m.path.startswith("/dev/"))]  # fmt: skip
+    facts = facts_mod.gather(host, dict.fromkeys(paths), want_version, options.layout.pveversion)
+    the_plan = plan(snap.config, replace(facts, hooks=hooks), plan_options)
     if the_plan.mode == DEVN and options.api is not None and options.api.token:
         note = (
             "devN entries are refused through the API for API tokens (only root@pam may set "
             "them): gpudoctor writes them over SSH; edit them later as root@pam"
         )
         the_plan = replace(the_plan, warnings=(*the_plan.warnings, note))
+    if options.driver_libs:
+        the_plan = _with_driver_libs(host, options.driver_libs, the_plan, target.config_path)
     return target, snap, the_plan
+
+
+def _with_driver_libs(host: Host, mode: str, the_plan: FixPlan, label: str) -> FixPlan:
+    """Return the plan with ``--driver-libs`` applied (:mod:`driver_libs`); raise
+    FixPlanError when the host's driver files cannot be listed."""
+    from gpudoctor.facts.driver_files import read_driver_files
+    from gpudoctor.pve import driver_libs
+    from gpudoctor.pve.planner import FixPlanError
+
+    files = read_driver_files(host)
+    if files.error:
+        raise FixPlanError(f"--driver-libs {mode}: {files.error}")
+    if mode == driver_libs.BIND:
+        return driver_libs.add_binds(the_plan, files, label)
+    return driver_libs.add_copy(the_plan, files)
 
 
 def make_controller(host: Host, target: Target, options: FixOptions, snap: Snapshot) -> Controller:
@@ -327,11 +354,17 @@ def _restart_and_verify(
         _rollback(
             host, ctl, target, options.layout, result, snap, f"the CT did not come back ({exc})"
         )
-        return FixOutcome(
-            "rolled_back", ExitCode.FAILED, f"rolled back: {exc}", before=before, **base
-        )
+        return FixOutcome("rolled_back", ExitCode.FAILED, f"rolled back: {exc}", before=before,
+                          start_log=exc.details, **base)  # fmt: skip
     inside = container_host(host, target, options.layout)
     try:
+        if options.driver_libs == "bind":
+            from gpudoctor.pve.driver_libs import LIB_DIR, ldconfig_script
+
+            progress(f"inside the CT: ld.so.conf.d names {LIB_DIR}; ldconfig")
+            done = inside.run(["sh", "-c", ldconfig_script()], timeout=60)
+            if not done.ok:
+                progress(f"ldconfig inside the CT failed: {(done.stderr or done.stdout)[-200:]}")
         progress("re-checking the devices inside the CT")
         after = safe_probe(inside, the_plan.probe_paths)
         checks = device_checks(inside, target, the_plan.probe_paths)

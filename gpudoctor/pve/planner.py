@@ -13,7 +13,9 @@ Rules (DESIGN.md section 5, issue 9):
 * ``--device`` accepts character devices, and directories under /dev that hold them;
 * allow rules for dynamic majors that no NVIDIA driver (and no passed node) holds any
   more are flagged as stale, and removed only with ``prune``;
-* legacy ``lxc.cgroup.devices.*`` lines (ignored on cgroup v2, gone in PVE 9) are flagged.
+* legacy ``lxc.cgroup.devices.*`` lines (ignored on cgroup v2, gone in PVE 9) are flagged;
+* a hook line whose script mknods a GPU node with fixed numbers is commented out and the
+  node passed as above instead (:mod:`hookplan`; the hook file is never edited).
 
 Edits go into the live section only, right after the existing lines of the same key;
 nothing is appended after a ``[section]`` header and no marker comment is written
@@ -24,9 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpudoctor.facts.nodes import driver_name_for_major
+from gpudoctor.facts.nodes import a_kind, driver_name_for_major
 from gpudoctor.pve.audit import config_warnings, device_refusal, is_dynamic_major, stale_rules
-from gpudoctor.pve.config import Config, Kind, Line, unified_diff
+from gpudoctor.pve.config import LXC, Config, Kind, Line, classify, unified_diff
 from gpudoctor.pve.devn import (
     ALIASES,
     AUTO,
@@ -52,6 +54,7 @@ from gpudoctor.pve.entries import (
     read_entries,
 )
 from gpudoctor.pve.facts import HostFacts, HostNode
+from gpudoctor.pve.hookplan import plan_hooks
 
 RAW = RULES  # the old name of the rules mode
 
@@ -89,7 +92,7 @@ class PlanOptions:
 
 @dataclass(frozen=True)
 class Edit:
-    """One planned change: ``add`` or ``remove`` a line, and why."""
+    """One planned change: ``add``, ``remove`` or ``comment`` (out, in place) a line, and why."""
 
     action: str
     line: str
@@ -165,6 +168,15 @@ class _Builder:
         self.edits.append(Edit("add", line.text, reason))
         self.explanation.append(f"add `{line.text}`: {reason}")
 
+    def comment(self, index: int, reason: str) -> None:
+        """Plan ``#`` before line ``index`` (commented out in place), with its reason."""
+        line = self.config.lines[index]
+        self.removes.add(index)
+        self.inserts.setdefault(index, []).insert(0, classify("#" + line.text, line.eol,
+                                                              self.config.flavor))  # fmt: skip
+        self.edits.append(Edit("comment", line.text, reason))
+        self.explanation.append(f"comment out `{line.text}`: {reason}")
+
     def drop(self, index: int, reason: str) -> None:
         """Plan the removal of line ``index``, with its reason."""
         self.removes.add(index)
@@ -175,6 +187,8 @@ class _Builder:
 
 def plan(config: Config, facts: HostFacts, options: PlanOptions) -> FixPlan:
     """Return the plan that gives the CT access to the wanted nodes (pure; no I/O)."""
+    if options.dev_gid is not None and options.dev_gid < 0:
+        raise FixPlanError(f"--dev-gid {options.dev_gid}: a gid is >= 0 (devN's minimum)", "usage")
     try:
         mode = resolve_mode(options.mode, config, facts.pve_version)
     except ModeError as exc:
@@ -185,14 +199,22 @@ def plan(config: Config, facts: HostFacts, options: PlanOptions) -> FixPlan:
         build.warnings.append("Proxmox VE version unknown (pveversion): devN entries need >= 8.1")
     build.warnings.extend(config_warnings(config, entries))
     wanted = _wanted_nodes(entries, facts, options, build)
+    cure = plan_hooks(facts, options.devices, mode == DEVN, config.flavor != LXC)
+    build.warnings.extend(cure.warnings)
+    for index, reason in cure.comment_out:
+        build.comment(index, reason)
+    wanted += [n for n in cure.nodes if n not in wanted]
     passed = _passed_nodes(entries, facts)
     missing = _missing_rules(entries, facts, [*wanted, *passed])
     gpu_ct = any("nvidia" in n.path for n in [*wanted, *passed])
-    dev_paths: tuple[str, ...] = tuple(d.path for _, d in entries.devs)
+    dev_paths: tuple[str, ...] = tuple(d.path for _, d in entries.devs if d.path)
     if mode == RULES:
         _plan_raw(config, facts, entries, wanted, missing, build)
     else:
-        dev_paths = _plan_devn(config, facts, entries, wanted, passed, options, build)
+        try:
+            dev_paths = _plan_devn(config, facts, entries, wanted, passed, options, build)
+        except ModeError as exc:
+            raise FixPlanError(str(exc)) from None
     stale = stale_rules(entries, facts, [*wanted, *passed], gpu_ct)
     for index, rule_text, why in stale:
         if options.prune:
@@ -237,7 +259,7 @@ def _wanted_nodes(
         if node is None or not node.exists:
             build.warnings.append(f"{path} does not exist on the host: not passed")
         elif node.kind not in ("char", "dir"):
-            build.warnings.append(f"{path} is a {node.kind}, not a device node: not passed")
+            build.warnings.append(f"{path} is {a_kind(node.kind)}, not a device node: not passed")
         elif node not in wanted:
             wanted.append(node)
     return wanted

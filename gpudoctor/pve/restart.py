@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from gpudoctor.hosts.base import CommandResult, Host
 from gpudoctor.pve.apply import ApplyError, Layout, Target, _why
+from gpudoctor.pve.startlog import why_lines
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
@@ -44,6 +45,23 @@ class Controller:
     def start(self) -> None:
         """Start the container; raise ApplyError when the start command fails."""
         raise NotImplementedError
+
+    def start_failure(self, what: str, result: CommandResult) -> ApplyError:
+        """Return the ApplyError for a failed start, with the lines that say why: the CT
+        is started once more with a debug log (:meth:`debug_start`) when it is stopped."""
+        lines: tuple[str, ...] = ()
+        try:
+            if self.state() != "RUNNING":
+                lines = self.debug_start()
+        except ApplyError:
+            lines = ()
+        why = "; ".join(lines) if lines else _why(result)
+        return ApplyError("start_failed", f"{what} {self.target.ct} failed: {why}", lines)
+
+    def debug_start(self) -> tuple[str, ...]:
+        """Start the stopped CT with a debug log; return the lines saying why it failed
+        (empty when it started this time)."""
+        return ()
 
     def stop(self) -> None:
         """Stop the container; raise ApplyError when the stop command fails."""
@@ -87,7 +105,13 @@ class PctController(Controller):
         """Run ``pct start <vmid>``."""
         result = self._pct("start")
         if not result.ok:
-            raise ApplyError("start_failed", f"pct start {self.target.ct} failed: {_why(result)}")
+            raise self.start_failure("pct start", result)
+
+    def debug_start(self) -> tuple[str, ...]:
+        """Run ``pct start <vmid> --debug`` (the LXC debug log on its output); return the
+        lines of it that say why the start failed."""
+        result = self._run([self.layout.pct, "start", self.target.ct, "--debug"], START_TIMEOUT_S)
+        return () if result.ok else why_lines(result.stdout + "\n" + result.stderr)
 
     def stop(self) -> None:
         """Run ``pct stop <vmid>``."""
@@ -99,7 +123,7 @@ class PctController(Controller):
         """Run ``pct reboot <vmid>`` (which skips the lock check: the caller checked it)."""
         result = self._pct("reboot", timeout=START_TIMEOUT_S + STOP_TIMEOUT_S)
         if not result.ok:
-            raise ApplyError("start_failed", f"pct reboot {self.target.ct} failed: {_why(result)}")
+            raise self.start_failure("pct reboot", result)
 
 
 class LxcController(Controller):
@@ -109,7 +133,25 @@ class LxcController(Controller):
         """Run ``lxc-start -n NAME [-P PATH] -d``."""
         result = self._run(["lxc-start", *self._lxc_args(), "-d"], START_TIMEOUT_S)
         if not result.ok:
-            raise ApplyError("start_failed", f"lxc-start {self.target.ct} failed: {_why(result)}")
+            raise self.start_failure("lxc-start", result)
+
+    def debug_start(self) -> tuple[str, ...]:
+        """Run ``lxc-start -d -l DEBUG -o FILE`` (FILE from ``mktemp`` on the host, removed
+        after); return the log lines that say why the start failed."""
+        made = self._run(["mktemp", "/tmp/gpudoctor-lxc-start.XXXXXX"], 20)
+        log = made.stdout.strip()
+        if not made.ok or not log.startswith("/tmp/gpudoctor-lxc-start."):
+            return ()
+        try:
+            argv = ["lxc-start", *self._lxc_args(), "-d", "-l", "DEBUG", "-o", log]
+            if self._run(argv, START_TIMEOUT_S).ok:
+                return ()
+            try:
+                return why_lines(self.host.read_text(log, 4 << 20))
+            except OSError:
+                return ()
+        finally:
+            self._run(["rm", "-f", "--", log], 20)
 
     def stop(self) -> None:
         """Run ``lxc-stop -n NAME [-P PATH] -t 20`` (a clean shutdown, then a kill)."""

@@ -3,7 +3,7 @@ writes). ``root="/"`` installs on this machine; another root installs into a CT'
 or a test directory, as ``systemctl --root=ROOT enable`` would.
 
 Every path is resolved inside the root the way ``chroot ROOT`` would
-(:func:`gpudoctor.fsio.under_root`): a CT's own symlinks (``usr/local/sbin ->
+(:func:`gpudoctor.fsio_root.under_root`): a CT's own symlinks (``usr/local/sbin ->
 /etc/cron.hourly``) lead to ROOT/etc/cron.hourly, never to this machine's /etc.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudoctor import fsio
+from gpudoctor import fsio, fsio_root
 from gpudoctor.service.unitfile import UNIT_DIR
 
 
@@ -41,7 +41,7 @@ class Written:
 
 def under_root(root: str | os.PathLike[str], path: str) -> Path:
     """Return ``path`` (absolute on the target system) joined to ``root``, for messages;
-    files are opened with :func:`gpudoctor.fsio.under_root`, never through this path."""
+    files are opened with :func:`gpudoctor.fsio_root.under_root`, never through this path."""
     return Path(root) / path.lstrip("/")
 
 
@@ -70,7 +70,7 @@ def put_file(root: str | os.PathLike[str], unit: UnitFile) -> Written:
     inside ROOT followed within it, the last part replaced, never written through); leave
     a file with the same bytes and mode alone. Return what was done."""
     blob = unit.text.encode("utf-8")
-    with fsio.under_root(root, unit.path, make_parents=True) as (dir_fd, name, shown):
+    with fsio_root.under_root(root, unit.path, make_parents=True) as (dir_fd, name, shown):
         if _same_file(dir_fd, name, blob, unit.mode):
             return Written(shown, "unchanged")
         fsio.atomic_replace(shown, blob, mode=unit.mode, refuse_non_regular=False, dir_fd=dir_fd)
@@ -82,7 +82,7 @@ def enable(root: str | os.PathLike[str], unit_path: str, wanted_by: str) -> Writ
     inside ``root``; a link already pointing there is left alone. Return what was done."""
     name = unit_path.rsplit("/", 1)[1]
     link = f"{UNIT_DIR}/{wanted_by}.wants/{name}"
-    with fsio.under_root(root, link, make_parents=True) as (dir_fd, name, shown):
+    with fsio_root.under_root(root, link, make_parents=True) as (dir_fd, name, shown):
         st = _lstat(dir_fd, name)
         same = st is not None and stat.S_ISLNK(st.st_mode)
         if same and os.readlink(name, dir_fd=dir_fd) == unit_path:

@@ -5,7 +5,7 @@ so everything it runs is root's code: the plan, every directory above it, the pr
 the plan names, the interpreter and ``--out``. Each must belong to root (with ``--root``:
 also the owner of ROOT, the CT's root) and no one else may write it (a sticky directory
 such as /tmp is accepted above a file, as the kernel keeps others from swapping it).
-Paths are resolved inside ROOT like ``chroot`` (:func:`gpudoctor.fsio.under_root`).
+Paths are resolved inside ROOT like ``chroot`` (:func:`gpudoctor.fsio_root.under_root`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from gpudoctor import fsio
+from gpudoctor import fsio, fsio_root
 
 WRAPPER_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 """The PATH the wrapper sets: where a program the plan names without a ``/`` is found."""
@@ -46,7 +46,11 @@ def resolve(root: str, path: str) -> Resolved:
     while True:
         seen.clear()
         try:
-            with fsio.under_root(root, str(parts), follow_last=True, seen=seen) as (_, _, shown):
+            with fsio_root.under_root(root, str(parts), follow_last=True, seen=seen) as (
+                _,
+                _,
+                shown,
+            ):
                 pass
         except fsio.FsioError as exc:
             if exc.errno != 2 or parts == parts.parent:

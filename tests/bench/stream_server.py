@@ -11,7 +11,12 @@ the real tokenizer of ``--model`` (``tokenizer.json``); a prompt + ``max_tokens`
 
     python stream_server.py --model DIR --host 127.0.0.1 --port 8000
         [--max-model-len 2048] [--token-delay-ms 2] [--start-delay-s 0]
-        [--exit-after-requests N] [--fail-start]
+        [--exit-after-requests N] [--fail-start] [--max-running N] [--request-log PATH]
+
+``--max-running N`` lets N requests generate at once (the others queue, as in a server
+with N sequence slots: latency then grows with the load); ``--request-log`` appends one
+JSON line per request (arrival time, the prompt or the chat messages) for tests that
+check what the load generator sent.
 """
 
 from __future__ import annotations
@@ -41,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fail-start", action="store_true", help="exit 1 at startup (a fatal start error)"
     )
+    p.add_argument(
+        "--max-running", type=int, default=0, help="requests generating at once (0 = all)"
+    )
+    p.add_argument("--request-log", default="", help="append one JSON line per request here")
     return p
 
 
@@ -53,6 +62,7 @@ def main() -> None:
     time.sleep(args.start_delay_s)
     served = {"n": 0}
     lock = threading.Lock()
+    slots = threading.BoundedSemaphore(args.max_running) if args.max_running > 0 else None
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, fmt: str, *a: object) -> None:
@@ -86,14 +96,32 @@ def main() -> None:
                 if args.exit_after_requests and served["n"] > args.exit_after_requests:
                     print("stream_server: injected crash", flush=True)
                     os._exit(3)
-            text = body["messages"][-1]["content"] if chat else body.get("prompt", "")
-            prompt_tokens = count_tokens(text) + (8 if chat else 0)
+            messages = body.get("messages") or [] if chat else []
+            text = body.get("prompt", "")
+            if chat:
+                prompt_tokens = sum(count_tokens(str(m.get("content", ""))) + 8 for m in messages)
+            else:
+                prompt_tokens = count_tokens(text)
+            if args.request_log:
+                line = {"t": time.time(), "prompt": text, "messages": messages,
+                        "max_tokens": body.get("max_tokens")}  # fmt: skip
+                with lock, open(args.request_log, "a", encoding="utf-8") as log:
+                    log.write(json.dumps(line) + "\n")
             max_tokens = int(body.get("max_tokens") or 16)
             if prompt_tokens + max_tokens > args.max_model_len:
                 msg = (f"This model's maximum context length is {args.max_model_len} tokens. However, you "
                        f"requested {prompt_tokens + max_tokens} tokens.")  # fmt: skip
                 self._json(400, {"error": {"message": msg, "type": "BadRequestError"}})
                 return
+            if slots is not None:
+                slots.acquire()
+            try:
+                self._stream(chat, prompt_tokens, max_tokens)
+            finally:
+                if slots is not None:
+                    slots.release()
+
+        def _stream(self, chat: bool, prompt_tokens: int, max_tokens: int) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()

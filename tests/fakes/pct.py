@@ -6,7 +6,8 @@ job that ``gpudoctor fix`` relies on, driving REAL LXC containers:
 
 * ``pct start|stop|reboot|status|exec VMID`` like Proxmox's (``status: running``; start
   refuses a locked CT, as ``pct start`` does; ``reboot`` does not check the lock, as in
-  Proxmox);
+  Proxmox; ``start VMID --debug`` starts with LXC's DEBUG log and prints it when the
+  start fails, as ``pct start --debug`` does);
 * at every start it turns ``<pve-root>/nodes/<node>/lxc/<vmid>.conf`` into the LXC config
   ``<lxcpath>/<vmid>/config`` the way pve-container's ``update_lxc_config`` does for what
   matters here: only the live section (before the first ``[section]``) is read, raw
@@ -126,10 +127,16 @@ def start(args: argparse.Namespace, vmid: str) -> int:
             os.unlink(marker)
         die(f"hookscript error for {vmid} on pre-start")
     render(args, vmid)
-    log = os.path.join(args.lxcpath, vmid, "lxc.log")
-    rc = lxc(args, "start", vmid, "-l", "INFO", "-o", log)
+    debug = "--debug" in args.rest
+    log = os.path.join(args.lxcpath, vmid, "lxc-debug.log" if debug else "lxc.log")
+    if debug and os.path.exists(log):
+        os.unlink(log)
+    rc = lxc(args, "start", vmid, "-l", "DEBUG" if debug else "INFO", "-o", log)
     if rc == 0:
         rc = lxc(args, "wait", vmid, "-s", "RUNNING", "-t", "30")
+    if rc != 0 and debug and os.path.exists(log):  # pct start --debug prints LXC's log
+        with open(log, errors="replace") as fh:
+            sys.stdout.write(fh.read())
     return rc
 
 

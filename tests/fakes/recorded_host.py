@@ -71,6 +71,8 @@ class RecordedHost(Host):
         probe_lines: the GPU probe's JSON-lines stdout, as dicts.
         probe_hangs: True to make the probe time out (a hung driver).
         disk: path -> DiskUsage.
+        commands: ``" ".join(argv)`` -> (returncode, stdout) of a recorded command run
+            (``dkms status``, ``journalctl -k -b ...``); others exit 127 as missing.
     """
 
     files: dict[str, str] = field(default_factory=dict)
@@ -79,6 +81,7 @@ class RecordedHost(Host):
     probe_lines: list[dict[str, object]] = field(default_factory=list)
     probe_hangs: bool = False
     disk: dict[str, DiskUsage] = field(default_factory=dict)
+    commands: dict[str, tuple[int, str]] = field(default_factory=dict)
     name: str = "recorded"
     python: str = "python3"
 
@@ -126,4 +129,7 @@ class RecordedHost(Host):
             if self.probe_hangs:
                 return CommandResult(tuple(argv), -9, stdout, "", True, timeout)
             return CommandResult(tuple(argv), 0, stdout, "", False, 0.2)
+        if " ".join(argv) in self.commands:
+            code, out = self.commands[" ".join(argv)]
+            return CommandResult(tuple(argv), code, out, "" if code == 0 else out, False, 0.0)
         return CommandResult(tuple(argv), 127, "", f"{argv[0]}: not recorded", False, 0.0)

@@ -50,6 +50,7 @@ lxc.mount.entry = /usr usr none rbind,ro 0 0
 lxc.mount.entry = /opt opt none rbind,ro 0 0
 lxc.mount.entry = $REPO ${REPO#/} none bind,ro,create=dir 0 0
 lxc.mount.entry = /tmp/site tmp/site none bind,ro,create=dir 0 0
+lxc.mount.entry = tmpfs dev/shm tmpfs rw,nosuid,nodev,size=1g,create=dir 0 0
 lxc.mount.entry = /dev/nvidia0 dev/nvidia0 none bind,optional,create=file
 lxc.mount.entry = /dev/nvidiactl dev/nvidiactl none bind,optional,create=file
 CONF

@@ -10,9 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 mkdir -p .deb .whl
-if ! ls .deb/lxc_*.deb >/dev/null 2>&1; then
-  (cd .deb && apt-get download lxc liblxc1 liblxc-common)
-fi
+# libapparmor1: lxc-start/lxc-attach link it, and the H200 image does not have it.
+for pkg in lxc liblxc1 liblxc-common libapparmor1; do
+  ls .deb/"${pkg}"_*.deb >/dev/null 2>&1 || (cd .deb && apt-get download "$pkg")
+done
 # Versions: the ones this project's own CPU test environment resolves (tests/run.sh), so the
 # GPU run uses what CI tested. One version of each (two stop the install there).
 wheels=(

@@ -38,12 +38,20 @@ def keygen(path: Path, comment: str, key_type: str = "ed25519") -> Path:
     return path
 
 
-def sign_host_key(ca_key: Path, host_pub: Path, principals: str, validity: str = "-5m:+1h") -> Path:
-    """Sign ``host_pub`` as a HOST certificate with ``ca_key`` (``ssh-keygen -s CA -h -n
-    principals -V validity``); return the ``-cert.pub`` path."""
+def sign_host_key(
+    ca_key: Path,
+    host_pub: Path,
+    principals: str,
+    validity: str = "-5m:+1h",
+    serial: int | None = None,
+    key_id: str = "lab-host",
+) -> Path:
+    """Sign ``host_pub`` as a HOST certificate with ``ca_key`` (``ssh-keygen -s CA -h -I
+    key_id -n principals -V validity [-z serial]``); return the ``-cert.pub`` path."""
+    serial_args = ["-z", str(serial)] if serial is not None else []
     subprocess.run(
-        ["ssh-keygen", "-q", "-s", str(ca_key), "-h", "-I", "lab-host", "-n", principals,
-         "-V", validity, str(host_pub)],
+        ["ssh-keygen", "-q", "-s", str(ca_key), "-h", "-I", key_id, "-n", principals,
+         "-V", validity, *serial_args, str(host_pub)],
         check=True,
         capture_output=True,
     )  # fmt: skip
@@ -73,6 +81,8 @@ class LabSSHD:
         log_level: str = "VERBOSE",
         extra_config: tuple[str, ...] = (),
         host_key_type: str = "ed25519",
+        cert_serial: int | None = None,
+        cert_key_id: str = "lab-host",
     ) -> None:
         self.dir = workdir
         self.namespace = namespace
@@ -83,6 +93,8 @@ class LabSSHD:
         self.log_level = log_level
         self.extra_config = extra_config
         self.host_key_type = host_key_type
+        self.cert_serial = cert_serial
+        self.cert_key_id = cert_key_id
         self.port = free_port()
         self.spec = f"root@127.0.0.1:{self.port}"
         self.host_key = self.dir / f"ssh_host_{host_key_type}_key"
@@ -107,8 +119,9 @@ class LabSSHD:
         self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {key_type} {key_b64}\n")
         if self.host_ca is not None:
             self.host_cert = sign_host_key(
-                self.host_ca, self.host_key.with_suffix(".pub"), self.principals, self.validity
-            )
+                self.host_ca, self.host_key.with_suffix(".pub"), self.principals,
+                self.validity, self.cert_serial, self.cert_key_id,
+            )  # fmt: skip
         cert_line = [f"HostCertificate {self.host_cert}"] if self.host_cert else []
         self.config.write_text(
             "\n".join(

@@ -323,3 +323,44 @@ def test_alert_fires_in_a_real_prometheus_for_a_denied_ct(
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=30)
+
+
+def recorded_host_kernel_textfile() -> str:
+    """Return the textfile of host.xid and host.kernel_modules run on the recorded H200
+    with a real kernel log (Xid 79 of tests/data/recorded/kernel_log) and a next-boot
+    kernel that DKMS did not build for (real proxmox-boot-tool/dkms formats), written by
+    the real writer."""
+    from gpudoctor.context import CheckOptions
+    from gpudoctor.output.prometheus import textfile
+    from gpudoctor.runner import run_checks
+    from tests.unit.test_kernel_facts import DATA, pve_host
+
+    listing = "Automatically selected kernels:\n6.8.12-4-pve\n6.8.12-5-pve\n"
+    host = pve_host("6.8.12-4-pve", listing, "nvidia/580.159.04, 6.8.12-4-pve, x86_64: installed",
+                    {"6.8.12-4-pve"})  # fmt: skip
+    log = (DATA / "kernel_log" / "k80-470_journalctl-xid79-two-gpus.txt").read_text()
+    host.commands["journalctl -k -b -o short-monotonic --no-pager -q"] = (0, log)
+    report = run_checks(host, CheckOptions(only=("host",)), target_name="pve1")
+    return textfile([report], None)
+
+
+def test_promtool_fires_the_xid_and_kernel_alerts(tmp_path: Path) -> None:
+    """gpudoctor_xid_events carries each GPU's Xid 79 (fatal="1"); GpudoctorGpuXid fires at
+    once for both GPUs, GpudoctorNextKernelWithoutDriver after 15m for the next kernel."""
+    samples = parse_textfile(recorded_host_kernel_textfile())
+    xids = [(lb["pci"], lb["code"], lb["fatal"], v) for m, lb, v in samples
+            if m == "gpudoctor_xid_events"]  # fmt: skip
+    assert xids == [("0000:05:00", "79", "1", 1.0), ("0000:06:00", "79", "1", 1.0)]
+    gpu = [{"target": "pve1", "pci": p, "code": "79"} for p, *_ in xids]
+    kernel = {"check": "host.kernel_modules", "subject": "6.8.12-5-pve", "target": "pve1"}
+    assert ("gpudoctor_check_status", kernel, 2.0) in samples
+    tests = [{"input_series": input_series(samples), "alert_rule_test": [
+        {"eval_time": "1m", "alertname": "GpudoctorGpuXid",
+         "exp_alerts": [expected("GpudoctorGpuXid", lb) for lb in gpu]},
+        {"eval_time": "14m", "alertname": "GpudoctorNextKernelWithoutDriver", "exp_alerts": []},
+        {"eval_time": "16m", "alertname": "GpudoctorNextKernelWithoutDriver",
+         "exp_alerts": [expected("GpudoctorNextKernelWithoutDriver", kernel)]},
+        {"eval_time": "16m", "alertname": "GpudoctorCtGpuUnusable", "exp_alerts": []},
+    ]}]  # fmt: skip
+    done = promtool_test(tmp_path, tests)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

@@ -29,6 +29,12 @@ def invoke(*args: str):  # type: ignore[no-untyped-def]
     return CliRunner().invoke(cli, ["service", *args], catch_exceptions=False)
 
 
+@pytest.fixture
+def tmp_path(public_tmp_path: Path) -> Path:
+    """Files here must be reachable by ``nobody`` (see tests/conftest.py public_tmp_path)."""
+    return public_tmp_path
+
+
 def needs_root() -> None:
     if os.geteuid() != 0:
         pytest.skip("the attacks are root (the installer) against nobody: run as root")

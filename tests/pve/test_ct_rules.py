@@ -107,3 +107,30 @@ def test_devn_entries_and_static_majors_are_not_fragile(monkeypatch) -> None:
     findings = run_on(recorded_pve_host(conf), monkeypatch)
     assert not [f for f in findings if "fragile" in f.message]
     assert Status.PASS in [f.status for f in findings]
+
+
+def test_a_fifo_at_a_device_path_is_a_finding_not_a_planner_error(tmp_path, monkeypatch) -> None:
+    """Issue 21.4: a real FIFO where --device points: the check reports it (FAIL, named as
+    "a FIFO", with the stat as evidence) and never ends as ERROR "PlanError: ..."."""
+    import os
+
+    from gpudoctor.context import DeviceRequest
+
+    fifo = tmp_path / "kvm"
+    os.mkfifo(fifo, 0o644)
+    tree = PveTree(tmp_path)
+    tree.add_ct("200", CONF + "lxc.cgroup2.devices.allow: c 1:3 rwm\n")
+    for key, value in tree.env().items():
+        monkeypatch.setenv(key, value)
+    options = CheckOptions(ct="200", flavor="pve", devices=(DeviceRequest(str(fifo)),))
+    report = run_checks(LocalHost(), options, ct_host=LocalHost(), specs=validate([device_rules]))
+    statuses = [f.status for f in report.findings]
+    assert Status.ERROR not in statuses, report.findings
+    fail = next(f for f in report.findings if f.subject == str(fifo))
+    assert fail.status is Status.FAIL
+    assert f"--device {fifo} is a FIFO, not a character device" in fail.message
+    assert fail.evidence == (f"host: stat {fifo}: a FIFO, mode 0644",)
+    assert "PlanError" not in fail.message
+    # the rest of the config is still judged: /dev/null's rule covers the node it passes
+    passed = [f for f in report.findings if f.status is Status.PASS]
+    assert len(passed) == 1 and "(1 node(s))" in passed[0].message, report.findings

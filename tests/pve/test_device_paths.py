@@ -30,7 +30,7 @@ def fix(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str
     ("path", "why"),
     [
         ("/root", "a directory outside /dev"),
-        ("/etc/passwd", "a file, not a character device"),
+        ("/etc/passwd", "a regular file, not a character device"),
         ("/dev/shm", "a directory that holds no character device"),
         ("/dev/../root", "without '.', '..'"),
         ("/dev", "a directory outside /dev"),

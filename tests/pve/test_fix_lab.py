@@ -395,7 +395,8 @@ def test_when_the_rollback_fails_too_the_error_names_the_backup(lab_sshd, pve_ct
     old = ct.conf.read_bytes()
 
     def approve_and_break_two_starts(plan) -> bool:
-        (ct.container.dir / "fail-next-start").write_text("2")
+        # 3: the reboot, the --debug start that asks why, the rollback's start
+        (ct.container.dir / "fail-next-start").write_text("3")
         return True
 
     options = FixOptions(ct=ct.vmid, flavor="pve", layout=Layout.from_env(ct.env()),

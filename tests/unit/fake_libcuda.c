@@ -10,6 +10,13 @@
  *   FAKE_CUDA_INIT_RC=999        cuInit's return code
  *   FAKE_CUDA_INIT_MS=170        cuInit's duration (a real one takes 170-250 ms on an H200)
  *   FAKE_CUDA_INIT_LOG=FILE      cuInit appends the calling pid to FILE (counts the probes)
+ *   FAKE_CUDA_MODIFY_NODES=/dev/nvidia-uvm:238,...
+ *                                cuInit does what the real libcuda does as root with the
+ *                                module's ModifyDeviceFiles=1 (issue 21): it removes each
+ *                                PATH that is not a char node of MAJOR and mknods PATH
+ *                                c MAJOR MINOR (the old minor), mode 0666; where mknod is
+ *                                denied (a CT's cgroup) nothing takes the old node's place
+ *   FAKE_CUDA_MKNOD_EPERM=1      that mknod fails with EPERM (a cgroup's denial, outside a CT)
  *   FAKE_CUDA_DEVICES=4          number of GPUs (default 2)
  *   FAKE_CUDA_NO_PEER=0-2,1-3    pairs (both directions) where cuDeviceCanAccessPeer = 0
  *   FAKE_CUDA_ZERO_COPY=0-1      directed pairs whose peer copy lands as zeros (IOMMU fault)
@@ -35,6 +42,9 @@
 #include <string.h>
 #include <stdio.h>
 #include <unistd.h>
+#include <errno.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #define MAXDEV 16
 
@@ -76,8 +86,29 @@ static int pair_listed(const char *name, int s, int d, int symmetric, double *va
     return 0;
 }
 
+static void modify_device_files(void) {
+    const char *spec = getenv("FAKE_CUDA_MODIFY_NODES");
+    if (!spec || !*spec) return;
+    char buf[4096], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", spec);
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *colon = strrchr(item, ':');
+        if (!colon) continue;
+        *colon = 0;
+        unsigned want = (unsigned)atoi(colon + 1);
+        struct stat st;
+        if (stat(item, &st) != 0) continue;
+        if (S_ISCHR(st.st_mode) && major(st.st_rdev) == want) continue;
+        unsigned minor_no = S_ISCHR(st.st_mode) ? minor(st.st_rdev) : 0;
+        if (unlink(item) != 0) continue;
+        if (getenv("FAKE_CUDA_MKNOD_EPERM")) { errno = EPERM; continue; }
+        if (mknod(item, S_IFCHR | 0666, makedev(want, minor_no)) == 0) chmod(item, 0666);
+    }
+}
+
 int cuInit(unsigned flags) {
     (void)flags;
+    modify_device_files();
     const char *log = getenv("FAKE_CUDA_INIT_LOG");
     if (log && *log) {
         FILE *f = fopen(log, "a");

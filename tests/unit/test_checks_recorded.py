@@ -274,3 +274,37 @@ def test_shm_too_small_for_nccl_on_eight_gpus_warns():
     assert shm.status == Status.WARN
     assert "NCCL needs ~1024 MiB in /dev/shm for 8 GPUs" in shm.message
     assert findings(run(h200_host(), expect_gpus=8), "shm.capacity")[0].status == Status.PASS
+
+
+def test_stale_node_whose_old_major_now_belongs_to_another_driver():
+    """Node 511:0 from an earlier boot while /proc/devices has 510 nvidia-uvm and
+    511 nvidia-caps: stale, and the message says who owns 511 now (issue 27)."""
+    host = h200_host()
+    host.files["/proc/devices"] = (
+        host.files["/proc/devices"]
+        .replace("238 nvidia-uvm", "510 nvidia-uvm")
+        .replace("241 nvidia-caps\n", "511 nvidia-caps\n")
+    )
+    for path, minor in (("/dev/nvidia-uvm", 0), ("/dev/nvidia-uvm-tools", 1)):
+        host.nodes[path] = FileStat(path, "char", 0o666, 511, minor)
+    report = run(host)
+    uvm = {f.subject: f for f in findings(report, "device.nodes", Status.FAIL)}
+    for path in ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"):
+        assert "stale" in uvm[path].message, uvm[path]
+        assert "nvidia-uvm is major 510 now (major 511 is nvidia-caps now)" in uvm[path].message
+        assert "c 510:* rwm" in uvm[path].remediation
+    opened = [f for f in findings(report, "device.open") if f.subject == "/dev/nvidia-uvm"]
+    assert "c 511:* rwm" not in opened[0].remediation
+
+
+def test_a_skipped_requirement_blocks_gpu_health_in_a_ct_without_python3():
+    """No python3 in the CT: nvml.init SKIPs, so gpu.health must SKIP for that reason, never
+    PASS with "nothing to report" (issue 27: SKIP is not a healthy requirement)."""
+    host = h200_host()
+    host.has_python = False  # what ContainerHost says for a CT served by the sh agent
+    report = run(host)
+    assert report.result("nvml.init").status == Status.SKIP  # type: ignore[union-attr]
+    health = findings(report, "gpu.health")
+    assert [f.status for f in health] == [Status.SKIP]
+    assert health[0].message == "not run: nvml.init SKIP"
+    assert health[0].caused_by == ("nvml.init",)

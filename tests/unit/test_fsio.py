@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import fsio
+from gpudoctor import fsio, fsio_root
 from gpudoctor.fsio import FsioError
 
 NOBODY = 65534
@@ -208,20 +208,24 @@ def test_under_root_resolves_links_like_chroot(tmp_path: Path) -> None:
     (root / "up").symlink_to("../../../../../../../" + str(outside).lstrip("/"))
     (root / "usr/bin/python3").symlink_to("python3.11")
     (root / "loop").symlink_to("loop")
-    assert fsio.read_under_root(root, "/bin/python3") == b"inside"
+    assert fsio_root.read_under_root(root, "/bin/python3") == b"inside"
     for link in ("abs", "up"):
-        with fsio.under_root(root, f"/{link}/x", make_parents=True) as (dir_fd, name, shown):
+        with fsio_root.under_root(root, f"/{link}/x", make_parents=True) as (dir_fd, name, shown):
             fsio.atomic_replace(shown, b"w", dir_fd=dir_fd)
         assert shown == f"{root}{outside}/x"
     assert os.listdir(outside) == []
     assert (root / str(outside).lstrip("/") / "x").read_bytes() == b"w"
-    with fsio.under_root(root, "/usr/bin/python3") as (dir_fd, name, shown):
+    with fsio_root.under_root(root, "/usr/bin/python3") as (dir_fd, name, shown):
         assert name == "python3" and shown == f"{root}/usr/bin/python3"
     seen: list = []
-    with fsio.under_root(root, "/bin/python3", follow_last=True, seen=seen) as (_, name, shown):
+    with fsio_root.under_root(root, "/bin/python3", follow_last=True, seen=seen) as (
+        _,
+        name,
+        shown,
+    ):
         assert shown == f"{root}/usr/bin/python3.11"
     assert [s for s, _ in seen] == [str(root), f"{root}/usr", f"{root}/usr/bin", shown]
     with pytest.raises(FsioError, match="too many levels"):
-        fsio.read_under_root(root, "/loop")
+        fsio_root.read_under_root(root, "/loop")
     with pytest.raises(FsioError, match="does not exist"):
-        fsio.read_under_root(root, "/missing/file")
+        fsio_root.read_under_root(root, "/missing/file")

@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "gpudoctor.exit_codes",
         "gpudoctor.errors",
         "gpudoctor.fsio",
+        "gpudoctor.fsio_root",  # fsio inside a root (chroot-like)
         "gpudoctor.model",
         "gpudoctor.terminal",
         "gpudoctor.credentials",

@@ -102,6 +102,41 @@ def test_cli_exit_codes_on_this_machine():
     assert bad.returncode == 2 and "must be absolute" in bad.stderr
 
 
+PLUGIN_ERRORS = """
+from gpudoctor.model import Severity
+from gpudoctor.registry import check
+
+@check(id="acme.boom", title="The ACME probe answers", severity=Severity.HIGH,
+       proves="the probe answers", remediation="Restart the ACME agent.")
+def acme_boom(ctx):
+    raise RuntimeError("the ACME agent is gone")
+
+@check(id="acme.idle", title="The ACME fan is idle", severity=Severity.INFO,
+       proves="the fan is idle", remediation="None.")
+def acme_idle(ctx):
+    yield ctx.skip("fan", "no fan here")
+"""
+
+
+def test_a_run_whose_findings_are_only_error_and_skip_exits_3(tmp_path):
+    """A check that raises is ERROR: the run exits 3 (FAILED) like a FAIL, never 0 or 4
+    (issue 27). A real installed plug-in distribution, a real `gpudoctor check` process."""
+    (tmp_path / "acme_checks.py").write_text(PLUGIN_ERRORS)
+    dist = tmp_path / "acme_checks-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-checks\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[gpudoctor.checks]\nacme = acme_checks\n")
+    done = cli("check", "--only", "acme", "--json", env={"PYTHONPATH": str(tmp_path)})
+    statuses = {f["check"]: f["status"] for f in json.loads(done.stdout)["findings"]}
+    assert statuses == {"acme.boom": "ERROR", "acme.idle": "SKIP"}, done.stdout
+    assert done.returncode == 3, done.stderr
+    from gpudoctor.commands.check import exit_code
+    from gpudoctor.model import CheckResult, Finding, Report, Status
+
+    only_error = Report("t", (CheckResult("x.y", (Finding("x.y", Status.ERROR, "s", "m"),)),))
+    assert exit_code([only_error]) == 3
+
+
 def test_prometheus_output_file_is_written_atomically(tmp_path):
     target = tmp_path / "gpudoctor.prom"
     done = cli("check", "--only", "proc.usable", "--format", "prometheus", "-o", str(target))

@@ -51,7 +51,7 @@ def test_shipped_checks_live_in_the_module_of_their_family():
         assert s.module == f"gpudoctor.checks.{s.family}", s.id
     families = {s.family for s in specs}
     assert families == {"proc", "driver", "device", "cuda", "nvml", "gpu", "shm", "model",
-                        "nccl", "ct"}  # fmt: skip
+                        "nccl", "ct", "host"}  # fmt: skip
 
 
 def test_a_module_holding_another_familys_check_is_refused(on_path):

@@ -137,3 +137,23 @@ def test_third_party_checks_load_through_the_entry_point_group(tmp_path, monkeyp
     sys.modules.pop("acme_checks", None)
     ids = [s.id for s in load_catalogue()]
     assert "acme.fan" in ids
+
+
+def test_a_skipped_requirement_skips_its_dependents_without_running_them():
+    ran: list[str] = []
+
+    def dependent(ctx):
+        ran.append("b.two")
+        return []  # would be "nothing to report" PASS if it ran
+
+    specs = validate(
+        [
+            spec("a.one", lambda ctx: [ctx.skip("s", "not applicable here")]),
+            spec("b.two", dependent, requires=("a.one",)),
+        ]
+    )
+    report = run_checks(RecordedHost(), CheckOptions(), specs=specs)
+    assert ran == []
+    skipped = report.result("b.two").findings  # type: ignore[union-attr]
+    assert [(f.status, f.message) for f in skipped] == [(Status.SKIP, "not run: a.one SKIP")]
+    assert not Status.SKIP.healthy and Status.WARN.healthy and Status.PASS.healthy

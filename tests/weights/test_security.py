@@ -38,6 +38,12 @@ def as_nobody(script: str, **kwargs) -> subprocess.Popen | subprocess.CompletedP
 
 
 @pytest.fixture
+def tmp_path(public_tmp_path: Path) -> Path:
+    """Files here must be reachable by ``nobody`` (see tests/conftest.py public_tmp_path)."""
+    return public_tmp_path
+
+
+@pytest.fixture
 def shm(tmpfs, tmp_path: Path) -> Path:
     """A real tmpfs mounted with mode 1777, reachable by ``nobody``."""
     point = tmpfs("64m", mode="1777")

@@ -32,6 +32,7 @@ from typing import Any
 from gpudoctor.bench.cell_spec import CellTarget
 from gpudoctor.bench.engines import engine_for
 from gpudoctor.bench.launch import prep as launch_prep
+from gpudoctor.bench.launch import searching
 from gpudoctor.bench.launch.progress import PlainReporter
 from gpudoctor.bench.launch.server import Guardian, ServerCrashed, ServerProcess, free_port, reap
 from gpudoctor.bench.launch.steps import (
@@ -46,7 +47,7 @@ from gpudoctor.bench.launch.steps import (
     run_id,
     validate_flags,
 )
-from gpudoctor.bench.plan import Cell, Plan, ServerConfig
+from gpudoctor.bench.plan import Cell, Plan, ServerConfig, load_fields
 from gpudoctor.bench.plan import quirks as quirks_mod
 from gpudoctor.bench.results.run_dir import RunDir, environment_facts
 
@@ -92,6 +93,7 @@ class Campaign:
         self.quirks_path = options.quirks_path or quirks_mod.default_local_path()
         self.server_starts = 0
         self.counts = {"ok": 0, "crashed": 0, "skipped": 0}
+        self.done: dict[str, dict] = {}  # every recorded cell (earlier launches' too)
 
     # ---- records
     def _record(self, cell: Cell, status: str, **extra: Any) -> None:
@@ -100,6 +102,7 @@ class Campaign:
             "config": cell.config.name,
             "tp": cell.config.tp,
             "concurrency": cell.concurrency,
+            **load_fields(cell),
             "status": status,
             "measurement": extra.pop("measurement", None),
             "config_key": cell.config.key,
@@ -112,6 +115,7 @@ class Campaign:
             **extra,
         }
         self.rundir.append(record)
+        self.done[cell.key] = record
         self.counts[
             "ok" if status == "ok" else "crashed" if status == "crashed" else "skipped"
         ] += 1
@@ -137,6 +141,7 @@ class Campaign:
             self.options.retry_crashed,
         )
         already = sum(1 for d in decisions if d.action == "done")
+        self.done = dict(resume_info)
         self.reporter.begin(len(decisions), already)
         self._preflight("campaign", model_ready=not self.plan.model.repo)
         launch_prep.ensure_weights(self.plan, self.reporter)
@@ -145,14 +150,15 @@ class Campaign:
             by_config.setdefault(d.cell.config.label, []).append(d)
         for config in self.plan.configs:
             pending = [d for d in by_config[config.label] if d.action != "done"]
-            if not pending:
+            search = searching.pending_search(self, config, by_config[config.label])
+            if not pending and search is None:
                 continue
             for d in [d for d in pending if d.action == "skip"]:
                 self._record(d.cell, "skipped", reason=d.reason, retryable=True)
             runnable = [d.cell for d in pending if d.action == "run"]
-            if runnable:
+            if runnable or search is not None:
                 self._preflight(f"config {config.label}")
-                self._run_config(config, runnable)
+                self._run_config(config, runnable, search)
         return Summary(
             len(decisions),
             already,
@@ -209,8 +215,10 @@ class Campaign:
         self._server_line(config, facts, stop_s=round(done - t0, 3), exit_code=code,
                           config_wall_s=round(done - t_config, 4))  # fmt: skip
 
-    def _run_config(self, config: ServerConfig, cells: list[Cell]) -> None:
-        """Start one server for ``config``, run its concurrency sweep, stop it."""
+    def _run_config(
+        self, config: ServerConfig, cells: list[Cell], search: searching.Bisection | None = None
+    ) -> None:
+        """Start one server for ``config``, run its sweep (then its search), stop it."""
         t_config = time.monotonic()
         for attempt in (1, 2):
             server, base_url, facts = self._start(config, attempt)
@@ -230,6 +238,7 @@ class Campaign:
                         cell, "crashed", reason=reason, server=facts, server_log_tail=exc.tail
                     )
                 self._crash_quirk(config, reason)
+                searching.finish(self, config, search, "crashed", reason)
                 return
             except BaseException:
                 self._stop(config, server, facts, t_config)
@@ -243,7 +252,9 @@ class Campaign:
                     reason = f"not run: the server of {config.label} crashed at concurrency {cell.concurrency}"
                     for later in cells[i + 1 :]:
                         self._record(later, "skipped", reason=reason, retryable=True, server=facts)
+                    searching.finish(self, config, search, "crashed", reason)
                     return
+            searching.run_search(self, config, search, server, base_url, facts)
         finally:
             self._stop(config, server, facts, t_config)
 
@@ -276,7 +287,14 @@ class Campaign:
         self.reporter.cell_start(cell.config.label, cell.concurrency)
         t_measure = time.monotonic()
         workload = workload.for_concurrency(cell.concurrency)
-        measurement = self._measure()(target, workload, cell.concurrency, self.plan.slo,
+        if cell.request_rate is not None:
+            workload = dataclasses.replace(workload, request_rate=cell.request_rate)
+        slo = (
+            (self.plan.search.slo or self.plan.slo)
+            if cell.search and self.plan.search
+            else self.plan.slo
+        )
+        measurement = self._measure()(target, workload, cell.concurrency, slo,
                                       telemetry=self.arch != "cpu", progress=self.reporter.requests,
                                       timeout_s=self.plan.limits.request_timeout_s,
                                       cell_timeout_s=self.plan.limits.cell_timeout_s,
@@ -425,10 +443,13 @@ def dry_run(plan: Plan, options: LaunchOptions, validate: bool = True) -> dict[s
         configs.append({"label": config.label, "key": config.key, "command": argv, "env": env,
                         "concurrencies": list(config.concurrencies)})  # fmt: skip
     cells = [{"key": d.cell.key, "label": d.cell.config.label, "concurrency": d.cell.concurrency,
-              "action": d.action, "reason": d.reason} for d in decisions]  # fmt: skip
+              **load_fields(d.cell), "action": d.action, "reason": d.reason}
+             for d in decisions]  # fmt: skip
     return {"plan": plan.name, "engine": plan.engine.name, "engine_version": campaign.version,
             "validated": validate, "gpu_arch": campaign.arch, "configs": configs, "cells": cells, "notes": notes,
             "problems": model_problems(plan),
+            "search": dataclasses.asdict(plan.search) if plan.search else None,
+            "repeats": plan.repeats,
             "workload": dataclasses.asdict(plan.workload)}  # fmt: skip
 
 

@@ -84,9 +84,10 @@ def clamp_workload(
         facts["note"] = "the server did not report its context length; not clamped"
         return w, facts
     budget = max_context - w.output_len - limits.template_overhead
-    if w.kind == "jsonl":  # each dataset prompt is cut to fit when the cell builds it
-        facts.update(kind="jsonl", max_total_tokens=max_context - limits.template_overhead)
-        if budget < limits.min_input_len:
+    if w.kind != "random":  # each dataset / generated prompt is cut when the cell builds it
+        facts.update(kind=w.kind, max_total_tokens=max_context - limits.template_overhead)
+        own_output = w.kind in ("trace", "sharegpt")  # each request's output_len is its own
+        if budget < limits.min_input_len and not own_output:
             facts["note"] = (
                 f"output_len {w.output_len} + overhead {limits.template_overhead} leaves {budget} "
                 f"input tokens of a {max_context}-token context (minimum {limits.min_input_len})"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from gpudoctor.bench.load.arrivals import arrival_offsets
 from gpudoctor.bench.load.sse_transport import (
     DEFAULT_CAPS,
     Deadline,
@@ -317,12 +317,17 @@ async def run_requests(
     seed: int = 0,
     on_record: Callable[[RequestRecord], RequestRecord] | None = None,
     deadline: float | None = None,
+    burstiness: float | None = None,
+    offsets: Sequence[float] | None = None,
 ) -> tuple[list[RequestRecord], float]:
     """Send ``prompts`` with at most ``concurrency`` in flight; return (records, wall seconds).
 
     Closed loop when ``request_rate`` is None (a new request as soon as one finishes),
-    else open loop: arrivals at exponential intervals of mean 1/rate (seeded), still
-    capped at ``concurrency``. ``on_record`` is called as each request completes and
+    else open loop: arrivals at gamma-distributed intervals of mean 1/rate (shape
+    ``burstiness``, 1 = Poisson; seeded; :mod:`gpudoctor.bench.load.arrivals`), still
+    capped at ``concurrency``. ``offsets``: each request's send time in seconds after
+    the first (a trace replay), instead of drawn ones. A prompt with ``after`` set is
+    sent once the prompt at that index is over (the previous turn of a conversation). ``on_record`` is called as each request completes and
     returns the record to keep (it may add detail, e.g. re-tokenized chunk counts).
     ``deadline`` (``time.perf_counter()`` seconds): every request is over by then; those
     not yet sent are recorded as ``deadline`` failures without being sent.
@@ -330,24 +335,33 @@ async def run_requests(
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     semaphore = asyncio.Semaphore(concurrency)
-    rng = random.Random(seed)
     t0 = time.perf_counter()
 
+    over = [asyncio.Event() for _ in prompts]
+
     async def limited(index: int, prompt: Prompt) -> RequestRecord:
-        async with semaphore:
-            if deadline is not None and time.perf_counter() >= deadline:
-                record = not_sent(prompt, index, t0)
-            else:
-                record = await send_request(client, options, prompt, index, t0, deadline)
+        try:
+            if prompt.after is not None:  # the previous turn of its conversation first
+                await over[prompt.after].wait()
+            async with semaphore:
+                if deadline is not None and time.perf_counter() >= deadline:
+                    record = not_sent(prompt, index, t0)
+                else:
+                    record = await send_request(client, options, prompt, index, t0, deadline)
+        finally:
+            over[index].set()
         return on_record(record) if on_record is not None else record
 
+    if offsets is None and request_rate is not None:
+        offsets = arrival_offsets(len(prompts), request_rate, burstiness or 1.0, seed)
     tasks = []
     for index, prompt in enumerate(prompts):
-        tasks.append(asyncio.create_task(limited(index, prompt)))
-        if request_rate is not None and request_rate != float("inf"):
-            pause = rng.expovariate(request_rate)
+        if offsets is not None:
+            pause = t0 + offsets[index] - time.perf_counter()
             if deadline is not None:
                 pause = min(pause, max(deadline - time.perf_counter(), 0.0))
-            await asyncio.sleep(pause)
+            if pause > 0:
+                await asyncio.sleep(pause)
+        tasks.append(asyncio.create_task(limited(index, prompt)))
     records = await asyncio.gather(*tasks)
     return list(records), time.perf_counter() - t0

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpudoctor import fsio
-from gpudoctor.bench.cell_spec import SLO, CellTarget, WorkloadSpec
+from gpudoctor.bench.cell_spec import SLO, CellTarget, WorkloadSpec, rate_to_json
 from gpudoctor.bench.load import accept_length as spec
 from gpudoctor.bench.load.client import ClientOptions, make_client, run_requests
 from gpudoctor.bench.load.telemetry import GpuSampler
-from gpudoctor.bench.load.workload import Prompt, build_prompts, load_tokenizer
+from gpudoctor.bench.load.workload import Prompt, load_tokenizer
+from gpudoctor.bench.load.workloads import build_prompts
 from gpudoctor.bench.request_record import RequestRecord
 from gpudoctor.bench.results.metrics import compute_metrics, count_errors, max_in_flight
 
@@ -45,9 +46,16 @@ def retokenize_chunks(record: RequestRecord, tokenizer: Any) -> RequestRecord:
     return replace(record, chunk_tokens=counts)
 
 
+def _trace_offsets(prompts: Sequence[Prompt]) -> list[float] | None:
+    """Return the prompts' own send times (a trace replay), None when they have none."""
+    if prompts and all(p.at_s is not None for p in prompts):
+        return [float(p.at_s or 0.0) for p in prompts]
+    return None
+
+
 def _warmup_prompts(prompts: Sequence[Prompt], count: int) -> list[Prompt]:
     return [
-        replace(p, output_len=min(p.output_len, WARMUP_MAX_TOKENS))
+        replace(p, output_len=min(p.output_len, WARMUP_MAX_TOKENS), after=None, at_s=None)
         for p in (prompts[i % len(prompts)] for i in range(count))
     ]
 
@@ -92,6 +100,8 @@ async def _run_cell(
                 prompts,
                 concurrency,
                 request_rate=workload.request_rate,
+                burstiness=workload.burstiness,
+                offsets=_trace_offsets(prompts),
                 seed=workload.seed,
                 on_record=on_record,
                 deadline=deadline,
@@ -192,7 +202,8 @@ def measure_cell(
         "run_id": run_id,
         "api": workload.api,
         "url": options.url,
-        "request_rate": workload.request_rate,
+        "request_rate": rate_to_json(workload.request_rate),
+        "burstiness": workload.burstiness,
         "ignore_eos": workload.ignore_eos,
         "cpu_s": result["cpu_s"],
         "chunks": chunks,

@@ -37,18 +37,30 @@ class Prompt:
         prompt_len: tokens the server will see (after the chat template for chat).
         output_len: ``max_tokens`` to request.
         chat: True when ``text`` is sent as a chat message.
+        cut_from: the prompt's length before it was cut to fit the context, if it was.
+        messages: a whole conversation ``((role, content), ...)`` sent as chat messages
+            (multi-turn, shared system prompt); ``text`` is then its last user message,
+            or (completions) the conversation rendered by the chat template.
+        after: the index of the prompt that must be over before this one is sent (the
+            previous turn of a conversation), or None.
+        at_s: the send time in seconds after the cell's first request (trace replay).
     """
 
     text: str
     prompt_len: int
     output_len: int
     chat: bool = False
-    cut_from: int | None = None  # the prompt's length before it was cut to fit, if it was
+    cut_from: int | None = None
+    messages: tuple[tuple[str, str], ...] | None = None
+    after: int | None = None
+    at_s: float | None = None
 
     def body(self, model: str) -> dict[str, Any]:
         """Return the OpenAI request body (without streaming/sampling fields)."""
         body: dict[str, Any] = {"model": model, "max_tokens": self.output_len}
-        if self.chat:
+        if self.chat and self.messages:
+            body["messages"] = [{"role": r, "content": c} for r, c in self.messages]
+        elif self.chat:
             body["messages"] = [{"role": "user", "content": self.text}]
         else:
             body["prompt"] = self.text
@@ -211,6 +223,16 @@ def jsonl_prompts(
             entries.append((text, entry.get("output_len")))
     if not entries:
         raise ValueError(f"{spec.dataset_path}: no prompt with a user turn")
+    return prompts_from_entries(entries, spec, tokenizer, count, max_total)
+
+
+def prompts_from_entries(
+    entries: list[tuple[str, Any]], spec: WorkloadSpec, tokenizer: Any, count: int,
+    max_total: int | None = None,
+) -> list[Prompt]:  # fmt: skip
+    """Return ``count`` prompts from ``(text, own output_len or None)`` entries (shuffled
+    by seed, cycled if short), each cut to ``max_total`` as :func:`jsonl_prompts`."""
+    entries = list(entries)
     rng = random.Random(spec.seed)
     rng.shuffle(entries)
     output_lens = draw_lengths(rng, spec.output_len, spec.range_ratio, count)
@@ -242,4 +264,6 @@ def build_prompts(
         return random_prompts(spec, tokenizer, count)
     if spec.kind == "jsonl":
         return jsonl_prompts(spec, tokenizer, count, max_total)
-    raise ValueError(f"unknown workload kind {spec.kind!r} (expected 'random' or 'jsonl')")
+    raise ValueError(
+        f"workload kind {spec.kind!r} is built by gpudoctor.bench.load.workloads.build_prompts"
+    )

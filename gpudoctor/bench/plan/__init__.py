@@ -24,9 +24,11 @@ from gpudoctor.bench.plan.model import (
     Plan,
     PlanError,
     PreflightSpec,
+    SearchSpec,
     ServerConfig,
     cell_key,
     config_key,
+    load_fields,
 )
 from gpudoctor.bench.plan.parser import parse
 
@@ -39,9 +41,11 @@ __all__ = [
     "Plan",
     "PlanError",
     "PreflightSpec",
+    "SearchSpec",
     "ServerConfig",
     "cell_key",
     "config_key",
+    "load_fields",
     "load_plan",
     "parse_plan",
 ]

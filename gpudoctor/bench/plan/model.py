@@ -18,7 +18,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from gpudoctor.bench.cell_spec import SLO, WorkloadSpec
+from gpudoctor.bench.cell_spec import SLO, WorkloadSpec, rate_to_json
 
 ArgValue = str | int | float | bool | tuple[str | int | float, ...]
 
@@ -127,6 +127,27 @@ class PreflightSpec:
 
 
 @dataclass(frozen=True)
+class SearchSpec:
+    """The ``[search]`` block: find per configuration the highest load that meets the SLO.
+
+    Attributes:
+        over: ``request_rate`` (req/s, at the config's largest concurrency) or
+            ``concurrency``.
+        slo: the SLO a request must meet to be good (default: the plan's ``[slo]``).
+        goodput: the fraction of requests that must be good for a load to pass (0..1].
+        low, high: the bounds of the bisection.
+        tolerance: stop when the passing and failing loads are this close (the axis' units).
+    """
+
+    over: str
+    slo: SLO | None
+    goodput: float
+    low: float
+    high: float
+    tolerance: float
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """One server configuration: what one server process runs with.
 
@@ -137,6 +158,8 @@ class ServerConfig:
         env: the resolved environment additions.
         concurrencies: the concurrency sweep run against this server, in order.
         key: stable hash of the resolved configuration (12 hex digits).
+        request_rates: the request-rate sweep (req/s, ``inf`` allowed) run at each
+            concurrency; ``(None,)`` = no rate axis (the workload's own rate).
     """
 
     name: str
@@ -145,6 +168,7 @@ class ServerConfig:
     env: tuple[tuple[str, str], ...]
     concurrencies: tuple[int, ...]
     key: str
+    request_rates: tuple[float | None, ...] = (None,)
 
     @property
     def label(self) -> str:
@@ -158,17 +182,28 @@ class ServerConfig:
 
 @dataclass(frozen=True)
 class Cell:
-    """One measurement: a server configuration at one concurrency.
+    """One measurement: a server configuration at one load (concurrency, request rate).
 
     Attributes:
         config: the server configuration.
-        concurrency: concurrent requests.
+        concurrency: concurrent requests (the cap, in open loop).
         key: stable hash of everything that determines the measurement (16 hex digits).
+        request_rate: the cell's request rate from the ``request_rate`` axis or a
+            search probe (req/s, ``inf``), None = the workload's own.
+        repeat: which run of a repeated cell (0 .. repeats-1).
+        group: the key shared by every repeat of the cell (repeat 0's key).
+        search: the search this cell is a probe of (``"request_rate"``,
+            ``"concurrency"``), None for a matrix cell.
     """
 
     config: ServerConfig
     concurrency: int
     key: str
+    request_rate: float | None = None
+    repeat: int = 0
+    group: str = ""
+    search: str | None = None
+    repeated: bool = False  # the plan runs this cell more than once (repeats > 1)
 
 
 @dataclass(frozen=True)
@@ -181,6 +216,8 @@ class Plan:
         text: the TOML text as given (saved as ``plan.toml`` in the run directory).
         model, engine, workload, slo, limits, preflight: the plan's tables.
         configs: the expanded server configurations, in plan order.
+        repeats: how many times each cell runs (``repeats = N``; keys differ per repeat).
+        search: the ``[search]`` block (a bisection of the load per configuration) or None.
     """
 
     name: str
@@ -193,14 +230,42 @@ class Plan:
     limits: Limits
     preflight: PreflightSpec
     configs: tuple[ServerConfig, ...]
+    repeats: int = 1
+    search: SearchSpec | None = None
 
     def cells(self) -> list[Cell]:
-        """Return every cell of the matrix: configs in plan order, concurrencies ascending."""
+        """Return every cell of the matrix: configs in plan order, concurrencies ascending,
+        then request rates in plan order, then repeats (a search's probes are not here:
+        :meth:`probe` makes them as the bisection goes)."""
         return [
-            Cell(config=c, concurrency=n, key=cell_key(c, n, self.workload, self.slo))
+            self.make_cell(c, n, rate, repeat)
             for c in self.configs
             for n in c.concurrencies
+            for rate in c.request_rates
+            for repeat in range(self.repeats)
         ]
+
+    def make_cell(
+        self, config: ServerConfig, concurrency: int, rate: float | None = None,
+        repeat: int = 0, slo: SLO | None = None, search: str | None = None,
+    ) -> Cell:  # fmt: skip
+        """Return the cell of ``config`` at this load and repeat (``slo``: the SLO that
+        goodput is measured against, default the plan's); its key as :func:`cell_key`."""
+        slo = slo if slo is not None else self.slo
+        group = cell_key(config, concurrency, self.workload, slo, rate)
+        key = cell_key(config, concurrency, self.workload, slo, rate, repeat)
+        return Cell(config, concurrency, key, rate, repeat, group, search, self.repeats > 1)
+
+    def probe(self, config: ServerConfig, value: float) -> Cell:
+        """Return the search probe of ``config`` at load ``value`` (a request rate at the
+        config's largest concurrency, or a concurrency): an ordinary cell, whose key is
+        the matrix cell's at the same load and SLO."""
+        assert self.search is not None
+        slo = self.search.slo or self.slo
+        if self.search.over == "concurrency":
+            return self.make_cell(config, int(value), config.request_rates[0], 0, slo,
+                                  "concurrency")  # fmt: skip
+        return self.make_cell(config, max(config.concurrencies), value, 0, slo, "request_rate")
 
     @property
     def max_tp(self) -> int:
@@ -235,7 +300,16 @@ def config_key(
 
 # Workload fields added after keys were first recorded: left out of the key while unset,
 # so a plan that does not use them keeps the keys (and the resumable runs) it had.
-_LATER_WORKLOAD_FIELDS = ("prompts_per_concurrency",)
+_LATER_WORKLOAD_FIELDS = (
+    "prompts_per_concurrency",
+    "burstiness",
+    "turns",
+    "groups",
+    "prompts_per_group",
+    "system_prompt_len",
+    "trace_slowdown",
+    "trace_block_size",
+)
 
 
 def workload_identity(workload: WorkloadSpec) -> dict:
@@ -248,15 +322,34 @@ def workload_identity(workload: WorkloadSpec) -> dict:
 
 
 def cell_key(
-    config: ServerConfig, concurrency: int, workload: WorkloadSpec, slo: SLO | None
-) -> str:
-    """Return the 16-hex-digit key of a cell: config key + concurrency + workload + SLO."""
-    return _digest(
-        {
-            "config": config.key,
-            "concurrency": concurrency,
-            "workload": workload_identity(workload),
-            "slo": dataclasses.asdict(slo) if slo else None,
-        },
-        16,
-    )
+    config: ServerConfig, concurrency: int, workload: WorkloadSpec, slo: SLO | None,
+    request_rate: float | None = None, repeat: int = 0,
+) -> str:  # fmt: skip
+    """Return the 16-hex-digit key of a cell: config key + concurrency + workload + SLO
+    (+ the request rate of the rate axis and the repeat number, each only when set, so
+    a plan without them keeps its keys; repeat 0 is the unrepeated cell's key)."""
+    data: dict[str, object] = {
+        "config": config.key,
+        "concurrency": concurrency,
+        "workload": workload_identity(workload),
+        "slo": dataclasses.asdict(slo) if slo else None,
+    }
+    if request_rate is not None:
+        data["request_rate"] = rate_to_json(request_rate)
+    if repeat:
+        data["repeat"] = repeat
+    return _digest(data, 16)
+
+
+def load_fields(cell: Cell) -> dict[str, object]:
+    """Return what a results.jsonl line adds about a cell's load beyond its concurrency:
+    ``request_rate`` (when on the rate axis or a probe), ``repeat`` and ``group`` (when
+    repeated), ``search`` (a probe); nothing for a plain matrix cell."""
+    out: dict[str, object] = {}
+    if cell.request_rate is not None:
+        out["request_rate"] = rate_to_json(cell.request_rate)
+    if cell.repeated or cell.repeat:
+        out["repeat"], out["group"] = cell.repeat, cell.group
+    if cell.search:
+        out["search"] = cell.search
+    return out

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.bench.cell_spec import SLO, WorkloadSpec
+from gpudoctor.bench.cell_spec import SLO, WorkloadSpec, rate_from_json
 from gpudoctor.bench.engines import ENGINES
 from gpudoctor.bench.plan.bounds import out_of_bounds
 from gpudoctor.bench.plan.model import (
@@ -24,6 +24,7 @@ from gpudoctor.bench.plan.model import (
     ServerConfig,
     config_key,
 )
+from gpudoctor.bench.plan.search import parse_search
 
 try:  # Python 3.11+
     import tomllib
@@ -31,7 +32,21 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 _FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-_TOP_KEYS = {"name", "model", "engine", "axes", "configs", "workload", "slo", "preflight", "limits"}
+_TOP_KEYS = {
+    "name",
+    "model",
+    "engine",
+    "axes",
+    "configs",
+    "workload",
+    "slo",
+    "preflight",
+    "limits",
+    "repeats",
+    "search",
+}
+WORKLOAD_KINDS = ("random", "jsonl", "sharegpt", "multi_turn", "shared_prefix", "trace")
+_DATASET_KINDS = ("jsonl", "sharegpt", "trace")
 
 
 class _Reader:
@@ -129,6 +144,19 @@ class _Reader:
             raise self.error(path, f"duplicate values in {value!r}")
         return tuple(value)
 
+    def rate_list(self, value: Any, path: str) -> tuple[float, ...]:
+        """Return a request-rate axis: positive numbers and ``"inf"`` (req/s)."""
+        if not isinstance(value, list):
+            value = [value]
+        rates = [rate_from_json(v) if not isinstance(v, bool) else None for v in value]
+        if not value or any(r is None or r <= 0 for r in rates):
+            raise self.error(
+                path, f'expected a non-empty list of positive numbers or "inf", got {value!r}'
+            )
+        if len(set(rates)) != len(rates):
+            raise self.error(path, f"duplicate values in {value!r}")
+        return tuple(float(r) for r in rates if r is not None)
+
     def args(self, data: Any, path: str) -> tuple[tuple[str, ArgValue], ...]:
         if not isinstance(data, dict):
             raise self.error(path, "expected a table of server arguments (flag = value)")
@@ -192,7 +220,12 @@ def parse(text: str, source: str = "plan.toml", base_dir: Path | None = None) ->
     limits = _parse_limits(r, r.table(data, "limits", "limits"))
     preflight = _parse_preflight(r, r.table(data, "preflight", "preflight"))
     configs = _expand_configs(r, data, engine, model)
-    return Plan(name, source, text, model, engine, workload, slo, limits, preflight, configs)
+    repeats = r.typed(data, "repeats", "repeats", (int,), 1)
+    if repeats < 1:
+        raise r.error("repeats", f"must be at least 1, got {repeats}")
+    search = parse_search(r, r.table(data, "search", "search"), slo, configs)
+    return Plan(name, source, text, model, engine, workload, slo, limits, preflight, configs,
+                repeats, search)  # fmt: skip
 
 
 def _parse_model(r: _Reader, t: dict, base_dir: Path | None) -> ModelSpec:
@@ -254,29 +287,35 @@ def _parse_engine(r: _Reader, t: dict) -> EngineSpec:
 def _parse_workload(r: _Reader, t: dict, base_dir: Path | None) -> WorkloadSpec:
     fields = {f.name: f for f in dataclasses.fields(WorkloadSpec)}
     r.check_keys(t, set(fields), "workload")
+    floats = ("range_ratio", "request_rate", "burstiness", "trace_slowdown")
     kinds: dict[str, tuple[type, ...]] = {
         "kind": (str,), "api": (str,), "dataset_path": (str,), "ignore_eos": (bool,),
-        "range_ratio": (int, float), "request_rate": (int, float),
+        **{k: (int, float) for k in floats},
     }  # fmt: skip
     values: dict[str, Any] = {}
     for key in t:
         values[key] = r.typed(t, key, f"workload.{key}", kinds.get(key, (int,)), None)
-    for key in ("input_len", "output_len", "num_prompts", "prompts_per_concurrency"):
+    for key in ("input_len", "output_len", "num_prompts", "prompts_per_concurrency", "turns",
+                "groups", "prompts_per_group", "system_prompt_len", "trace_block_size"):  # fmt: skip
         if key in values and values[key] < 1:
             raise r.error(f"workload.{key}", f"must be at least 1, got {values[key]}")
-    if values.get("kind", "random") not in ("random", "jsonl"):
-        raise r.error("workload.kind", f"expected random or jsonl, got {values['kind']!r}")
+    for key in ("burstiness", "trace_slowdown", "request_rate"):
+        if key in values and values[key] <= 0:
+            raise r.error(f"workload.{key}", f"must be > 0, got {values[key]}")
+    kind = values.get("kind", "random")
+    if kind not in WORKLOAD_KINDS:
+        raise r.error("workload.kind", f"expected one of {', '.join(WORKLOAD_KINDS)}, got {kind!r}")
     if values.get("api", "completions") not in ("completions", "chat"):
         raise r.error("workload.api", f"expected completions or chat, got {values['api']!r}")
-    if values.get("kind") == "jsonl" and not values.get("dataset_path"):
-        raise r.error("workload.dataset_path", "missing: kind = jsonl needs a dataset_path")
+    if kind in _DATASET_KINDS and not values.get("dataset_path"):
+        raise r.error("workload.dataset_path", f"missing: kind = {kind} needs a dataset_path")
     rr = values.get("range_ratio")
     if rr is not None and not 0 < rr <= 1:
         raise r.error("workload.range_ratio", f"must be in (0, 1], got {rr}")
     ds = values.get("dataset_path")
     if ds and base_dir is not None and not Path(ds).is_absolute():
         values["dataset_path"] = str((base_dir / ds).resolve())
-    for key in ("range_ratio", "request_rate"):
+    for key in floats:
         if values.get(key) is not None:
             values[key] = float(values[key])
     return WorkloadSpec(**values)
@@ -344,9 +383,14 @@ def _expand_configs(
     r: _Reader, data: dict, engine: EngineSpec, model: ModelSpec
 ) -> tuple[ServerConfig, ...]:
     axes = r.table(data, "axes", "axes")
-    r.check_keys(axes, {"tp", "concurrency"}, "axes")
+    r.check_keys(axes, {"tp", "concurrency", "request_rate"}, "axes")
     axis_tp = r.int_list(axes.get("tp", [1]), "axes.tp")
     axis_conc = axes.get("concurrency", [1])
+    axis_rates: tuple[float | None, ...] = (
+        r.rate_list(axes["request_rate"], "axes.request_rate")
+        if "request_rate" in axes
+        else (None,)
+    )
     raw = data.get("configs", [{"name": "default"}])
     if not isinstance(raw, list) or not raw or not all(isinstance(c, dict) for c in raw):
         raise r.error("configs", "expected one or more [[configs]] tables")
@@ -354,7 +398,12 @@ def _expand_configs(
     seen: dict[tuple[str, int], str] = {}
     for i, cfg in enumerate(raw):
         path = f"configs[{i}]"
-        r.check_keys(cfg, {"name", "args", "env", "tp", "concurrency", "sweep"}, path)
+        r.check_keys(cfg, {"name", "args", "env", "tp", "concurrency", "request_rate", "sweep"},
+                     path)  # fmt: skip
+        rates = (
+            r.rate_list(cfg["request_rate"], f"{path}.request_rate")
+            if "request_rate" in cfg else axis_rates
+        )  # fmt: skip
         name = r.typed(cfg, "name", f"{path}.name", (str,), None)
         if not name:
             raise r.error(f"{path}.name", "missing: every configuration needs a name")
@@ -394,7 +443,7 @@ def _expand_configs(
                         f"{path}.name", f"{cname}@tp{tp} is the same server configuration as {twin}"
                     )
                 seen[(cname, tp)] = key
-                out.append(ServerConfig(cname, tp, resolved_args, resolved_env, concs, key))
+                out.append(ServerConfig(cname, tp, resolved_args, resolved_env, concs, key, rates))
     return tuple(out)
 
 

@@ -5,6 +5,12 @@ bootstrap interval of B / A over both cells' raw per-request records
 (:mod:`gpudoctor.bench.results.noise`); a ratio whose interval contains 1 is "within the noise".
 A ratio above 1 means B is higher: better for throughputs and accept length, worse for
 latencies. Cells present in one run only, or not measured in both, are listed apart.
+
+With ``repeats = N`` the repeats of a cell are one comparison: the values are the means
+over the measured repeats, ``repeats_a`` / ``repeats_b`` their spread, and
+``repeat_intervals`` the range of B / A the repeats allow (lowest B over highest A to
+highest B over lowest A); a ratio is within the noise when that range, or the bootstrap
+interval of the first repeats, contains 1.
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.bench.cell_spec import rate_to_json
 from gpudoctor.bench.results import noise
 from gpudoctor.bench.results.reader import CellResult, read_run
+from gpudoctor.bench.results.repeats import RepeatGroup, Spread, group_cells
 
 COMPARED = (*noise.BOOTSTRAPPED, "accept_length")
 
@@ -42,6 +50,10 @@ class CellRatio:
     requests_b: int = 0
     intervals: dict[str, tuple[float, float] | None] = field(default_factory=dict)
     within_noise: dict[str, bool | None] = field(default_factory=dict)
+    request_rate: float | str | None = None
+    repeats_a: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    repeats_b: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    repeat_intervals: dict[str, tuple[float, float] | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -63,7 +75,8 @@ class Comparison:
             "not_measured": self.not_measured,
             "warnings": list(self.warnings),
             "noise": f"95% bootstrap interval of B/A, {noise.RESAMPLES} resamples of the "
-            "per-request records; within_noise = the interval contains 1",
+            "per-request records (first repeats); repeat_intervals = the B/A range across "
+            "repeats; within_noise = either contains 1",
         }
 
 
@@ -92,35 +105,68 @@ def compare_cells(
     cells_a: list[CellResult], cells_b: list[CellResult],
     dir_a: Path | None = None, dir_b: Path | None = None,
 ) -> Comparison:  # fmt: skip
-    """Return the per-cell comparison of run B with run A, matched by key (A's order);
-    with the run directories, each ratio gets its bootstrap interval."""
-    by_key_b = {c.key: c for c in cells_b}
-    keys_a = {c.key for c in cells_a}
+    """Return the per-cell comparison of run B with run A, matched by key (A's order;
+    the repeats of a cell together, by group); with the run directories, each ratio
+    gets its bootstrap interval."""
+    groups_b = {g.group: g for g in group_cells(cells_b)}
+    groups_a = group_cells(cells_a)
+    keys_a = {g.group for g in groups_a}
     matched, not_measured = [], {}
-    for a in cells_a:
-        b = by_key_b.get(a.key)
-        if b is None:
+    for group_a in groups_a:
+        group_b = groups_b.get(group_a.group)
+        if group_b is None:
             continue
-        if not (a.ok and b.ok):
-            not_measured[a.key] = f"A {a.status}, B {b.status}"
+        if not (group_a.measured and group_b.measured):
+            not_measured[group_a.group] = f"A {group_a.status()}, B {group_b.status()}"
             continue
-        values_a = {name: a.value(name) for name in COMPARED}
-        values_b = {name: b.value(name) for name in COMPARED}
-        intervals = _noise(a, b, dir_a, dir_b)
-        matched.append(CellRatio(
-            a.key, a.config, a.tp, a.concurrency,
-            ratios={n: ratio(values_a[n], values_b[n]) for n in COMPARED},
-            a=values_a, b=values_b, requests_a=a.completed, requests_b=b.completed,
-            intervals={n: intervals.get(n) for n in COMPARED},
-            within_noise={n: (None if (iv := intervals.get(n)) is None else iv[0] <= 1.0 <= iv[1])
-                          for n in COMPARED},
-        ))  # fmt: skip
+        matched.append(_group_ratio(group_a, group_b, dir_a, dir_b))
     return Comparison(
         cells=tuple(matched),
-        only_a=tuple(c.key for c in cells_a if c.key not in by_key_b),
-        only_b=tuple(c.key for c in cells_b if c.key not in keys_a),
+        only_a=tuple(g.group for g in groups_a if g.group not in groups_b),
+        only_b=tuple(k for k in groups_b if k not in keys_a),
         not_measured=not_measured,
     )
+
+
+def _repeat_interval(a: Spread | None, b: Spread | None) -> tuple[float, float] | None:
+    """Return the range of B / A the repeats allow (None without 2 repeats a side)."""
+    if a is None or b is None or len(a.values) < 2 or len(b.values) < 2 or a.low <= 0:
+        return None
+    return (b.low / a.high, b.high / a.low)
+
+
+def _group_ratio(
+    ga: RepeatGroup, gb: RepeatGroup, dir_a: Path | None, dir_b: Path | None
+) -> CellRatio:
+    a, b = ga.measured[0], gb.measured[0]
+    spreads_a = {n: ga.spread(n) for n in COMPARED}
+    spreads_b = {n: gb.spread(n) for n in COMPARED}
+    values_a = {n: (s.mean if (s := spreads_a[n]) else None) for n in COMPARED}
+    values_b = {n: (s.mean if (s := spreads_b[n]) else None) for n in COMPARED}
+    intervals = _noise(a, b, dir_a, dir_b)
+    repeat_iv = {n: _repeat_interval(spreads_a[n], spreads_b[n]) for n in COMPARED}
+
+    def within(name: str) -> bool | None:
+        verdicts = [iv[0] <= 1.0 <= iv[1] for iv in (intervals.get(name), repeat_iv[name]) if iv]
+        return any(verdicts) if verdicts else None
+
+    def as_json(spread: Spread | None) -> dict[str, Any] | None:
+        return None if spread is None else {"values": list(spread.values), "mean": spread.mean,
+                                            "std": spread.std, "rel_std": spread.rel_std}  # fmt: skip
+
+    return CellRatio(
+        ga.group, a.config, a.tp, a.concurrency,
+        ratios={n: ratio(values_a[n], values_b[n]) for n in COMPARED},
+        a=values_a, b=values_b,
+        requests_a=sum(c.completed for c in ga.measured),
+        requests_b=sum(c.completed for c in gb.measured),
+        intervals={n: intervals.get(n) for n in COMPARED},
+        within_noise={n: within(n) for n in COMPARED},
+        request_rate=rate_to_json(a.request_rate),
+        repeats_a={n: as_json(spreads_a[n]) for n in COMPARED},
+        repeats_b={n: as_json(spreads_b[n]) for n in COMPARED},
+        repeat_intervals=repeat_iv,
+    )  # fmt: skip
 
 
 def compare_runs(dir_a: Path, dir_b: Path) -> Comparison:

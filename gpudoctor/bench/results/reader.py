@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor import fsio
+from gpudoctor.bench.cell_spec import INF, rate_from_json, rate_label
 
 RESULTS_FILE = "results.jsonl"
 
@@ -32,6 +33,23 @@ class CellResult:
     status: str
     measurement: dict[str, Any] | None
     raw: str | None = None
+    request_rate: float | None = None
+    repeat: int = 0
+    group: str = ""
+    search: str | None = None
+    extra: dict[str, Any] | None = None  # reason, server_log_tail: what the HTML report shows
+
+    @property
+    def load(self) -> tuple[int, float]:
+        """Return the cell's load for sorting: (concurrency, request rate; closed loop last)."""
+        return (self.concurrency, INF if self.request_rate is None else self.request_rate)
+
+    @property
+    def load_label(self) -> str:
+        """Return ``c=4`` or ``c=4 r=2`` (the rate when the cell has one)."""
+        if self.request_rate is None:
+            return f"c={self.concurrency}"
+        return f"c={self.concurrency} r={rate_label(self.request_rate)}"
 
     @property
     def ok(self) -> bool:
@@ -78,12 +96,35 @@ class SkippedLine:
 
 
 @dataclass(frozen=True)
+class SearchLine:
+    """A ``[search]`` result of one configuration (``"record": "search"`` lines).
+
+    Attributes:
+        search: the search table as recorded: ``over``, ``slo``, ``goodput``, ``low``,
+            ``high``, ``tolerance``, ``met``, ``failed``, ``probes``.
+    """
+
+    key: str
+    config: str
+    tp: int
+    status: str
+    search: dict[str, Any]
+    reason: str = ""
+
+    @property
+    def label(self) -> str:
+        """Return ``config (TPn)``."""
+        return f"{self.config} (TP{self.tp})"
+
+
+@dataclass(frozen=True)
 class RunResults:
-    """The readable cells of a run and the corrupt lines that were skipped."""
+    """The readable cells of a run, its search results and the corrupt lines skipped."""
 
     path: Path
     cells: tuple[CellResult, ...]
     skipped: tuple[SkippedLine, ...] = ()
+    searches: tuple[SearchLine, ...] = ()
 
     def warning(self) -> str | None:
         """Return one line naming the skipped lines (None when every line was read)."""
@@ -100,15 +141,32 @@ class RunResults:
 def _cell(row: object) -> CellResult:
     if not isinstance(row, dict):
         raise TypeError(f"a JSON {type(row).__name__}, not an object")
+    key = str(row["key"])
+    group = row.get("group")
+    tail = row.get("server_log_tail")
     return CellResult(
-        key=str(row["key"]),
+        key=key,
         config=str(row["config"]),
         tp=int(row["tp"]),
         concurrency=int(row["concurrency"]),
         status=str(row["status"]),
         measurement=row.get("measurement") if isinstance(row.get("measurement"), dict) else None,
         raw=row.get("raw") if isinstance(row.get("raw"), str) else None,
-    )
+        request_rate=rate_from_json(row.get("request_rate")),
+        repeat=int(row.get("repeat") or 0),
+        group=group if isinstance(group, str) else key,
+        search=row.get("search") if isinstance(row.get("search"), str) else None,
+        extra={"reason": str(row.get("reason") or ""),
+               "server_log_tail": [str(x) for x in tail] if isinstance(tail, list) else []},
+    )  # fmt: skip
+
+
+def _search(row: dict) -> SearchLine:
+    data = row["search"]
+    if not isinstance(data, dict):
+        raise TypeError("a search record without its search table")
+    return SearchLine(str(row["key"]), str(row["config"]), int(row["tp"]), str(row["status"]),
+                      data, str(row.get("reason") or ""))  # fmt: skip
 
 
 def read_run(run_dir: Path) -> RunResults:
@@ -129,6 +187,7 @@ def read_run(run_dir: Path) -> RunResults:
     except OSError as exc:
         raise ResultsError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     cells: dict[str, CellResult] = {}
+    searches: dict[str, SearchLine] = {}
     skipped: list[SkippedLine] = []
     lines = text.split("\n")
     torn = lines.pop()  # "" when the file ends with a newline, else an unfinished write
@@ -136,7 +195,12 @@ def read_run(run_dir: Path) -> RunResults:
         if not line.strip():
             continue
         try:
-            cell = _cell(json.loads(line))
+            row = json.loads(line)
+            if isinstance(row, dict) and row.get("record") == "search":
+                found = _search(row)
+                searches[found.key] = found
+                continue
+            cell = _cell(row)
         except json.JSONDecodeError as exc:
             skipped.append(SkippedLine(number, f"not JSON ({exc.msg})"))
             continue
@@ -150,7 +214,7 @@ def read_run(run_dir: Path) -> RunResults:
             cells[cell.key] = cell  # complete, only its newline is missing
         except (ValueError, KeyError, TypeError):
             pass  # a write torn by a crash
-    return RunResults(path, tuple(cells.values()), tuple(skipped))
+    return RunResults(path, tuple(cells.values()), tuple(skipped), tuple(searches.values()))
 
 
 def load_results(run_dir: Path) -> list[CellResult]:

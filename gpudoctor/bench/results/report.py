@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudoctor import fsio
+from gpudoctor.bench.results.html_report import render_html
 from gpudoctor.bench.results.reader import CellResult, ResultsError, read_run
 
 FIGSIZE_IN = (8.0, 5.0)
@@ -42,6 +43,7 @@ class ReportFiles:
     plots: tuple[Path, ...]
     cells: int
     warnings: tuple[str, ...] = ()
+    html: Path | None = None
 
 
 def _fmt(value: float | None, digits: int = 0) -> str:
@@ -72,13 +74,14 @@ def markdown_tables(cells: Sequence[CellResult]) -> str:
     parts = []
     for tp in sorted({c.tp for c in cells}):
         group = [c for c in cells if c.tp == tp]
-        concurrencies = sorted({c.concurrency for c in group})
-        by_place = {(c.config, c.concurrency): c for c in group}
-        header = "| config | " + " | ".join(f"c={n}" for n in concurrencies) + " |"
-        rule = "|---|" + "---|" * len(concurrencies)
+        loads = [c.load_label for c in sorted(group, key=lambda c: c.load)]
+        loads = list(dict.fromkeys(loads))
+        by_place = {(c.config, c.load_label): c for c in group if c.repeat == 0}
+        header = "| config | " + " | ".join(loads) + " |"
+        rule = "|---|" + "---|" * len(loads)
         rows = [
             f"| {config} | "
-            + " | ".join(cell_text(by_place.get((config, n))) for n in concurrencies)
+            + " | ".join(cell_text(by_place.get((config, n))) for n in loads)
             + " |"
             for config in _ordered([c.config for c in group])
         ]
@@ -195,7 +198,8 @@ def _check_out_dir(out_dir: Path, option: str) -> None:
 
 
 def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
-    """Write ``report.md`` and the PNG plots for ``run_dir`` into ``out_dir`` (default: run_dir).
+    """Write ``report.md``, the PNG plots and ``report.html`` (self-contained, inline SVG)
+    for ``run_dir`` into ``out_dir`` (default: run_dir).
 
     Returns the paths written and the warnings. Without matplotlib, report.md is written
     without plots (a warning says how to get them). Corrupt lines of results.jsonl are
@@ -212,6 +216,10 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
         plots = []
         warnings.append(PLOTS_HINT)
     markdown = out_dir / "report.md"
-    text = render_markdown(run_dir, cells, plots, warnings[:1] if run.skipped else [])
+    notes = warnings[:1] if run.skipped else []
+    text = render_markdown(run_dir, cells, plots, notes)
     fsio.atomic_replace(markdown, text, mode=0o644, require_trusted_dir=True)  # never a link
-    return ReportFiles(markdown, tuple(plots), len(cells), tuple(warnings))
+    page = out_dir / "report.html"
+    fsio.atomic_replace(page, render_html(run_dir, run, notes).encode("utf-8"), mode=0o644,
+                        require_trusted_dir=True)  # fmt: skip
+    return ReportFiles(markdown, tuple(plots), len(cells), tuple(warnings), page)

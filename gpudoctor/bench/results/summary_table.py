@@ -1,18 +1,28 @@
 """The table ``gpudoctor bench run`` prints at the end, as SGLang's bench_serving does:
-one row per cell of the plan with output tok/s, TTFT and TPOT p50/p99 and errors."""
+one row per cell of the plan with output tok/s, TTFT and TPOT p50/p99 and errors.
+
+With a request-rate axis a ``rate`` column shows each cell's rate; with ``repeats``
+one row stands for all repeats of a cell: the mean of its measured repeats, ``n`` the
+repeats measured, and ``±`` the relative standard deviation of output tok/s across
+them. A ``[search]``'s result per configuration follows the table.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpudoctor.bench.results.reader import CellResult, ResultsError, read_run
+from gpudoctor.bench.cell_spec import rate_label
+from gpudoctor.bench.results.reader import CellResult, ResultsError, SearchLine, read_run
+from gpudoctor.bench.results.repeats import RepeatGroup, group_cells
 
 if TYPE_CHECKING:
     from gpudoctor.bench.plan import Plan
 
 COLUMNS = ("config", "TP", "c", "status", "out tok/s", "TTFT p50", "TTFT p99",
            "TPOT p50", "TPOT p99", "errors")  # fmt: skip
+_METRICS = (("output_throughput", 1), ("median_ttft_ms", 1), ("p99_ttft_ms", 1),
+            ("median_tpot_ms", 2), ("p99_tpot_ms", 2))  # fmt: skip
 
 
 def _num(value: float | None, digits: int) -> str:
@@ -28,15 +38,49 @@ def row(cell: CellResult) -> tuple[str, ...]:
     failed = cell.failed_requests()
     total = measurement.get("num_prompts")
     errors = f"{failed}/{total}" if failed and total else str(failed)
-    return (*head, _num(cell.value("output_throughput"), 1),
-            _num(cell.value("median_ttft_ms"), 1), _num(cell.value("p99_ttft_ms"), 1),
-            _num(cell.value("median_tpot_ms"), 2), _num(cell.value("p99_tpot_ms"), 2),
-            errors)  # fmt: skip
+    return (*head, *(_num(cell.value(m), d) for m, d in _METRICS), errors)
+
+
+def group_row(group: RepeatGroup) -> tuple[str, ...]:
+    """Return the row of a repeated cell: means over its measured repeats, then ``n``
+    (repeats measured) and ``±`` (relative std of output tok/s across them)."""
+    first = group.first
+    head = (first.config, str(first.tp), str(first.concurrency), group.status())
+    if not group.measured:
+        return (*head, *("-",) * 6, "0", "-")
+    failed = sum(c.failed_requests() for c in group.measured)
+    means = []
+    for metric, digits in _METRICS:
+        s = group.spread(metric)
+        means.append(_num(None if s is None else s.mean, digits))
+    tput = group.spread("output_throughput")
+    rel = (
+        "-"
+        if tput is None or tput.rel_std is None or len(tput.values) < 2
+        else f"{tput.rel_std:.1%}"
+    )
+    return (*head, *means, str(failed), str(len(group.measured)), rel)
+
+
+def search_lines(searches: tuple[SearchLine, ...] | list[SearchLine]) -> list[str]:
+    """Return one line per configuration's search: the highest load that met the SLO and
+    the first that did not."""
+    out = []
+    for s in searches:
+        d = s.search
+        slo = ", ".join(f"{k} <= {v:g}" for k, v in (d.get("slo") or {}).items() if v is not None)
+        met = "none (not even low)" if d.get("met") is None else f"{d['met']:g}"
+        failed = "none (high met it)" if d.get("failed") is None else f"{d['failed']:g}"
+        out.append(f"search {s.label} over {d.get('over')}: met {met}, first failing {failed} "
+                   f"({len(d.get('probes') or [])} probes; {slo}; goodput >= {d.get('goodput')}"
+                   f"{'; ' + s.status + ': ' + s.reason if s.status != 'done' else ''})")  # fmt: skip
+    return out
 
 
 def results_table(run_dir: Path, plan: Plan | None = None) -> str:
     """Return the run's cells as a fixed-width text table (the plan's cells, in plan order,
-    when ``plan`` is given; latencies in ms). A missing results file gives one line."""
+    when ``plan`` is given; latencies in ms), then the search results. A missing
+    results file gives one line."""
     try:
         run = read_run(run_dir)
     except ResultsError as exc:
@@ -44,9 +88,23 @@ def results_table(run_dir: Path, plan: Plan | None = None) -> str:
     cells = list(run.cells)
     if plan is not None:
         by_key = {c.key: c for c in cells}
-        cells = [by_key[c.key] for c in plan.cells() if c.key in by_key]
+        order = [c.key for c in plan.cells()]
+        wanted = set(order)
+        probes = [c for c in cells if c.key not in wanted and c.search]
+        cells = [by_key[k] for k in order if k in by_key] + sorted(probes, key=lambda c: c.load)
     title = f"{'=' * 10} gpudoctor bench: {Path(run_dir)} (latencies in ms) {'=' * 10}"
-    return "\n".join([title, format_table(COLUMNS, [row(c) for c in cells])])
+    rated = any(c.request_rate is not None for c in cells)
+    groups = group_cells(cells)
+    repeated = any(len(g.cells) > 1 for g in groups)
+    header = COLUMNS + (("n", "±") if repeated else ())
+    rows = [group_row(g) if repeated else row(g.first) for g in groups]
+    if rated:
+        header = (*header[:3], "rate", *header[3:])
+        rows = [
+            (*r[:3], rate_label(g.first.request_rate), *r[3:])
+            for r, g in zip(rows, groups, strict=True)
+        ]
+    return "\n".join([title, format_table(header, rows), *search_lines(run.searches)])
 
 
 def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:

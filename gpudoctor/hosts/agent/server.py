@@ -47,6 +47,8 @@ _KINDS = (
     (stat_mod.S_ISDIR, "dir"),
     (stat_mod.S_ISREG, "file"),
     (stat_mod.S_ISLNK, "link"),
+    (stat_mod.S_ISFIFO, "fifo"),
+    (stat_mod.S_ISSOCK, "socket"),
 )
 
 
@@ -64,13 +66,18 @@ def op_read_bytes(path, length, offset=0):
 
 
 def file_kind(mode):
-    """Return the FileStat kind of an ``st_mode``: char, block, dir, file, link or other."""
+    """Return the FileStat kind of an ``st_mode``: char, block, dir, file, link,
+    fifo, socket or other."""
     return next((name for test, name in _KINDS if test(mode)), "other")
 
 
 def op_stat(path):
     """Return ``stat PATH`` (symlinks followed) as a dict of FileStat fields."""
-    st = os.stat(path)
+    return stat_fields(path, os.stat(path))
+
+
+def stat_fields(path, st):
+    """Return the FileStat fields of ``path``'s ``os.stat_result`` ``st``, as a dict."""
     kind = file_kind(st.st_mode)
     rdev = st.st_rdev if kind in ("char", "block") else 0
     return {

@@ -23,7 +23,8 @@ _ERRNOS.update(
     }
 )
 _DF_LINE = re.compile(r"(\d+)\s+(\d+)\s+(\d+)\s+\d+%")
-_LS_TYPES = {"c": "char", "b": "block", "d": "dir", "-": "file", "l": "link"}
+_LS_TYPES = {"c": "char", "b": "block", "d": "dir", "-": "file", "l": "link", "p": "fifo",
+             "s": "socket"}  # fmt: skip
 
 
 def errno_of(message: str) -> int:

@@ -70,9 +70,12 @@ class ProcessStream(ByteStream):
 
     def _drain_stderr(self) -> None:
         assert self.proc.stderr is not None
-        for chunk in iter(lambda: self.proc.stderr.read1(4096), b""):  # type: ignore[union-attr]
-            if len(self._stderr) < 65536:
-                self._stderr += chunk
+        try:
+            for chunk in iter(lambda: self.proc.stderr.read1(4096), b""):  # type: ignore[union-attr]
+                if len(self._stderr) < 65536:
+                    self._stderr += chunk
+        except (ValueError, OSError):  # close() closed the pipe: nothing more to keep
+            return
 
     def write(self, data: bytes) -> None:
         """Write and flush ``data`` to the process's stdin."""
@@ -109,6 +112,7 @@ class ProcessStream(ByteStream):
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self._stderr_thread.join(1.0)  # it ends at EOF; never close the pipe under it
         for pipe in (self.proc.stdout, self.proc.stderr):
             if pipe:
                 pipe.close()

@@ -27,12 +27,15 @@ class KnownKey:
         key_type: the key's type as written (``ssh-ed25519``).
         blob: the public key's wire bytes (compare with ``PKey.asbytes()``).
         source: ``file:line`` for messages.
+        host_matched: the line's host pattern matches the host looked up (False only for
+            an ``@revoked`` line naming other hosts, which gpudoctor applies anyway).
     """
 
     marker: str
     key_type: str
     blob: bytes
     source: str
+    host_matched: bool = True
 
     def pkey(self) -> Any:
         """Return the key as a paramiko PKey (None for a type paramiko cannot load)."""
@@ -52,7 +55,7 @@ class HostKeys:
         name: the name looked up (``HostKeyAlias`` or ``[host]:port``).
         plain: keys of the host itself.
         authorities: ``@cert-authority`` keys allowed to sign the host's certificate.
-        revoked: ``@revoked`` keys (never accepted).
+        revoked: ``@revoked`` keys, whatever their host pattern (never accepted).
         files: the files read (for messages).
     """
 
@@ -68,7 +71,15 @@ class HostKeys:
 
     def is_revoked(self, blob: bytes) -> bool:
         """Return True when the key ``blob`` is listed ``@revoked``."""
-        return any(key.blob == blob for key in self.revoked)
+        return self.revoked_entry(blob) is not None
+
+    def revoked_entry(self, blob: bytes) -> KnownKey | None:
+        """Return the ``@revoked`` line listing the key ``blob`` (its certified key for a
+        certificate), or None."""
+        from gpudoctor.hosts.ssh.certificates import plain_key_blob
+
+        plain = plain_key_blob(blob)
+        return next((k for k in self.revoked if plain_key_blob(k.blob) == plain), None)
 
 
 def match_host(patterns: str, name: str) -> bool:
@@ -143,8 +154,13 @@ def lookup(name: str, files: Iterable[str]) -> HostKeys:
             if parsed is None:
                 continue
             marker, patterns, key_type, blob = parsed
-            if marker == REVOKED or match_host(patterns, name):
-                found[marker].append(KnownKey(marker, key_type, blob, f"{path}:{number}"))
+            # Stricter than OpenSSH on purpose: its load_hostkeys (HKF_WANT_MATCH) applies
+            # an @revoked line only to the hosts its pattern matches; a key revoked for
+            # any host is refused here for every host (docs/architecture.md).
+            matched = match_host(patterns, name)
+            if marker == REVOKED or matched:
+                entry = KnownKey(marker, key_type, blob, f"{path}:{number}", matched)
+                found[marker].append(entry)
     return HostKeys(
         name=name,
         plain=tuple(found[PLAIN]),

@@ -50,6 +50,7 @@ class SSHTarget:
         proxy_command: ``ProxyCommand``, tokens expanded, or None.
         connect_timeout: ``ConnectTimeout`` in seconds, or None when unset.
         hash_known_hosts: ``HashKnownHosts``: save accepted keys under a hashed name.
+        revoked_host_keys: ``RevokedHostKeys`` files (KRLs or key lists), expanded.
     """
 
     alias: str
@@ -68,6 +69,7 @@ class SSHTarget:
     proxy_command: str | None = None
     connect_timeout: float | None = None
     hash_known_hosts: bool = False
+    revoked_host_keys: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def known_hosts_name(self) -> str:
@@ -102,6 +104,56 @@ def split_spec(spec: str) -> tuple[str | None, str, int | None]:
     return (user or None), host, port
 
 
+# What OpenSSH refuses in a host or user name given on the command line (readconf.c
+# ssh_valid_hostname / ssh_valid_ruser, the CVE-2023-51385 fix): such a name reaches
+# ``%h``/``%r`` in ProxyCommand and ``Match exec``, which a shell runs unquoted.
+_HOST_FORBIDDEN = set("'`\"$\\;&<>|(){},")
+_USER_FORBIDDEN = set("'`\";&<>|(){}")
+
+
+def valid_hostname(name: str) -> bool:
+    """Return True when ``name`` may be a host name as ``ssh`` accepts one: no leading
+    ``-``, no shell metacharacter (``'`"$\\;&<>|(){},``), no whitespace or control
+    character (``ssh -G NAME`` says "hostname contains invalid characters" otherwise)."""
+    return not name.startswith("-") and not any(
+        c in _HOST_FORBIDDEN or c.isspace() or _control(c) for c in name
+    )
+
+
+def valid_user(name: str) -> bool:
+    """Return True when ``name`` may be a remote user name as ``ssh -l`` accepts one: no
+    leading ``-``, no control character or ``'`";&<>|(){}``, no ``-`` after whitespace,
+    no trailing backslash ("remote username contains invalid characters" otherwise)."""
+    if name.startswith("-") or name.endswith("\\"):
+        return False
+    for index, c in enumerate(name):
+        if _control(c) or c in _USER_FORBIDDEN:
+            return False
+        if c.isspace() and name[index + 1 : index + 2] == "-":
+            return False
+    return True
+
+
+def _control(c: str) -> bool:
+    return ord(c) < 0x20 or ord(c) == 0x7F
+
+
+def check_names(host: str, user: str | None) -> None:
+    """Raise HostError when ``host`` or ``user`` (from the command line, an inventory or
+    a ProxyJump spec) is one ``ssh`` refuses (:func:`valid_hostname`,
+    :func:`valid_user`); returns nothing. Checked before any shell sees the names."""
+    if not valid_hostname(host):
+        raise HostError(
+            f"bad host {host!r}: the host name contains characters ssh refuses (a leading "
+            "'-', whitespace, control characters or one of '`\"$\\;&<>|(){},)"
+        )
+    if user is not None and not valid_user(user):
+        raise HostError(
+            f"bad user {user!r}: the user name contains characters ssh refuses (a leading "
+            "'-', control characters or one of '`\";&<>|(){})"
+        )
+
+
 def _parse_port(text: str, spec: str) -> int:
     if not text.isdigit() or not 0 < int(text) < 65536:
         raise HostError(f"bad port in {spec!r}: expected [user@]host[:port]")
@@ -120,6 +172,7 @@ def resolve_target(
     config file, OpenSSH's defaults only (``-F none``)."""
     spec_user, alias, spec_port = split_spec(spec)
     login = user or spec_user
+    check_names(alias, login)
     options = effective_options(alias, login, port or spec_port, ssh_config)
     return target_from_options(alias, options)
 
@@ -206,13 +259,14 @@ def _passwd_home() -> str:
 def _paramiko_options(
     alias: str, user: str | None, port: int | None, config_args: list[str]
 ) -> dict[str, list[str]]:
-    """Return the options from paramiko's ssh_config parser (when no ``ssh`` exists)."""
-    import paramiko
-
+    """Return the options from paramiko's ssh_config parser (when no ``ssh`` exists), as
+    ``ssh -G`` prints them: ``HostName`` expanded, every other value raw, so that
+    :func:`target_from_options` expands ``%`` tokens once, with the login user that was
+    asked for (paramiko's own expansion would use the config's ``User`` for ``%r``)."""
     options: dict[str, list[str]] = {}
     path = config_args[1] if config_args else os.path.expanduser(DEFAULT_SSH_CONFIG)
     if path != "none" and os.path.isfile(path):
-        for key, value in paramiko.SSHConfig.from_path(path).lookup(alias).items():
+        for key, value in _raw_config_class().from_path(path).lookup(alias).items():
             options[key] = list(value) if isinstance(value, list) else [str(value)]
     options.setdefault("hostname", [alias])
     options["user"] = [user] if user else options.get("user", [getpass.getuser()])
@@ -221,6 +275,23 @@ def _paramiko_options(
     options.setdefault("userknownhostsfile", ["~/.ssh/known_hosts ~/.ssh/known_hosts2"])
     options.setdefault("globalknownhostsfile", [" ".join(DEFAULT_GLOBAL_KNOWN_HOSTS)])
     return options
+
+
+def _raw_config_class() -> type:
+    """Return a paramiko SSHConfig subclass that leaves values unexpanded (see
+    :func:`_paramiko_options`)."""
+    import paramiko
+
+    class RawConfig(paramiko.SSHConfig):  # type: ignore[misc]
+        """paramiko's parser without its token expansion, except where ``ssh -G`` prints
+        values expanded too (``HostName``; ``Match exec`` runs during the lookup)."""
+
+        def _tokenize(self, config, target_hostname, key, value):  # type: ignore[no-untyped-def]
+            if key in ("hostname", "match-exec"):
+                return super()._tokenize(config, target_hostname, key, value)
+            return value
+
+    return RawConfig
 
 
 def target_from_options(alias: str, options: dict[str, list[str]]) -> SSHTarget:
@@ -241,7 +312,8 @@ def target_from_options(alias: str, options: dict[str, list[str]]) -> SSHTarget:
     def paths(key: str) -> tuple[str, ...]:
         found: list[str] = []
         for value in options.get(key, []):
-            for item in value.split() if key.endswith("knownhostsfile") else [value]:
+            several = key.endswith("knownhostsfile") or key == "revokedhostkeys"
+            for item in value.split() if several else [value]:
                 path = expand(item, tokens)
                 if path not in found and path.lower() != "none":
                     found.append(path)
@@ -275,6 +347,7 @@ def target_from_options(alias: str, options: dict[str, list[str]]) -> SSHTarget:
         ),
         connect_timeout=float(timeout) if timeout and timeout != "none" else None,
         hash_known_hosts=(one("hashknownhosts", "no") or "no").lower() in ("yes", "true"),
+        revoked_host_keys=paths("revokedhostkeys"),
     )
 
 

@@ -9,7 +9,12 @@
   no key at all in the first known_hosts file. ``no`` is honoured like ``accept-new`` for
   a never-seen host, but a CHANGED key is refused anyway (``ssh`` would go on with a
   warning; gpudoctor runs as root on the host it reaches and does not).
-* A key listed ``@revoked`` is refused everywhere.
+* A key listed ``@revoked`` is refused, and so is a certificate whose key or whose
+  signing CA is listed ``@revoked`` (OpenSSH's ``check_key_not_revoked``). OpenSSH applies
+  an ``@revoked`` line only to the hosts its pattern matches; gpudoctor applies it to
+  every host (stricter on purpose: a revoked key shown by any host is refused).
+* ``RevokedHostKeys`` files (plain key lists or KRLs) are read as OpenSSH reads them
+  (:mod:`gpudoctor.hosts.ssh.revoked`); one that cannot be read refuses the connection.
 """
 
 from __future__ import annotations
@@ -19,8 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.hosts.base import HostError
-from gpudoctor.hosts.ssh.certificates import check_host_certificate, parse_certificate
+from gpudoctor.hosts.ssh.certificates import (
+    Certificate,
+    check_host_certificate,
+    parse_certificate,
+    plain_key_blob,
+)
 from gpudoctor.hosts.ssh.known_hosts import HostKeys, append_key, lookup
+from gpudoctor.hosts.ssh.revoked import RevocationError, revoked_by_file
 from gpudoctor.hosts.ssh.target import SSHTarget
 
 CERT_SUFFIX = "-cert-v01@openssh.com"
@@ -104,13 +115,27 @@ def verify_host_key(
     plain_blob = key.asbytes()
     blob = getattr(key, "public_blob", None)
     key_name = blob.key_type if blob is not None else key.get_name()
-    if known.is_revoked(plain_blob) or (blob is not None and known.is_revoked(blob.key_blob)):
+    cert = None
+    if blob is not None and CERT_SUFFIX in blob.key_type:
+        try:
+            cert = parse_certificate(blob.key_blob)
+        except (ValueError, IndexError, TypeError) as exc:
+            raise HostError(f"{where}: the SSH host certificate is malformed: {exc}") from None
+    refuse_revoked(target, known, plain_blob, blob.key_blob if cert else None, cert)
+    entry = known.revoked_entry(plain_blob)
+    if entry is not None:
+        other = (
+            ""
+            if entry.host_matched
+            else " for other hosts (gpudoctor applies @revoked to every host; ssh would not)"
+        )
         raise HostError(
             f"{where}: the SSH host key {key_name} {fingerprint(key)} is marked @revoked in "
-            f"known_hosts; refusing it. Ask the host's admin for its new key"
+            f"known_hosts ({entry.source}){other}; refusing it. Ask the host's admin for its "
+            f"new key"
         )
-    if blob is not None and CERT_SUFFIX in blob.key_type:
-        return _verify_certificate(blob.key_blob, key, target, known, fingerprint)
+    if cert is not None:
+        return _verify_certificate(cert, key, target, known, fingerprint)
     if any(entry.blob == plain_blob for entry in known.plain):
         return "known host key"
     name = target.known_hosts_name
@@ -138,13 +163,53 @@ def verify_host_key(
     )
 
 
+def refuse_revoked(
+    target: SSHTarget,
+    known: HostKeys,
+    plain_blob: bytes,
+    cert_blob: bytes | None,
+    cert: Certificate | None,
+) -> None:
+    """Raise HostError when the host key (``plain_blob``; its certificate ``cert_blob``
+    parsed as ``cert``) is revoked: its CA listed ``@revoked`` for the host in
+    known_hosts, or the key, the certificate or its CA revoked by a ``RevokedHostKeys``
+    file; also when such a file cannot be read (OpenSSH refuses then too). Returns
+    nothing otherwise."""
+    where = target.where
+    if cert is not None:
+        entry = known.revoked_entry(cert.signature_key)
+        if entry is not None:
+            raise HostError(
+                f"{where}: the SSH host certificate (id {cert.key_id!r}) is signed by the CA "
+                f"{_fp(cert.signature_key)}, which is marked @revoked in known_hosts "
+                f"({entry.source}): the host key was revoked; refusing it"
+            )
+    for path in target.revoked_host_keys:
+        try:
+            why = revoked_by_file(path, cert_blob or plain_blob, cert)
+        except RevocationError as exc:
+            raise HostError(
+                f"{where}: cannot check the host key against RevokedHostKeys {path}: {exc}; "
+                f"refusing to connect (ssh refuses too): fix or remove that file"
+            ) from None
+        if why is not None:
+            raise HostError(
+                f"{where}: the SSH host key {_fp(plain_blob)} was revoked by RevokedHostKeys "
+                f"{path}: {why}; refusing it"
+            )
+
+
+def _fp(blob: bytes) -> str:
+    import base64
+    import hashlib
+
+    digest = hashlib.sha256(plain_key_blob(blob)).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
 def _verify_certificate(
-    cert_blob: bytes, key: Any, target: SSHTarget, known: HostKeys, fingerprint: Any
+    cert: Certificate, key: Any, target: SSHTarget, known: HostKeys, fingerprint: Any
 ) -> str:
-    try:
-        cert = parse_certificate(cert_blob)
-    except (ValueError, IndexError, TypeError) as exc:
-        raise HostError(f"{target.where}: the SSH host certificate is malformed: {exc}") from None
     authorities = [ca for ca in (entry.pkey() for entry in known.authorities) if ca is not None]
     name = target.host_key_alias or target.hostname
     reason = check_host_certificate(cert, name, authorities)

@@ -15,8 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,17 +53,13 @@ def _one_line_error(proc: subprocess.CompletedProcess[str], needle: str) -> str:
 
 
 @pytest.fixture
-def public() -> Iterator[Path]:
-    """A real directory with mode 1777 (like /tmp), reachable by ``nobody``: under a 0711
-    directory of its own in /tmp (not under pytest's tmp root, which a concurrent pytest
-    session resets to 0700)."""
-    base = Path(tempfile.mkdtemp(prefix="gpudoctor-public-", dir="/tmp"))
-    os.chmod(base, 0o711)  # x for others, nothing more
-    point = base / "public"
+def public(public_tmp_path: Path) -> Path:
+    """A real directory with mode 1777 (like /tmp), reachable by ``nobody`` (under the
+    suite's 0711 ``public_tmp_path``, never pytest's tmp root)."""
+    point = public_tmp_path / "public"
     point.mkdir()
     os.chmod(point, 0o1777)
-    yield point
-    shutil.rmtree(base, ignore_errors=True)
+    return point
 
 
 @pytest.fixture

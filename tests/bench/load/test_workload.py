@@ -68,8 +68,13 @@ def test_jsonl_sharegpt_like(tokenizer, tmp_path: Path) -> None:
 
 
 def test_bad_inputs_are_clear_errors(tokenizer, tmp_path: Path) -> None:
+    from gpudoctor.bench.load.workloads import build_prompts as build_any
+
     with pytest.raises(ValueError, match="unknown workload kind"):
-        build_prompts(WorkloadSpec(kind="sharegpt"), tokenizer)
+        build_any(WorkloadSpec(kind="nonsense"), tokenizer)
+    for kind in ("sharegpt", "trace"):
+        with pytest.raises(ValueError, match="dataset_path"):
+            build_any(WorkloadSpec(kind=kind), tokenizer)
     with pytest.raises(ValueError, match="dataset_path"):
         build_prompts(WorkloadSpec(kind="jsonl"), tokenizer)
     bad = tmp_path / "bad.jsonl"

@@ -205,3 +205,27 @@ def test_silent_shell_agent_is_killed_at_the_deadline() -> None:
         assert_dead(streams[0])
     finally:
         host.close()
+
+
+def test_a_stream_whose_command_fails_at_once_closes_without_a_thread_error():
+    """`lxc-attach` that cannot even start (a missing shared library, seen on the H200:
+    "error while loading shared libraries: libapparmor.so.1") exits at once with a line on
+    stderr. Closing the stream must not close the stderr pipe under its drain thread
+    ("Thread-1 (_drain_stderr) failed: ValueError: I/O operation on closed file")."""
+    import threading
+
+    from gpudoctor.hosts.agent.streams import ProcessStream
+
+    failures: list[BaseException] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: failures.append(args.exc_value)
+    try:
+        for _ in range(20):  # the race needs the close to win now and then
+            stream = ProcessStream(["sh", "-c", "echo 'cannot open shared object' >&2; exit 127"])
+            assert stream.readline(100) == b""
+            stream.close()
+            stream._stderr_thread.join(2)
+            assert "cannot open shared object" in stream._stderr.decode()
+    finally:
+        threading.excepthook = previous
+    assert failures == []

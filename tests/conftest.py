@@ -13,6 +13,14 @@ from pathlib import Path
 
 import pytest
 
+try:  # property tests: never a wall-time limit per example (these machines are shared)
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("gpudoctor", deadline=None)
+    _hypothesis_settings.load_profile("gpudoctor")
+except ImportError:  # hypothesis is in the [test] extra
+    pass
+
 pytest_plugins = ["tests.lab.fixtures"]
 
 REQUIRE_LAB = os.environ.get("GPUDOCTOR_REQUIRE_LAB") == "1"

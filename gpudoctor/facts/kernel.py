@@ -283,4 +283,19 @@ def in_container(host: Host) -> str:
             continue
         if text:
             return text
-    return "docker" if host.exists("/.dockerenv") else ""
+    if host.exists("/.dockerenv"):
+        return "docker"
+    return _init_container_variable(host)
+
+
+def _init_container_variable(host: Host) -> str:
+    """Return ``container=`` of PID 1's environment (LXC sets ``container=lxc`` for the
+    CT's init, also one without systemd: ``tr '\\0' '\\n' < /proc/1/environ``), else ""."""
+    try:
+        environ = host.read_text("/proc/1/environ", limit=65536)
+    except (OSError, UnicodeDecodeError):
+        return ""
+    for item in environ.split("\0"):
+        if item.startswith("container="):
+            return item.removeprefix("container=").strip()
+    return ""

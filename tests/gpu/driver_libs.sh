@@ -92,7 +92,10 @@ lxc.mount.entry = /dev/nvidia-caps dev/nvidia-caps none bind,optional,create=dir
 CONF
   lxc-start -n "$ct" -P $LXCPATH -l DEBUG -o "$OUT/lxc-start-$ct.log" || tail -40 "$OUT/lxc-start-$ct.log"
 }
-inside() { local ct=$1; shift; lxc-attach -n "$ct" -P $LXCPATH --clear-env -v PATH="/usr/bin:/bin:/usr/sbin:/sbin" -v PYTHONPATH="$PYTHONPATH" -v HOME=/root -- "$@"; }
+# The interpreter with torch (the H200 image's venv under /opt, bound into the CT), first
+# on the CT's PATH; the bound driver directory too (nvidia-smi).
+PYBIN=$(dirname "$(command -v python3)")
+inside() { local ct=$1; shift; lxc-attach -n "$ct" -P $LXCPATH --clear-env -v PATH="$PYBIN:/usr/lib/gpudoctor-driver:/usr/bin:/bin:/usr/sbin:/sbin" -v PYTHONPATH="$PYTHONPATH" -v HOME=/root -- "$@"; }
 torch_kernel() {
   inside "$1" python3 - <<'PY'
 import torch
@@ -114,7 +117,8 @@ time python3 -m gpudoctor fix --host local --ct drvct --flavor lxc --lxcpath $LX
 python3 -c "import json;d=json.load(open('$OUT/drvct-fix.json'));print(d['status'],d['message'])"
 step "1c. check inside again, nvidia-smi, torch"
 inside drvct python3 -m gpudoctor check; echo "check exit=$?"
-inside drvct nvidia-smi --query-gpu=name,driver_version --format=csv
+inside drvct sh -c 'ls /usr/lib/gpudoctor-driver | head -40; ldconfig -p | grep -e libcuda -e libnvidia-ml'
+inside drvct /usr/lib/gpudoctor-driver/nvidia-smi --query-gpu=name,driver_version --format=csv
 torch_kernel drvct
 python3 -m gpudoctor check --host local --ct drvct --flavor lxc --only driver.libs_mode; echo "libs_mode exit=$?"
 

@@ -153,6 +153,28 @@ def test_kernel_checks_skip_inside_a_container() -> None:
     assert all("inside a container (lxc)" in f.message for f in report.findings)
 
 
+def test_a_loaded_driver_from_outside_lib_modules_is_not_a_missing_module() -> None:
+    """Seen on the H200 (a Firecracker VM whose nvidia module is loaded from its image, not
+    from /lib/modules/K): the driver works, so the running kernel must not FAIL."""
+    listing = text("pxvirt-docs_pbt-kernel-list.txt")
+    host = pve_host("6.8.12-4-pve", listing, "", set())
+    report = run(host, ("host.kernel_modules",))
+    (running,) = [f for f in report.findings if f.subject == "6.8.12-4-pve"]
+    assert running.status is Status.PASS
+    assert "has the NVIDIA driver loaded, from outside /lib/modules/6.8.12-4-pve" in running.message
+    assert any(e.startswith("/proc/driver/nvidia/version: ") for e in running.evidence)
+
+
+def test_an_lxc_ct_without_systemd_is_known_by_its_init_environment() -> None:
+    """Seen on the H200: an LXC CT whose init is `sleep infinity` has no
+    /run/systemd/container; LXC sets container=lxc in its init's environment."""
+    host = h200_host()
+    host.files["/proc/1/environ"] = "PATH=/usr/bin\0container=lxc\0HOME=/\0"
+    report = run(host, ("host",))
+    assert {f.status for f in report.findings} == {Status.SKIP}
+    assert all("inside a container (lxc)" in f.message for f in report.findings)
+
+
 def test_xid79_explains_cuinit_failure() -> None:
     host = h200_host()
     log = (DATA / "kernel_log" / "nvswitch-host_dmesg-xid79-unknown-pid.txt").read_text()

@@ -127,6 +127,19 @@ class PreflightSpec:
 
 
 @dataclass(frozen=True)
+class HardwareSpec:
+    """Which of the host's GPUs the campaign may use (``[hardware]``).
+
+    Attributes:
+        gpus: GPU indices (``gpus = [0, 1, 2, 3]``), or None for every GPU.
+        count: at most this many GPUs (``gpus = 4``), or None for no cap.
+    """
+
+    gpus: tuple[int, ...] | None = None
+    count: int | None = None
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """One server configuration: what one server process runs with.
 
@@ -181,6 +194,7 @@ class Plan:
         text: the TOML text as given (saved as ``plan.toml`` in the run directory).
         model, engine, workload, slo, limits, preflight: the plan's tables.
         configs: the expanded server configurations, in plan order.
+        hardware: the GPUs the campaign may use (``[hardware]``).
     """
 
     name: str
@@ -193,6 +207,7 @@ class Plan:
     limits: Limits
     preflight: PreflightSpec
     configs: tuple[ServerConfig, ...]
+    hardware: HardwareSpec = HardwareSpec()
 
     def cells(self) -> list[Cell]:
         """Return every cell of the matrix: configs in plan order, concurrencies ascending."""

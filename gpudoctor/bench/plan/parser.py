@@ -15,6 +15,7 @@ from gpudoctor.bench.engines import ENGINES
 from gpudoctor.bench.plan.model import (
     ArgValue,
     EngineSpec,
+    HardwareSpec,
     Limits,
     ModelSpec,
     Plan,
@@ -30,7 +31,18 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 _FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-_TOP_KEYS = {"name", "model", "engine", "axes", "configs", "workload", "slo", "preflight", "limits"}
+_TOP_KEYS = {
+    "name",
+    "model",
+    "engine",
+    "axes",
+    "configs",
+    "workload",
+    "slo",
+    "preflight",
+    "limits",
+    "hardware",
+}
 
 
 class _Reader:
@@ -181,7 +193,30 @@ def parse(text: str, source: str = "plan.toml", base_dir: Path | None = None) ->
     limits = _parse_limits(r, r.table(data, "limits", "limits"))
     preflight = _parse_preflight(r, r.table(data, "preflight", "preflight"))
     configs = _expand_configs(r, data, engine, model)
-    return Plan(name, source, text, model, engine, workload, slo, limits, preflight, configs)
+    hardware = _parse_hardware(r, r.table(data, "hardware", "hardware"))
+    return Plan(name, source, text, model, engine, workload, slo, limits, preflight, configs,
+                hardware)  # fmt: skip
+
+
+def _parse_hardware(r: _Reader, t: dict) -> HardwareSpec:
+    """``[hardware] gpus = [0, 1, 2, 3]`` (these indices) or ``gpus = 4`` (at most 4)."""
+    r.check_keys(t, {"gpus"}, "hardware")
+    value = t.get("gpus")
+    if value is None:
+        return HardwareSpec()
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise r.error("hardware.gpus", f"must be >= 1, got {value}")
+        return HardwareSpec(count=value)
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value)
+    ):
+        if len(set(value)) != len(value):
+            raise r.error("hardware.gpus", "lists a GPU index twice")
+        return HardwareSpec(gpus=tuple(value))
+    raise r.error("hardware.gpus", "expected a GPU count (4) or a list of GPU indices ([0, 1])")
 
 
 def _parse_model(r: _Reader, t: dict, base_dir: Path | None) -> ModelSpec:

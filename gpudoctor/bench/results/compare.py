@@ -42,6 +42,8 @@ class CellRatio:
     requests_b: int = 0
     intervals: dict[str, tuple[float, float] | None] = field(default_factory=dict)
     within_noise: dict[str, bool | None] = field(default_factory=dict)
+    gpus_a: tuple[str, ...] = ()
+    gpus_b: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,7 @@ def compare_cells(
             intervals={n: intervals.get(n) for n in COMPARED},
             within_noise={n: (None if (iv := intervals.get(n)) is None else iv[0] <= 1.0 <= iv[1])
                           for n in COMPARED},
+            gpus_a=a.gpus, gpus_b=b.gpus,
         ))  # fmt: skip
     return Comparison(
         cells=tuple(matched),

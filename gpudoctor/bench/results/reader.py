@@ -30,6 +30,8 @@ class CellResult:
     status: str
     measurement: dict[str, Any] | None
     raw: str | None = None
+    gpus: tuple[str, ...] = ()  # the UUIDs of the GPUs its server ran on (packed runs)
+    slot: int | None = None  # the launcher's slot number
 
     @property
     def ok(self) -> bool:
@@ -106,6 +108,8 @@ def _cell(row: object) -> CellResult:
         status=str(row["status"]),
         measurement=row.get("measurement") if isinstance(row.get("measurement"), dict) else None,
         raw=row.get("raw") if isinstance(row.get("raw"), str) else None,
+        gpus=tuple(str(g) for g in row.get("gpus") or () if isinstance(g, str)),
+        slot=row["slot"] if isinstance(row.get("slot"), int) else None,
     )
 
 

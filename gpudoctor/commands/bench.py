@@ -38,6 +38,10 @@ def bench() -> None:
     gpudoctor bench PLAN.toml --dry-run            cells, skips and exact server commands
     gpudoctor bench report runs/NAME               tables + plots
     gpudoctor bench compare runs/A runs/B          per-cell ratios B / A
+    gpudoctor bench status runs/NAME               a campaign at a glance (read-only)
+    gpudoctor bench run PLAN --shard 2/4 --out D   one host's share of the cells
+    gpudoctor bench merge D1 D2 ... --out runs/M   shards into one run, by cell key
+    gpudoctor bench submit --slurm PLAN --out D    a Slurm job array + a merge job
 
     A plan (TOML) names a model, an engine (sglang, vllm, transformers) with shared
     server arguments, axes (tp, concurrency), configurations (each may sweep arguments),
@@ -245,6 +249,10 @@ def _add_report_commands() -> None:
         return
     bench.add_command(report)
     bench.add_command(compare)
+    from gpudoctor.commands.bench_cluster import merge, status, submit
+
+    for command in (merge, submit, status):
+        bench.add_command(command)
 
 
 _add_report_commands()

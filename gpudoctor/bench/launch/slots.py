@@ -75,16 +75,35 @@ def declared_uuids() -> list[str] | None:
 
 
 def discover_gpus() -> tuple[list[Gpu], str]:
-    """Return the host's GPUs and where they came from (``nvml`` or ``GPUDOCTOR_FAKE_GPUS``)."""
+    """Return the GPUs this launch may use and where they came from (``nvml`` or
+    ``GPUDOCTOR_FAKE_GPUS``), narrowed to ``$CUDA_VISIBLE_DEVICES`` when the launcher was
+    given some (a Slurm task gets ``CUDA_VISIBLE_DEVICES=2,3`` for its ``--gres=gpu:2``)."""
     declared = declared_uuids()
     if declared is not None:
-        return [Gpu(i, u) for i, u in enumerate(declared)], FAKE_GPUS
-    gpus = [
-        Gpu(int(d["index"]), str(d["uuid"]), str(d.get("name") or "GPU"), d.get("memory_total"))
-        for d in _probe_devices()
-        if d.get("uuid") and "error" not in d
-    ]
-    return gpus, "nvml"
+        gpus, source = [Gpu(i, u) for i, u in enumerate(declared)], FAKE_GPUS
+    else:
+        gpus = [
+            Gpu(int(d["index"]), str(d["uuid"]), str(d.get("name") or "GPU"), d.get("memory_total"))
+            for d in _probe_devices()
+            if d.get("uuid") and "error" not in d
+        ]
+        source = "nvml"
+    return narrow_to_visible(gpus, os.environ.get("CUDA_VISIBLE_DEVICES")), source
+
+
+def narrow_to_visible(gpus: list[Gpu], visible: str | None) -> list[Gpu]:
+    """Return the GPUs ``CUDA_VISIBLE_DEVICES`` lets this process use: by UUID, or by
+    index (indices when the list is as long as ``gpus`` are taken as already renumbered,
+    as under a device cgroup); unset: all of them; set but empty: none."""
+    if visible is None:
+        return gpus
+    words = [w.strip() for w in visible.split(",") if w.strip()]
+    if all(w.isdigit() for w in words):
+        if len(words) == len(gpus):
+            return gpus
+        wanted = [int(w) for w in words]
+        return [g for i in wanted for g in gpus if g.index == i]
+    return [g for w in words for g in gpus if g.uuid == w or g.uuid.startswith(w)]
 
 
 def gpu_fault(dev: dict[str, Any]) -> str | None:

@@ -128,7 +128,10 @@ def test_tp1_cells_fill_every_gpu_and_tp2_waits_for_two(
     report = write_report(out).markdown.read_text()
     assert "## Where each cell ran" in report
     wide = next(r for r in records if r["config"] == "wide")
-    assert f"| wide | 2 | {wide['concurrency']} | {wide['slot']} | {', '.join(wide['gpus'])} |" in report
+    assert (
+        f"| wide | 2 | {wide['concurrency']} | {wide['slot']} | {', '.join(wide['gpus'])} |"
+        in report
+    )
     compared = compare_runs(out, out)
     assert all(c.gpus_a == c.gpus_b and len(c.gpus_a) == c.tp for c in compared.cells)
     assert wait_no_leftovers(out) == []

@@ -15,6 +15,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,6 +45,9 @@ class SlurmCluster:
         self.cpus = cpus
         self.procs: list[subprocess.Popen] = []
         self.env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
+        # munged wants every directory above its socket searchable by all; pytest's tmp is 0700
+        self.sock_dir = Path(tempfile.mkdtemp(prefix="gd-munge-"))
+        self.sock_dir.chmod(0o755)
 
     def _write_config(self) -> None:
         r = self.root
@@ -60,7 +64,7 @@ SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={r}/munge-sock/socket
+AuthInfo=socket={self.sock_dir}/socket
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={r}/state
@@ -102,16 +106,13 @@ PartitionName=lab Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubs
         self._write_config()
         r = self.root
         (r / "munge").mkdir(mode=0o700, exist_ok=True)
-        (r / "munge-sock").mkdir(mode=0o755, exist_ok=True)
         key = r / "munge" / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
-        self._spawn(["munged", "-F", f"--key-file={key}", f"--socket={r}/munge-sock/socket",
+        self._spawn(["munged", "-F", f"--key-file={key}", f"--socket={self.sock_dir}/socket",
                      f"--pid-file={r}/munge/pid", f"--log-file={r}/munge/log",
                      f"--seed-file={r}/munge/seed"], "munged.out")  # fmt: skip
-        self._wait(
-            lambda: (r / "munge-sock" / "socket").exists(), 15, "munged never made its socket"
-        )
+        self._wait(lambda: (self.sock_dir / "socket").exists(), 15, "munged never made its socket")
         conf = str(r / "slurm.conf")
         self._spawn(["slurmctld", "-D", "-f", conf], "slurmctld.out")
         self._wait(
@@ -160,3 +161,4 @@ PartitionName=lab Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubs
                     proc.kill()
                     proc.wait(timeout=10)
         self.procs.clear()
+        shutil.rmtree(self.sock_dir, ignore_errors=True)

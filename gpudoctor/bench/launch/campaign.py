@@ -18,6 +18,7 @@ Order of work (:func:`run_campaign`):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -199,6 +200,7 @@ class Campaign:
             est = sched.learn_estimates(
                 list(resume_info.values()), read_records(self.rundir.path / "servers.jsonl")[0]
             )
+            _import_tokenizer_once()
             PackedRun(self, self.pool, sched.make_jobs(groups, est)).run()
         else:
             for config, runnable in groups:
@@ -214,6 +216,8 @@ class Campaign:
         )
 
     def _crash_quirk(self, config: ServerConfig, reason: str) -> None:
+        if self.stopping.is_set():
+            return  # stopped by us (interrupted), not a crash of the configuration
         quirks_mod.record_crash(
             self.quirks_path, self.arch, self.plan.engine.name, self.version, config, reason
         )
@@ -427,6 +431,13 @@ class Campaign:
         if not hasattr(self, "_tag"):
             self._tag = f"{run_id(self.options.out)}:{uuid.uuid4().hex[:8]}"
         return self._tag
+
+
+def _import_tokenizer_once() -> None:
+    """Import transformers' AutoTokenizer in this (main) thread before the slot threads
+    start: transformers' lazy module is not safe to resolve from several threads at once."""
+    with contextlib.suppress(ImportError):
+        from transformers import AutoTokenizer  # noqa: F401
 
 
 def run_campaign(plan: Plan, options: LaunchOptions, reporter: PlainReporter | None = None,

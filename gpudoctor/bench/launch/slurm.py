@@ -170,6 +170,7 @@ def submit(plan: Plan, plan_path: Path, out: Path, shards: int, gres: int | None
         "# gpudoctor bench submit: merge every shard that has results",
         "inputs=()",
         f"for d in {dirs}; do [ -f \"$d/results.jsonl\" ] && inputs+=(\"$d\"); done",
+        'if [ ${#inputs[@]} -eq 0 ]; then echo "no shard has results yet; nothing to merge"; exit 0; fi',
         f"exec {exe} bench merge \"${{inputs[@]}}\" --out {shlex.quote(str(out_abs / 'merged'))}",
     ])  # fmt: skip
     for name, text in (("array.sh", array), ("merge.sh", merge)):

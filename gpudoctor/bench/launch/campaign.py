@@ -536,7 +536,10 @@ def dry_run(plan: Plan, options: LaunchOptions, validate: bool = True) -> dict[s
         )
         if sched.in_shard(d.cell.key, options.shard)
     ]
-    campaign.setup_pool(announce=False)
+    try:
+        campaign.setup_pool(announce=False)
+    except CampaignError as exc:  # e.g. [hardware] on a machine without the GPUs
+        notes.append(f"no GPU pool: {exc}")
     servers = read_records(Path(options.out) / "servers.jsonl")[0] if options.out else []
     schedule = _schedule(campaign, decisions, sched.learn_estimates(list(done.values()), servers))
     configs = []

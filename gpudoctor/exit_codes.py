@@ -52,6 +52,7 @@ BY_COMMAND: dict[str, tuple[ExitCode, ...]] = {
     "weights mirror": (E.OK, E.ERROR, E.USAGE, E.FAILED),
     "bench run": (E.OK, E.ERROR, E.USAGE, E.FAILED, E.INTERRUPTED),
     "bench report": (E.OK, E.ERROR, E.USAGE),
+    "bench merge": (E.OK, E.ERROR, E.USAGE),  # and bench submit --slurm, bench status
     "list": (E.OK, E.ERROR, E.USAGE),
     "--version": (E.OK,),
 }

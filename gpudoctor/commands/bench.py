@@ -38,6 +38,10 @@ def bench() -> None:
     gpudoctor bench PLAN.toml --dry-run            cells, skips and exact server commands
     gpudoctor bench report runs/NAME               tables + plots
     gpudoctor bench compare runs/A runs/B          per-cell ratios B / A
+    gpudoctor bench status runs/NAME               a campaign at a glance (read-only)
+    gpudoctor bench run PLAN --shard 2/4 --out D   one host's share of the cells
+    gpudoctor bench merge D1 D2 ... --out runs/M   shards into one run, by cell key
+    gpudoctor bench submit --slurm PLAN --out D    a Slurm job array + a merge job
 
     A plan (TOML) names a model, an engine (sglang, vllm, transformers) with shared
     server arguments, axes (tp, concurrency), configurations (each may sweep arguments),
@@ -91,10 +95,16 @@ def bench() -> None:
     "$GPUDOCTOR_BENCH_QUIRKS or ~/.config/gpudoctor/bench-quirks.toml).",
 )
 @click.option(
+    "--shard",
+    metavar="I/N",
+    help="Run only shard I of N (1-based): the cells whose key falls in it. Every host of a "
+    "cluster runs its own shard into its own --out; `bench merge` joins them.",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="Print the summary (or the dry run) as JSON on stdout."
 )
 def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, resume: bool | None,
-        retry_crashed: bool, no_preflight: bool, quirks_path: Path | None,
+        retry_crashed: bool, no_preflight: bool, quirks_path: Path | None, shard: str | None,
         as_json: bool) -> None:  # fmt: skip
     """Run (or resume) the benchmark matrix of PLAN.
 
@@ -108,16 +118,28 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
     At the end, a table per cell: output tok/s, TTFT and TPOT p50/p99, errors.
 
     \b
+    GPUs: with several GPUs (NVML) servers run side by side, each on its own
+    GPUs (tp of them, CUDA_VISIBLE_DEVICES by UUID, best-linked first): TP1
+    configurations fill every GPU, a TP4 one waits for 4 free. [hardware]
+    gpus = [0, 1] or gpus = 2 in the plan caps them; --dry-run shows the
+    schedule (configuration -> GPUs, wave) and its expected length.
+
+    \b
     Examples:
       gpudoctor bench docs/examples/cpu-tiny.toml --out runs/cpu
       gpudoctor bench qwen.toml --dry-run
     """
     from gpudoctor.bench.launch import campaign as launcher
     from gpudoctor.bench.launch.progress import make_reporter
+    from gpudoctor.bench.launch.schedule import parse_shard
     from gpudoctor.bench.plan import PlanError, load_plan
 
     if no_validate and not dry_run:
         raise click.UsageError("--no-validate only goes with --dry-run")
+    try:
+        shard_pair = parse_shard(shard) if shard else None
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     try:
         plan = load_plan(plan_path)
     except PlanError as exc:
@@ -137,6 +159,7 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
         retry_crashed=retry_crashed,
         preflight=not no_preflight,
         quirks_path=quirks_path,
+        shard=shard_pair,
         help_cache=Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         / "gpudoctor"
         / "engine-help",
@@ -206,7 +229,29 @@ def _dry_run_text(result: dict) -> str:
         for cell in (c for c in result["cells"] if c["label"] == config["label"]):
             why = f"  {cell['reason']}" if cell["reason"] else ""
             lines.append(f"    c={cell['concurrency']:<4} {cell['action']:<5} {cell['key']}{why}")
+    lines += _schedule_text(result.get("schedule"))
     return "\n".join(lines)
+
+
+def _schedule_text(schedule: dict | None) -> list[str]:
+    """Return the dry run's schedule lines (wave, configuration -> GPUs, expected times)."""
+    if not schedule or not schedule["placements"]:
+        return []
+    lines = [""]
+    if schedule["packed"]:
+        gpus = ", ".join(f"{g['index']}={g['uuid']}" for g in schedule["gpus"])
+        lines.append(f"schedule on {len(schedule['gpus'])} GPU(s) ({schedule['source']}): {gpus}")
+    else:
+        lines.append("schedule: no GPU found, one server at a time")
+    for p in schedule["placements"]:
+        where = "GPU " + ",".join(map(str, p.get("gpu_indices", []))) if p["gpus"] else "-"
+        lines.append(f"  wave {p['wave']:<3} {p['label']:<28} {where:<14} "
+                     f"{p['start_s'] / 60:7.1f} -> {p['end_s'] / 60:7.1f} min  ({p['cells']} cells)")  # fmt: skip
+    for label in schedule.get("not_runnable", []):
+        lines.append(f"  not runnable: {label} needs more GPUs than the pool has")
+    lines.append(f"expected {schedule['expected_s'] / 60:.1f} min (ideal {schedule['ideal_s'] / 60:.1f}, "
+                 f"one at a time {schedule['serial_s'] / 60:.1f}; estimates from earlier cells, else 1 min a cell)")  # fmt: skip
+    return lines
 
 
 def _add_report_commands() -> None:
@@ -216,6 +261,10 @@ def _add_report_commands() -> None:
         return
     bench.add_command(report)
     bench.add_command(compare)
+    from gpudoctor.commands.bench_cluster import merge, status, submit
+
+    for command in (merge, submit, status):
+        bench.add_command(command)
 
 
 _add_report_commands()

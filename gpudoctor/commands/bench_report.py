@@ -114,13 +114,17 @@ def compare(run_a: Path, run_b: Path, as_json: bool) -> None:
     from gpudoctor.bench.results.summary_table import format_table
 
     header = ("config", "TP", "c", "n A/B", *(label for label, _ in _SHORT.values()))
+    placed = any(c.gpus_a or c.gpus_b for c in result.cells)
+    if placed:
+        header = (*header, "GPUs A → B")
     rows = []
     for cell in result.cells:
         values = [_side_by_side(cell.a.get(m), cell.b.get(m), cell.ratios.get(m),
                                 cell.within_noise.get(m) if m != "accept_length" else False, digits)
                   for m, (_, digits) in _SHORT.items()]  # fmt: skip
+        where = (f"{_short_gpus(cell.gpus_a)} → {_short_gpus(cell.gpus_b)}",) if placed else ()
         rows.append((cell.config, str(cell.tp), str(cell.concurrency),
-                     f"{cell.requests_a}/{cell.requests_b}", *values))  # fmt: skip
+                     f"{cell.requests_a}/{cell.requests_b}", *values, *where))  # fmt: skip
     click.echo(f"A = {run_a}\nB = {run_b}\neach metric: A → B  ×B/A")
     click.echo(format_table(header, rows))
     from gpudoctor.bench.results.noise import MIN_REQUESTS
@@ -132,3 +136,8 @@ def compare(run_a: Path, run_b: Path, as_json: bool) -> None:
             click.echo(f"{label}: {', '.join(keys)}")
     for key, why in result.not_measured.items():
         click.echo(f"not compared: {key} ({why})")
+
+
+def _short_gpus(uuids: tuple[str, ...]) -> str:
+    """Return GPU UUIDs shortened for a table (``GPU-3f2a1b0c`` -> ``3f2a1b0c``), ``-`` when none."""
+    return ",".join(u.removeprefix("GPU-")[:8] for u in uuids) or "-"

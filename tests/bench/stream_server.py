@@ -12,11 +12,19 @@ the real tokenizer of ``--model`` (``tokenizer.json``); a prompt + ``max_tokens`
     python stream_server.py --model DIR --host 127.0.0.1 --port 8000
         [--max-model-len 2048] [--token-delay-ms 2] [--start-delay-s 0]
         [--exit-after-requests N] [--fail-start] [--max-running N] [--request-log PATH]
+        [--hold-gpus TP]
 
 ``--max-running N`` lets N requests generate at once (the others queue, as in a server
 with N sequence slots: latency then grows with the load); ``--request-log`` appends one
 JSON line per request (arrival time, the prompt or the chat messages) for tests that
 check what the load generator sent.
+
+``--hold-gpus TP`` makes it a stand-in for a GPU server: it refuses to start (exit 4)
+unless ``CUDA_VISIBLE_DEVICES`` names exactly TP UUIDs, each one declared in
+``GPUDOCTOR_FAKE_GPUS``, and none held by another server: each GPU is held with an
+exclusive ``flock`` on ``$GPUDOCTOR_FAKE_GPU_LOCKS/<uuid>`` for the server's lifetime
+(the kernel lets go when the process dies, as a real GPU's memory is freed). Every hold is
+logged to ``$GPUDOCTOR_FAKE_GPU_LOCKS/holds.log`` (``<uuid> <pid> <start> <end>``).
 """
 
 from __future__ import annotations
@@ -50,7 +58,44 @@ def _parser() -> argparse.ArgumentParser:
         "--max-running", type=int, default=0, help="requests generating at once (0 = all)"
     )
     p.add_argument("--request-log", default="", help="append one JSON line per request here")
+    p.add_argument("--hold-gpus", type=int, default=0, help="hold TP stand-in GPUs (see above)")
     return p
+
+
+def _hold_gpus(tp: int) -> list[str]:
+    """Check and hold this server's stand-in GPUs; exit 4 with a reason when it cannot."""
+    import fcntl
+
+    declared = [u for u in os.environ.get("GPUDOCTOR_FAKE_GPUS", "").split(",") if u]
+    visible = [u for u in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if u]
+    problem = None
+    if len(visible) != tp:
+        problem = (
+            f"CUDA_VISIBLE_DEVICES={','.join(visible)!r} names {len(visible)} GPUs, tp is {tp}"
+        )
+    elif any(u not in declared for u in visible):
+        problem = f"CUDA_VISIBLE_DEVICES names a GPU not in GPUDOCTOR_FAKE_GPUS: {visible}"
+    locks = os.environ.get("GPUDOCTOR_FAKE_GPU_LOCKS", "")
+    if problem is None and locks:
+        for uuid in visible:
+            fd = os.open(os.path.join(locks, uuid), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                problem = f"GPU {uuid} is held by another server"
+                break
+    if problem:
+        print(f"stream_server: fatal: {problem}", flush=True)
+        sys.exit(4)
+    return visible
+
+
+def _log_holds(visible: list[str], started: float) -> None:
+    locks = os.environ.get("GPUDOCTOR_FAKE_GPU_LOCKS", "")
+    if locks and visible:
+        with open(os.path.join(locks, "holds.log"), "a", encoding="utf-8") as fh:
+            for uuid in visible:
+                fh.write(f"{uuid} {os.getpid()} {started:.6f} {time.time():.6f}\n")
 
 
 def main() -> None:
@@ -58,6 +103,14 @@ def main() -> None:
     if args.fail_start:
         print("stream_server: fatal: --fail-start given, refusing to start", flush=True)
         sys.exit(1)
+    held = _hold_gpus(args.hold_gpus) if args.hold_gpus else []
+    held_since = time.time()
+    if held:
+        import atexit
+        import signal as signal_mod
+
+        atexit.register(_log_holds, held, held_since)
+        signal_mod.signal(signal_mod.SIGTERM, lambda *_: sys.exit(0))
     count_tokens = _token_counter(args.model)
     time.sleep(args.start_delay_s)
     served = {"n": 0}

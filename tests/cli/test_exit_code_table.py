@@ -37,6 +37,7 @@ SOURCES: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
     "weights mirror": (("gpudoctor/commands/weights.py", ("mirror", "_fail", "_run")),),
     "bench run": (("gpudoctor/commands/bench.py", ("run",)),),
     "bench report": (("gpudoctor/commands/bench_report.py", None),),
+    "bench merge": (("gpudoctor/commands/bench_cluster.py", None),),
     "list": (("gpudoctor/commands/list.py", None),),
     "--version": (),
 }

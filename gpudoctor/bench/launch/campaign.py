@@ -18,10 +18,12 @@ Order of work (:func:`run_campaign`):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,7 +34,10 @@ from typing import Any
 from gpudoctor.bench.cell_spec import CellTarget
 from gpudoctor.bench.engines import engine_for
 from gpudoctor.bench.launch import prep as launch_prep
+from gpudoctor.bench.launch import schedule as sched
 from gpudoctor.bench.launch import searching
+from gpudoctor.bench.launch import slots as slots_mod
+from gpudoctor.bench.launch.packed import STATE, LiveState, PackedRun, Slot, now_utc
 from gpudoctor.bench.launch.progress import PlainReporter
 from gpudoctor.bench.launch.server import Guardian, ServerCrashed, ServerProcess, free_port, reap
 from gpudoctor.bench.launch.steps import (
@@ -49,7 +54,7 @@ from gpudoctor.bench.launch.steps import (
 )
 from gpudoctor.bench.plan import Cell, Plan, ServerConfig, load_fields
 from gpudoctor.bench.plan import quirks as quirks_mod
-from gpudoctor.bench.results.run_dir import RunDir, environment_facts
+from gpudoctor.bench.results.run_dir import RunDir, environment_facts, read_records
 
 MeasureFn = Callable[..., dict[str, Any]]
 _PORT_TAKEN = re.compile(r"address already in use|Errno 98|EADDRINUSE", re.IGNORECASE)
@@ -94,9 +99,41 @@ class Campaign:
         self.server_starts = 0
         self.counts = {"ok": 0, "crashed": 0, "skipped": 0}
         self.done: dict[str, dict] = {}  # every recorded cell (earlier launches' too)
+        self.pool: slots_mod.GpuPool | None = None  # None: no GPU known, one server at a time
+        self.stopping = threading.Event()  # set when interrupted: nothing more is recorded
+        self.live: dict[int, ServerProcess] = {}  # running servers by slot (0 = unpacked)
+        self._write_lock = threading.Lock()  # the one writer of results.jsonl
+        self.weights: dict[str, Any] | None = None
+
+    @property
+    def state(self) -> LiveState:
+        """Return the run directory's ``state.json`` writer (what runs where)."""
+        if not hasattr(self, "_state"):
+            self._state = LiveState(self.rundir.path / STATE, self.tag)
+        return self._state
 
     # ---- records
+    def record(self, cell: Cell, status: str, **extra: Any) -> None:
+        """Append one cell's record (the only writer of results.jsonl; thread-safe)."""
+        self._record(cell, status, **extra)
+
+    def gpu_out(self, gpu: slots_mod.Gpu, reason: str, before: str) -> None:
+        """Record that ``gpu`` failed its check before ``before`` and left the pool."""
+        line = {"uuid": gpu.uuid, "index": gpu.index, "name": gpu.name, "reason": reason,
+                "before": before, "at": now_utc()}  # fmt: skip
+        with self._write_lock:
+            self.rundir._append_lines(self.rundir.path / "gpus.jsonl", [line])
+        self.reporter.note(
+            f"GPU {gpu.index} ({gpu.uuid}) failed its check and left the pool: {reason}"
+        )
+
     def _record(self, cell: Cell, status: str, **extra: Any) -> None:
+        if self.stopping.is_set():
+            return  # interrupted: the cell was not finished; a resume runs it
+        server = extra.get("server") if isinstance(extra.get("server"), dict) else {}
+        placed = {k: server[k] for k in ("gpus", "slot") if k in server}
+        if self.options.shard is not None:
+            placed["shard"] = "{}/{}".format(*self.options.shard)
         record = {
             "key": cell.key,
             "config": cell.config.name,
@@ -112,13 +149,15 @@ class Campaign:
             "gpu_arch": self.arch,
             "args": dict(cell.config.args),
             "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **placed,
             **extra,
         }
-        self.rundir.append(record)
-        self.done[cell.key] = record
-        self.counts[
-            "ok" if status == "ok" else "crashed" if status == "crashed" else "skipped"
-        ] += 1
+        with self._write_lock:
+            self.rundir.append(record)
+            self.done[cell.key] = record
+            self.counts[
+                "ok" if status == "ok" else "crashed" if status == "crashed" else "skipped"
+            ] += 1
         self.reporter.cell_done(
             cell.config.label, cell.concurrency, status, extra.get("reason") or ""
         )
@@ -132,33 +171,56 @@ class Campaign:
     # ---- the loop
     def run(self, resume_info: dict[str, dict]) -> Summary:
         """Run every pending cell; return the summary (raises CampaignError to stop)."""
-        decisions = decide(
-            self.plan,
-            resume_info,
-            self.quirk_list,
-            self.arch,
-            self.version,
-            self.options.retry_crashed,
-        )
+        decisions = [
+            d
+            for d in decide(
+                self.plan,
+                resume_info,
+                self.quirk_list,
+                self.arch,
+                self.version,
+                self.options.retry_crashed,
+            )
+            if sched.in_shard(d.cell.key, self.options.shard)
+        ]
         already = sum(1 for d in decisions if d.action == "done")
         self.done = dict(resume_info)
         self.reporter.begin(len(decisions), already)
         self._preflight("campaign", model_ready=not self.plan.model.repo)
-        launch_prep.ensure_weights(self.plan, self.reporter)
+        self.weights = launch_prep.ensure_weights(self.plan, self.reporter)
+        if self.weights is not None:
+            self.rundir.write_run_json({**self.facts, "weights": self.weights})
         by_config: dict[str, list[Decision]] = {}
         for d in decisions:
             by_config.setdefault(d.cell.config.label, []).append(d)
+        groups: list[tuple[ServerConfig, list[Cell]]] = []
+        searches: list[tuple[ServerConfig, list[Cell], searching.Bisection]] = []
         for config in self.plan.configs:
-            pending = [d for d in by_config[config.label] if d.action != "done"]
-            search = searching.pending_search(self, config, by_config[config.label])
+            decided = by_config.get(config.label, [])
+            pending = [d for d in decided if d.action != "done"]
+            search = searching.pending_search(self, config, decided)
             if not pending and search is None:
                 continue
             for d in [d for d in pending if d.action == "skip"]:
                 self._record(d.cell, "skipped", reason=d.reason, retryable=True)
             runnable = [d.cell for d in pending if d.action == "run"]
-            if runnable or search is not None:
+            if search is not None:  # a search bisects on one server: run it alone, after
+                searches.append((config, runnable, search))
+            elif runnable:
+                groups.append((config, runnable))
+        if self.pool is not None and groups:
+            est = sched.learn_estimates(
+                list(resume_info.values()), read_records(self.rundir.path / "servers.jsonl")[0]
+            )
+            _import_tokenizer_once()
+            PackedRun(self, self.pool, sched.make_jobs(groups, est)).run()
+        else:
+            for config, runnable in groups:
                 self._preflight(f"config {config.label}")
-                self._run_config(config, runnable, search)
+                self._run_config(config, runnable)
+        for config, runnable, search in searches:
+            self._preflight(f"config {config.label}")
+            self._run_config(config, runnable, search=search)
         return Summary(
             len(decisions),
             already,
@@ -169,6 +231,8 @@ class Campaign:
         )
 
     def _crash_quirk(self, config: ServerConfig, reason: str) -> None:
+        if self.stopping.is_set():
+            return  # stopped by us (interrupted), not a crash of the configuration
         try:
             quirks_mod.record_crash(
                 self.quirks_path, self.arch, self.plan.engine.name, self.version, config, reason
@@ -179,19 +243,42 @@ class Campaign:
         self.reporter.note(f"{config.label}: added to the local quirks table {self.quirks_path}")
 
     def _start(
-        self, config: ServerConfig, attempt: int
+        self, config: ServerConfig, attempt: int, slot: Slot | None = None
     ) -> tuple[ServerProcess, str, dict[str, Any]]:
-        """Start the server of ``config`` on a free port; return it, its URL and its facts."""
+        """Start the server of ``config`` on a free port (on ``slot``'s GPUs when given:
+        ``CUDA_VISIBLE_DEVICES=<uuids>``); return it, its URL and its facts."""
         port = free_port()
         argv = self.engine.command(config, self.plan.model, port)
         log = self.rundir.log_path(config.label)
         facts: dict[str, Any] = {"argv": argv, "port": port, "attempt": attempt,
                                  "log": str(log.relative_to(self.rundir.path))}  # fmt: skip
-        self.reporter.config(config.label, f"starting server on port {port}")
-        server = ServerProcess(argv, self.engine.environment(config), log, self.tag)
-        self.server_starts += 1
+        env = self.engine.environment(config)
+        where = ""
+        if slot is not None:
+            env = {**env, "CUDA_VISIBLE_DEVICES": slots_mod.visible_devices(list(slot.gpus))}
+            facts.update(slot=slot.number, gpus=slot.uuids,
+                         gpu_indices=[g.index for g in slot.gpus])  # fmt: skip
+            where = f" (slot {slot.number}, GPU {','.join(str(g.index) for g in slot.gpus)})"
+        self.reporter.config(config.label, f"starting server on port {port}{where}")
+        number = slot.number if slot is not None else 0
+        # its own tag under the launch's: stopping it reaps its stragglers, not its neighbours
+        # (the terminator keeps slot 1's prefix from matching slot 10's)
+        tag = self.tag if slot is None else f"{self.tag}:slot{number}/"
+        server = ServerProcess(argv, env, log, tag)
+        self.live[number] = server
+        with self._write_lock:
+            self.server_starts += 1
         facts["pid"] = server.pid
+        self.state.start(str(number), {"label": config.label, "slot": number, "pid": server.pid,
+                                       "gpus": facts.get("gpus", []),
+                                       "gpu_indices": facts.get("gpu_indices", []),
+                                       "log": facts["log"]})  # fmt: skip
         return server, f"http://127.0.0.1:{port}", facts
+
+    def stop_all_servers(self) -> None:
+        """Stop every running server (interrupted); each slot thread then ends."""
+        for server in list(self.live.values()):
+            server.stop(min(self.plan.engine.stop_timeout_s, 10.0))
 
     def _wait_ready(self, server: ServerProcess, base_url: str, facts: dict[str, Any]) -> None:
         """Wait for readiness, then learn the real max context (raises ServerCrashed)."""
@@ -212,16 +299,29 @@ class Campaign:
         t0 = time.monotonic()
         code = server.stop(self.plan.engine.stop_timeout_s)
         done = time.monotonic()
+        number = facts.get("slot", 0)
+        if self.live.get(number) is server:
+            del self.live[number]
+            self.state.stop(str(number))
         self._server_line(config, facts, stop_s=round(done - t0, 3), exit_code=code,
                           config_wall_s=round(done - t_config, 4))  # fmt: skip
 
+    def run_config(self, config: ServerConfig, cells: list[Cell], slot: Slot) -> None:
+        """Run ``config``'s sweep on ``slot``'s GPUs (a packed run's slot thread)."""
+        self._run_config(config, cells, slot)
+
     def _run_config(
-        self, config: ServerConfig, cells: list[Cell], search: searching.Bisection | None = None
+        self,
+        config: ServerConfig,
+        cells: list[Cell],
+        slot: Slot | None = None,
+        search: searching.Bisection | None = None,
     ) -> None:
-        """Start one server for ``config``, run its sweep (then its search), stop it."""
+        """Start one server for ``config`` (on ``slot``'s GPUs), run its sweep (then its
+        search), stop it."""
         t_config = time.monotonic()
         for attempt in (1, 2):
-            server, base_url, facts = self._start(config, attempt)
+            server, base_url, facts = self._start(config, attempt, slot)
             try:
                 self._wait_ready(server, base_url, facts)
                 break
@@ -260,7 +360,8 @@ class Campaign:
 
     def _server_line(self, config: ServerConfig, facts: dict, **extra: Any) -> None:
         line = {"label": config.label, "config_key": config.key, **facts, **extra}
-        self.rundir._append_lines(self.rundir.path / "servers.jsonl", [line])
+        with self._write_lock:
+            self.rundir._append_lines(self.rundir.path / "servers.jsonl", [line])
 
     def _run_cell(
         self, cell: Cell, server: ServerProcess, base_url: str, server_facts: dict
@@ -285,6 +386,7 @@ class Campaign:
             raw_path=raw,
         )
         self.reporter.cell_start(cell.config.label, cell.concurrency)
+        self.state.cell(str(server_facts.get("slot", 0)), cell.concurrency)
         t_measure = time.monotonic()
         workload = workload.for_concurrency(cell.concurrency)
         if cell.request_rate is not None:
@@ -299,7 +401,8 @@ class Campaign:
                                       timeout_s=self.plan.limits.request_timeout_s,
                                       cell_timeout_s=self.plan.limits.cell_timeout_s,
                                       keep_text=keeps_text(self.plan.limits, cell.config),
-                                      max_total_tokens=clamp.get("max_total_tokens"))  # fmt: skip
+                                      max_total_tokens=clamp.get("max_total_tokens"),
+                                      telemetry_gpus=server_facts.get("gpus"))  # fmt: skip
         if "max_total_tokens" in clamp:
             clamp["prompts_cut"] = measurement.get("prompts_cut", 0)
         measure_s = time.monotonic() - t_measure
@@ -313,6 +416,10 @@ class Campaign:
             return False
         self._record(cell, "ok", **common)
         return True
+
+    def run_facts(self) -> dict[str, Any]:
+        """Return run.json's facts of this launch (with the weights step's result)."""
+        return {**self.facts, **({"weights": self.weights} if self.weights else {})}
 
     def _measure(self) -> MeasureFn:
         if self.measure is None:
@@ -333,12 +440,38 @@ class Campaign:
             raise CampaignError(str(exc)) from exc
         return help_text
 
+    def setup_pool(self, announce: bool = True) -> None:
+        """Learn the host's GPUs (NVML, or ``$GPUDOCTOR_FAKE_GPUS``), cap them by
+        ``[hardware]``, and make the pool (no GPU: one server at a time, as before)."""
+        gpus, source = slots_mod.discover_gpus()
+        hw = self.plan.hardware
+        if not gpus:
+            if hw.gpus is not None or hw.count is not None:
+                raise CampaignError("[hardware] gpus is set, but no GPU was found (NVML)")
+            return
+        try:
+            gpus = slots_mod.cap_gpus(gpus, hw.gpus, hw.count)
+        except ValueError as exc:
+            raise CampaignError(f"{self.plan.source}: {exc}") from exc
+        self.pool = slots_mod.GpuPool(gpus, slots_mod.read_topology())
+        self.pool_source = source
+        if announce:
+            self.reporter.note(f"GPU pool: {len(gpus)} GPU(s) from {source}: "
+                           + ", ".join(f"{g.index}={g.uuid}" for g in gpus))  # fmt: skip
+
     @property
     def tag(self) -> str:
         """Return this launch's process tag (``<run id>:<launch id>``)."""
         if not hasattr(self, "_tag"):
             self._tag = f"{run_id(self.options.out)}:{uuid.uuid4().hex[:8]}"
         return self._tag
+
+
+def _import_tokenizer_once() -> None:
+    """Import transformers' AutoTokenizer in this (main) thread before the slot threads
+    start: transformers' lazy module is not safe to resolve from several threads at once."""
+    with contextlib.suppress(ImportError):
+        from transformers import AutoTokenizer  # noqa: F401
 
 
 def run_campaign(plan: Plan, options: LaunchOptions, reporter: PlainReporter | None = None,
@@ -354,6 +487,7 @@ def run_campaign(plan: Plan, options: LaunchOptions, reporter: PlainReporter | N
         raise CampaignError("; ".join(problems))
     campaign = Campaign(plan, options, reporter, measure)
     campaign.inspect()
+    campaign.setup_pool()
     try:
         with campaign.rundir as rundir, _signals_raise():
             opened = rundir.open(plan.text, options.resume)
@@ -383,19 +517,22 @@ def run_campaign(plan: Plan, options: LaunchOptions, reporter: PlainReporter | N
                 **environment_facts(plan.engine.name, campaign.version, campaign.arch),
                 "tag": campaign.tag,
                 "plan": plan.name,
+                "shard": list(options.shard) if options.shard else None,
             }
+            campaign.facts = facts
             rundir.write_run_json(facts)
             guardian = Guardian(campaign.tag)
             try:
                 return campaign.run(done)
             except CampaignError as exc:
-                rundir.write_run_json({**facts, "stopped": str(exc)})
+                rundir.write_run_json({**campaign.run_facts(), "stopped": str(exc)})
                 raise
             except KeyboardInterrupt:
-                rundir.write_run_json({**facts, "stopped": "interrupted"})
+                rundir.write_run_json({**campaign.run_facts(), "stopped": "interrupted"})
                 raise
             finally:
                 campaign.reporter.end()
+                campaign.state.close()
                 guardian.close()
     except RunDirError as exc:
         raise CampaignError(str(exc)) from exc
@@ -433,9 +570,19 @@ def dry_run(plan: Plan, options: LaunchOptions, validate: bool = True) -> dict[s
     except RunDirError as exc:
         raise CampaignError(str(exc)) from exc
     done = {str(r["key"]): r for r in records if "key" in r} if options.resume is not False else {}
-    decisions = decide(
-        plan, done, campaign.quirk_list, campaign.arch, campaign.version, options.retry_crashed
-    )
+    decisions = [
+        d
+        for d in decide(
+            plan, done, campaign.quirk_list, campaign.arch, campaign.version, options.retry_crashed
+        )
+        if sched.in_shard(d.cell.key, options.shard)
+    ]
+    try:
+        campaign.setup_pool(announce=False)
+    except CampaignError as exc:  # e.g. [hardware] on a machine without the GPUs
+        notes.append(f"no GPU pool: {exc}")
+    servers = read_records(Path(options.out) / "servers.jsonl")[0] if options.out else []
+    schedule = _schedule(campaign, decisions, sched.learn_estimates(list(done.values()), servers))
     configs = []
     for config in plan.configs:
         argv = campaign.engine.command(config, plan.model, 0)
@@ -447,10 +594,57 @@ def dry_run(plan: Plan, options: LaunchOptions, validate: bool = True) -> dict[s
              for d in decisions]  # fmt: skip
     return {"plan": plan.name, "engine": plan.engine.name, "engine_version": campaign.version,
             "validated": validate, "gpu_arch": campaign.arch, "configs": configs, "cells": cells, "notes": notes,
-            "problems": model_problems(plan),
+            "problems": model_problems(plan), "schedule": schedule,
+            "shard": list(options.shard) if options.shard else None,
             "search": dataclasses.asdict(plan.search) if plan.search else None,
             "repeats": plan.repeats,
             "workload": dataclasses.asdict(plan.workload)}  # fmt: skip
+
+
+def _schedule(
+    campaign: Campaign, decisions: list[Decision], est: sched.Estimates
+) -> dict[str, Any]:
+    """Return the dry run's schedule: each job's GPUs and wave, the expected length."""
+    groups: dict[str, tuple[ServerConfig, list[Cell]]] = {}
+    for d in decisions:
+        if d.action == "run":
+            groups.setdefault(d.cell.config.label, (d.cell.config, []))[1].append(d.cell)
+    jobs = sched.make_jobs(list(groups.values()), est)
+    pool = campaign.pool
+    serial_s = sum(j.estimate_s for j in jobs)
+    if pool is None:  # no GPU known: one server at a time, in plan order
+        t, rows = 0.0, []
+        for wave, (config, cells) in enumerate(groups.values(), start=1):
+            job = sched.make_jobs([(config, cells)], est)[0]
+            rows.append({"label": config.label, "gpus": [], "wave": wave, "start_s": t,
+                         "end_s": t + job.estimate_s, "cells": len(cells)})  # fmt: skip
+            t += job.estimate_s
+        return {"gpus": [], "source": None, "placements": rows, "expected_s": t,
+                "ideal_s": t, "serial_s": serial_s, "packed": False}  # fmt: skip
+    by_index = {g.index: g for g in pool.gpus}
+    placements = sched.simulate(jobs, [g.index for g in pool.gpus])
+    too_big = [j.config.label for j in jobs if j.gpus > len(pool.gpus)]
+    return {
+        "gpus": [{"index": g.index, "uuid": g.uuid, "name": g.name} for g in pool.gpus],
+        "source": campaign.pool_source,
+        "placements": [
+            {
+                "label": p.label,
+                "gpus": [by_index[i].uuid for i in p.gpus],
+                "gpu_indices": list(p.gpus),
+                "wave": p.wave,
+                "start_s": p.start_s,
+                "end_s": p.end_s,
+                "cells": p.cells,
+            }
+            for p in placements
+        ],
+        "not_runnable": too_big,
+        "expected_s": sched.makespan(placements),
+        "ideal_s": sched.ideal_s([j for j in jobs if j.gpus <= len(pool.gpus)], len(pool.gpus)),
+        "serial_s": serial_s,
+        "packed": True,
+    }
 
 
 def dumps(obj: Any) -> str:

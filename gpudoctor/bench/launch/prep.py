@@ -54,12 +54,14 @@ def preflight(
     raise CampaignError(f"preflight ({when}) failed: " + "; ".join(lines))
 
 
-def ensure_weights(plan: Plan, reporter: PlainReporter) -> None:
+def ensure_weights(plan: Plan, reporter: PlainReporter) -> dict[str, Any] | None:
     """Make the plan's model directory complete when it names a Hub repo
-    (``gpudoctor weights ensure REPO --to DIR --mirror MIRROR``); CampaignError on failure."""
+    (``gpudoctor weights ensure REPO --to DIR --mirror MIRROR``); return what was done
+    (``repo``, ``dir``, ``action``, ``source``, ``files``, ``at``; None without a repo).
+    CampaignError on failure."""
     model = plan.model
     if not model.repo:
-        return
+        return None
     from gpudoctor.weights.ensure import EnsureRequest, ensure
     from gpudoctor.weights.errors import WeightsError
     from gpudoctor.weights.progress import make_progress
@@ -76,3 +78,6 @@ def ensure_weights(plan: Plan, reporter: PlainReporter) -> None:
     except WeightsError as exc:
         raise CampaignError(f"weights: {exc}") from exc
     reporter.note(f"weights: {result.action} ({result.source}, {result.files_total} files)")
+    return {"repo": model.repo, "dir": str(model.dir), "action": str(result.action),
+            "source": str(result.source), "files": result.files_total,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip

@@ -31,6 +31,7 @@ class LaunchOptions:
         preflight: run ``gpudoctor check`` (``--no-preflight`` turns it off).
         quirks_path: the local quirks table (default :func:`quirks.default_local_path`).
         help_cache: where engine ``--help`` outputs are cached (None = no cache).
+        shard: ``(I, N)``: run only the cells of shard I of N (``--shard I/N``, 1-based).
     """
 
     out: Path
@@ -39,6 +40,7 @@ class LaunchOptions:
     preflight: bool = True
     quirks_path: Path | None = None
     help_cache: Path | None = None
+    shard: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

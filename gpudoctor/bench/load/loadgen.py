@@ -69,6 +69,7 @@ async def _run_cell(
     on_record: Callable[[RequestRecord], RequestRecord],
     telemetry: bool,
     deadline: float,
+    telemetry_gpus: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"flush_error": None, "accept_length": None, "accept_source": None}
 
@@ -93,7 +94,7 @@ async def _run_cell(
             except asyncio.TimeoutError:
                 out["flush_error"] = "the cell's deadline passed"
         cpu0 = time.process_time()
-        with GpuSampler(enabled=telemetry) as sampler:
+        with GpuSampler(enabled=telemetry, gpus=telemetry_gpus) as sampler:
             records, duration = await run_requests(
                 client,
                 options,
@@ -136,6 +137,7 @@ def measure_cell(
     cell_timeout_s: float | None = None,
     keep_text: bool = False,
     max_total_tokens: int | None = None,
+    telemetry_gpus: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Run one cell and return its JSON-ready record.
 
@@ -152,6 +154,7 @@ def measure_cell(
     chunk times and counts; a speculative cell's ITL is then not split by tokens).
     ``max_total_tokens``: prompt + output tokens one request may use; dataset prompts
     longer than that are cut (``prompts_cut`` in the record says how many).
+    ``telemetry_gpus``: sample only these GPUs (UUIDs: the cell's slot), else every GPU.
     """
     deadline = time.perf_counter() + (cell_timeout_s if cell_timeout_s else 1e9)
     tokenizer = load_tokenizer(target.tokenizer_dir)
@@ -185,7 +188,15 @@ def measure_cell(
     try:
         result = asyncio.run(
             _run_cell(
-                target, workload, concurrency, prompts, options, on_record, telemetry, deadline
+                target,
+                workload,
+                concurrency,
+                prompts,
+                options,
+                on_record,
+                telemetry,
+                deadline,
+                telemetry_gpus,
             )
         )
     finally:

@@ -90,7 +90,7 @@ def _field_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 class _Nvml:
     """The NVML calls the sampler needs, each returning None when NVML cannot answer."""
 
-    def __init__(self) -> None:
+    def __init__(self, uuids: Sequence[str] | None = None) -> None:
         import pynvml  # nvidia-ml-py; fails cleanly without libnvidia-ml
 
         self.nvml = pynvml
@@ -98,6 +98,13 @@ class _Nvml:
         self.handles = [
             pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())
         ]
+        self.indices = list(range(len(self.handles)))
+        if uuids is not None:  # a slot's GPUs only (their NVML indices)
+            wanted = set(uuids)
+            self.indices = [
+                i for i, h in enumerate(self.handles)
+                if _text(self._get(pynvml.nvmlDeviceGetUUID, h)) in wanted
+            ]  # fmt: skip
 
     def _get(self, fn: Any, *args: Any) -> Any:
         try:
@@ -130,20 +137,26 @@ class _Nvml:
         self._get(self.nvml.nvmlShutdown)
 
 
-def open_nvml() -> _Nvml | None:
-    """Return an initialised NVML wrapper, or None when NVML or GPUs are absent."""
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def open_nvml(uuids: Sequence[str] | None = None) -> _Nvml | None:
+    """Return an initialised NVML wrapper (sampling only the GPUs of ``uuids`` when given),
+    or None when NVML or those GPUs are absent."""
     try:
-        nvml = _Nvml()
+        nvml = _Nvml(uuids)
     except Exception:  # ImportError, NVMLError_LibraryNotFound, driver errors: no telemetry
         return None
-    if not nvml.handles:
+    if not nvml.indices:
         nvml.close()
         return None
     return nvml
 
 
 class GpuSampler:
-    """Samples every GPU in a daemon thread while in use: ``with GpuSampler() as s: ...``.
+    """Samples every GPU (or a slot's ``gpus``, by UUID) in a daemon thread while in use:
+    ``with GpuSampler() as s: ...``.
 
     ``summary()`` after the block returns ``summarize_samples`` of what was collected
     (``{}`` without GPUs). Equivalent shell: ``nvidia-smi --query-gpu=utilization.gpu,
@@ -151,16 +164,19 @@ class GpuSampler:
     --format=csv -lms 200``.
     """
 
-    def __init__(self, interval_s: float = 0.2, enabled: bool = True) -> None:
+    def __init__(
+        self, interval_s: float = 0.2, enabled: bool = True, gpus: Sequence[str] | None = None
+    ) -> None:
         self.interval_s = interval_s
         self.enabled = enabled
+        self.gpus = gpus  # a slot's GPU UUIDs (None: every GPU of the host)
         self.samples: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: _Nvml | None = None
 
     def __enter__(self) -> GpuSampler:
-        self._nvml = open_nvml() if self.enabled else None
+        self._nvml = open_nvml(self.gpus) if self.enabled else None
         if self._nvml is not None:
             self._thread = threading.Thread(target=self._loop, name="gpu-sampler", daemon=True)
             self._thread.start()
@@ -178,7 +194,7 @@ class GpuSampler:
         t0 = time.perf_counter()
         while True:
             now = time.perf_counter() - t0
-            for index in range(len(self._nvml.handles)):
+            for index in self._nvml.indices:
                 self.samples.append(self._nvml.sample(index, now))
             if self._stop.wait(self.interval_s):
                 break

@@ -148,6 +148,19 @@ class SearchSpec:
 
 
 @dataclass(frozen=True)
+class HardwareSpec:
+    """Which of the host's GPUs the campaign may use (``[hardware]``).
+
+    Attributes:
+        gpus: GPU indices (``gpus = [0, 1, 2, 3]``), or None for every GPU.
+        count: at most this many GPUs (``gpus = 4``), or None for no cap.
+    """
+
+    gpus: tuple[int, ...] | None = None
+    count: int | None = None
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """One server configuration: what one server process runs with.
 
@@ -218,6 +231,7 @@ class Plan:
         configs: the expanded server configurations, in plan order.
         repeats: how many times each cell runs (``repeats = N``; keys differ per repeat).
         search: the ``[search]`` block (a bisection of the load per configuration) or None.
+        hardware: the GPUs the campaign may use (``[hardware]``).
     """
 
     name: str
@@ -232,6 +246,7 @@ class Plan:
     configs: tuple[ServerConfig, ...]
     repeats: int = 1
     search: SearchSpec | None = None
+    hardware: HardwareSpec = HardwareSpec()
 
     def cells(self) -> list[Cell]:
         """Return every cell of the matrix: configs in plan order, concurrencies ascending,

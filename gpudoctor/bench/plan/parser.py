@@ -16,6 +16,7 @@ from gpudoctor.bench.plan.bounds import out_of_bounds
 from gpudoctor.bench.plan.model import (
     ArgValue,
     EngineSpec,
+    HardwareSpec,
     Limits,
     ModelSpec,
     Plan,
@@ -44,6 +45,7 @@ _TOP_KEYS = {
     "limits",
     "repeats",
     "search",
+    "hardware",
 }
 WORKLOAD_KINDS = ("random", "jsonl", "sharegpt", "multi_turn", "shared_prefix", "trace")
 _DATASET_KINDS = ("jsonl", "sharegpt", "trace")
@@ -224,8 +226,30 @@ def parse(text: str, source: str = "plan.toml", base_dir: Path | None = None) ->
     if repeats < 1:
         raise r.error("repeats", f"must be at least 1, got {repeats}")
     search = parse_search(r, r.table(data, "search", "search"), slo, configs)
+    hardware = _parse_hardware(r, r.table(data, "hardware", "hardware"))
     return Plan(name, source, text, model, engine, workload, slo, limits, preflight, configs,
-                repeats, search)  # fmt: skip
+                repeats, search, hardware)  # fmt: skip
+
+
+def _parse_hardware(r: _Reader, t: dict) -> HardwareSpec:
+    """``[hardware] gpus = [0, 1, 2, 3]`` (these indices) or ``gpus = 4`` (at most 4)."""
+    r.check_keys(t, {"gpus"}, "hardware")
+    value = t.get("gpus")
+    if value is None:
+        return HardwareSpec()
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise r.error("hardware.gpus", f"must be >= 1, got {value}")
+        return HardwareSpec(count=value)
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value)
+    ):
+        if len(set(value)) != len(value):
+            raise r.error("hardware.gpus", "lists a GPU index twice")
+        return HardwareSpec(gpus=tuple(value))
+    raise r.error("hardware.gpus", "expected a GPU count (4) or a list of GPU indices ([0, 1])")
 
 
 def _parse_model(r: _Reader, t: dict, base_dir: Path | None) -> ModelSpec:

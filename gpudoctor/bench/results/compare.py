@@ -54,6 +54,8 @@ class CellRatio:
     repeats_a: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     repeats_b: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     repeat_intervals: dict[str, tuple[float, float] | None] = field(default_factory=dict)
+    gpus_a: tuple[str, ...] = ()
+    gpus_b: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,7 @@ def _group_ratio(
         repeats_a={n: as_json(spreads_a[n]) for n in COMPARED},
         repeats_b={n: as_json(spreads_b[n]) for n in COMPARED},
         repeat_intervals=repeat_iv,
+        gpus_a=a.gpus, gpus_b=b.gpus,
     )  # fmt: skip
 
 

@@ -38,6 +38,8 @@ class CellResult:
     group: str = ""
     search: str | None = None
     extra: dict[str, Any] | None = None  # reason, server_log_tail: what the HTML report shows
+    gpus: tuple[str, ...] = ()  # the UUIDs of the GPUs its server ran on (packed runs)
+    slot: int | None = None  # the launcher's slot number
 
     @property
     def load(self) -> tuple[int, float]:
@@ -158,6 +160,8 @@ def _cell(row: object) -> CellResult:
         search=row.get("search") if isinstance(row.get("search"), str) else None,
         extra={"reason": str(row.get("reason") or ""),
                "server_log_tail": [str(x) for x in tail] if isinstance(tail, list) else []},
+        gpus=tuple(str(g) for g in row.get("gpus") or () if isinstance(g, str)),
+        slot=row["slot"] if isinstance(row.get("slot"), int) else None,
     )  # fmt: skip
 
 

@@ -158,6 +158,20 @@ def _save(fig: object, legend_ax: object, path: Path, has_data: bool) -> Path:
     return path
 
 
+def placement_table(cells: Sequence[CellResult]) -> list[str]:
+    """Return report.md's "where each cell ran" lines: slot and GPU UUIDs per cell
+    (empty when no cell ran on a known GPU)."""
+    placed = [c for c in cells if c.gpus]
+    if not placed:
+        return []
+    lines = ["## Where each cell ran", "", "| config | TP | c | slot | GPUs (UUID) |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for c in placed:
+        lines.append(f"| {c.config} | {c.tp} | {c.concurrency} | {c.slot if c.slot is not None else '–'} "
+                     f"| {', '.join(c.gpus)} |")  # fmt: skip
+    return [*lines, ""]
+
+
 def render_markdown(
     run_dir: Path, cells: Sequence[CellResult], plots: Sequence[Path], notes: Sequence[str] = ()
 ) -> str:
@@ -180,6 +194,7 @@ def render_markdown(
         *(f"![{p.stem}]({p.name})" for p in plots),
         *([] if plots else ["No plots: " + PLOTS_HINT + "."]),
         "",
+        *placement_table(cells),
     ]
     if notes:
         lines[3:3] = [*(f"> **Warning:** {n}" for n in notes), ""]

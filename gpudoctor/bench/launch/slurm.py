@@ -1,0 +1,195 @@
+"""A campaign as a Slurm job array: one task per shard, each into its own run directory on
+shared storage, and a dependent job that merges them.
+
+``bench submit --slurm PLAN --out DIR --shards N`` writes ``DIR/slurm/array.sh`` and
+``DIR/slurm/merge.sh`` and runs::
+
+    sbatch --parsable --array=1-N --gres=gpu:G DIR/slurm/array.sh
+    sbatch --parsable --dependency=afterany:ARRAY DIR/slurm/merge.sh
+
+Task I runs ``gpudoctor bench run PLAN --shard I/N --out DIR/shards/I``; the merge job
+runs ``gpudoctor bench merge DIR/shards/* --out DIR/merged``. Each submission is appended
+to ``DIR/slurm/submissions.jsonl``. A later ``bench submit`` on the same DIR resubmits
+only the shards whose cells are not all recorded and whose task is not queued or running
+(a resumed shard runs only its missing cells).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpudoctor import fsio
+from gpudoctor.bench.launch.schedule import in_shard
+from gpudoctor.bench.plan import Plan
+from gpudoctor.bench.results.run_dir import RESULTS, read_records
+
+SUBMISSIONS = "submissions.jsonl"
+ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"}
+
+
+class SlurmError(RuntimeError):
+    """sbatch/squeue failed or is missing (one line for the CLI)."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What one ``bench submit`` did: the array job, its tasks, the merge job."""
+
+    array_job: str
+    tasks: tuple[int, ...]
+    merge_job: str
+    gres: int
+    skipped: dict[int, str]
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the submission as a JSON-ready dict."""
+        return vars(self) | {"tasks": list(self.tasks)}
+
+
+def _run(argv: list[str], timeout_s: float = 60.0) -> str:
+    """Run a Slurm client command; return its stdout (SlurmError with its stderr)."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError as exc:
+        raise SlurmError(
+            f"{argv[0]} not found: is this a Slurm login node? (apt install slurm-client)"
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SlurmError(f"{argv[0]} did not answer within {timeout_s:.0f} s") from exc
+    if proc.returncode != 0:
+        raise SlurmError(
+            f"{shlex.join(argv[:2])} failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}"
+        )
+    return proc.stdout
+
+
+def shard_cells(plan: Plan, n: int) -> dict[int, set[str]]:
+    """Return the cell keys of each shard 1..n."""
+    return {i: {c.key for c in plan.cells() if in_shard(c.key, (i, n))} for i in range(1, n + 1)}
+
+
+def shard_dir(out: Path, i: int) -> Path:
+    """Return the run directory of shard ``i`` (``DIR/shards/I``)."""
+    return out / "shards" / str(i)
+
+
+def missing_cells(plan: Plan, out: Path, n: int) -> dict[int, int]:
+    """Return, per shard, how many of its cells are not recorded yet in its run directory."""
+    missing = {}
+    for i, keys in shard_cells(plan, n).items():
+        done = {str(r.get("key")) for r in read_records(shard_dir(out, i) / RESULTS)[0]}
+        missing[i] = len(keys - done)
+    return missing
+
+
+def read_submissions(out: Path) -> list[dict[str, Any]]:
+    """Return the submissions recorded in ``DIR/slurm/submissions.jsonl`` (oldest first)."""
+    return read_records(out / "slurm" / SUBMISSIONS)[0]
+
+
+def task_states(array_jobs: list[str]) -> dict[str, dict[int, str]]:
+    """Return ``{array job: {task: state}}`` from ``squeue`` (queued, running) and
+    ``scontrol show job`` / ``sacct`` (finished tasks Slurm still remembers)."""
+    states: dict[str, dict[int, str]] = {j: {} for j in array_jobs}
+    if not array_jobs:
+        return states
+    text = _run(["squeue", "-h", "-r", "-j", ",".join(array_jobs), "-o", "%F %K %T"])
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1].isdigit() and parts[0] in states:
+            states[parts[0]][int(parts[1])] = parts[2]
+    for job in array_jobs:
+        try:
+            shown = _run(["scontrol", "-o", "show", "job", job])
+        except SlurmError:
+            shown = ""
+        for line in shown.splitlines():
+            fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+            task = fields.get("ArrayTaskId", "")
+            if task.isdigit() and int(task) not in states[job]:
+                states[job][int(task)] = fields.get("JobState", "UNKNOWN")
+        if not shown:
+            try:
+                acct = _run(["sacct", "-n", "-P", "-X", "-j", job, "-o", "JobID,State"])
+            except SlurmError:
+                acct = ""
+            for line in acct.splitlines():
+                jid, _, state = line.partition("|")
+                task = jid.rpartition("_")[2]
+                if task.isdigit():
+                    states[job].setdefault(int(task), state.split()[0] if state else "UNKNOWN")
+    return states
+
+
+def _script(lines: list[str]) -> str:
+    return "#!/bin/bash\nset -euo pipefail\n" + "\n".join(lines) + "\n"
+
+
+def submit(plan: Plan, plan_path: Path, out: Path, shards: int, gres: int | None = None,
+           sbatch_args: tuple[str, ...] = (), gpudoctor: str | None = None) -> Submission:  # fmt: skip
+    """Write the scripts and submit the array (only shards with missing cells and no live
+    task) and the merge job; return what was submitted. ``gres``: GPUs per task (default:
+    the plan's largest tp). Raises SlurmError (sbatch failed) or ValueError (bad input)."""
+    if shards < 1:
+        raise ValueError("--shards must be >= 1")
+    earlier = read_submissions(out)
+    if earlier and int(earlier[-1].get("shards", shards)) != shards:
+        raise ValueError(
+            f"{out} was submitted with --shards {earlier[-1]['shards']}; keep it (the shards are by cell key)"
+        )
+    gres = gres or plan.max_tp
+    live: dict[int, str] = {}
+    states = task_states([str(s["array_job"]) for s in earlier])
+    for sub in earlier:
+        for task, state in states.get(str(sub["array_job"]), {}).items():
+            if state in ACTIVE:
+                live[task] = f"task {sub['array_job']}_{task} is {state}"
+    missing = missing_cells(plan, out, shards)
+    todo = [i for i in range(1, shards + 1) if missing[i] and i not in live]
+    skipped = {i: live.get(i, "all cells recorded") for i in range(1, shards + 1) if i not in todo}
+    slurm_dir = out / "slurm"
+    slurm_dir.mkdir(parents=True, exist_ok=True)
+    exe = gpudoctor or shlex.join([sys.executable, "-m", "gpudoctor"])
+    plan_abs, out_abs = plan_path.resolve(), out.resolve()
+    array = _script([
+        f"# gpudoctor bench submit: one task per shard of {plan.name}",
+        'shard="$SLURM_ARRAY_TASK_ID"',
+        f"exec {exe} bench run {shlex.quote(str(plan_abs))} --shard \"$shard/{shards}\" "
+        f"--out {shlex.quote(str(out_abs / 'shards'))}/\"$shard\" --resume",
+    ])  # fmt: skip
+    dirs = " ".join(shlex.quote(str(shard_dir(out_abs, i))) for i in range(1, shards + 1))
+    merge = _script([
+        "# gpudoctor bench submit: merge every shard that has results",
+        "inputs=()",
+        f"for d in {dirs}; do [ -f \"$d/results.jsonl\" ] && inputs+=(\"$d\"); done",
+        'if [ ${#inputs[@]} -eq 0 ]; then echo "no shard has results yet; nothing to merge"; exit 0; fi',
+        f"exec {exe} bench merge \"${{inputs[@]}}\" --out {shlex.quote(str(out_abs / 'merged'))}",
+    ])  # fmt: skip
+    for name, text in (("array.sh", array), ("merge.sh", merge)):
+        fsio.atomic_replace(slurm_dir / name, text, mode=0o755, keep_mode=False,
+                            refuse_non_regular=True, follow_dir_link=True)  # fmt: skip
+    if not todo:
+        return Submission("", (), "", gres, skipped)
+    logs = out_abs / "slurm" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    array_job = _run(["sbatch", "--parsable", f"--array={','.join(map(str, todo))}",
+                      f"--gres=gpu:{gres}", f"--job-name=gdb-{plan.name}",
+                      f"--output={logs}/shard-%a-%A.log", *sbatch_args,
+                      str(slurm_dir.resolve() / "array.sh")]).strip().split(";")[0]  # fmt: skip
+    merge_job = _run(["sbatch", "--parsable", f"--dependency=afterany:{array_job}",
+                      f"--job-name=gdb-{plan.name}-merge", f"--output={logs}/merge-%j.log",
+                      *sbatch_args, str(slurm_dir.resolve() / "merge.sh")]).strip().split(";")[0]  # fmt: skip
+    line = {"array_job": array_job, "tasks": todo, "merge_job": merge_job, "shards": shards,
+            "gres": gres, "plan": str(plan_abs), "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "host": os.uname().nodename}  # fmt: skip
+    fsio.durable_append(slurm_dir / SUBMISSIONS, (json.dumps(line, sort_keys=True) + "\n").encode(),
+                        follow_dir_link=True)  # fmt: skip
+    return Submission(array_job, tuple(todo), merge_job, gres, skipped)

@@ -84,6 +84,7 @@ lxc.mount.entry = tmpfs usr/lib/gpudoctor-driver tmpfs rw,mode=755 0 0
 lxc.mount.entry = /opt opt none rbind,ro 0 0
 lxc.mount.entry = $REPO ${REPO#/} none bind,ro,create=dir 0 0
 lxc.mount.entry = /tmp/site tmp/site none bind,ro,create=dir 0 0
+lxc.mount.entry = tmpfs dev/shm tmpfs rw,nosuid,nodev,size=1g,create=dir 0 0
 lxc.mount.entry = /dev/nvidia0 dev/nvidia0 none bind,optional,create=file
 lxc.mount.entry = /dev/nvidiactl dev/nvidiactl none bind,optional,create=file
 lxc.mount.entry = /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file
@@ -110,7 +111,7 @@ step "1a. CT drvct: no NVIDIA user-space file inside"
 make_ct drvct
 inside drvct sh -c 'ldconfig; ldconfig -p | grep -c -e libcuda -e libnvidia-ml; ls /usr/local/nvidia; command -v nvidia-smi' || true
 inside drvct python3 -m gpudoctor check --json > "$OUT/drvct-before.json"; echo "check exit=$?"
-python3 -c "import json;[print(f['check_id'],f['status'],f['message'][:160]) for r in json.load(open('$OUT/drvct-before.json'))['reports'][0]['results'] for f in r['findings'] if f['check_id'] in ('cuda.init','driver.userspace_match','nvml.init')]"
+python3 -c "import json;[print(f['check'],f['status'],f['message'][:160]) for f in json.load(open('$OUT/drvct-before.json'))['findings'] if f['check'] in ('cuda.init','driver.userspace_match','nvml.init')]"
 step "1b. fix --driver-libs bind (plan, then apply)"
 python3 -m gpudoctor fix --host local --ct drvct --flavor lxc --lxcpath $LXCPATH --driver-libs bind --dry-run | tee "$OUT/drvct-plan.txt"
 time python3 -m gpudoctor fix --host local --ct drvct --flavor lxc --lxcpath $LXCPATH --driver-libs bind --yes --json > "$OUT/drvct-fix.json"; echo "fix exit=$?"
@@ -118,7 +119,7 @@ python3 -c "import json;d=json.load(open('$OUT/drvct-fix.json'));print(d['status
 step "1c. check inside again, nvidia-smi, torch"
 inside drvct python3 -m gpudoctor check; echo "check exit=$?"
 inside drvct sh -c 'ls /usr/lib/gpudoctor-driver | head -40; ldconfig -p | grep -e libcuda -e libnvidia-ml'
-inside drvct /usr/lib/gpudoctor-driver/nvidia-smi --query-gpu=name,driver_version --format=csv
+inside drvct sh -c 'command -v nvidia-smi; nvidia-smi --query-gpu=name,driver_version --format=csv'
 torch_kernel drvct
 python3 -m gpudoctor check --host local --ct drvct --flavor lxc --only driver.libs_mode; echo "libs_mode exit=$?"
 
@@ -132,7 +133,7 @@ for lib in libcuda libnvidia-ml; do
 done
 inside cpyct ldconfig
 inside cpyct python3 -m gpudoctor check --json > "$OUT/cpyct-before.json"; echo "check exit=$?"
-python3 -c "import json;[print(f['check_id'],f['status'],f['message'][:200]) for r in json.load(open('$OUT/cpyct-before.json'))['reports'][0]['results'] for f in r['findings'] if f['check_id'] in ('cuda.init','driver.userspace_match')]"
+python3 -c "import json;[print(f['check'],f['status'],f['message'][:200]) for f in json.load(open('$OUT/cpyct-before.json'))['findings'] if f['check'] in ('cuda.init','driver.userspace_match')]"
 python3 -m gpudoctor check --host local --ct cpyct --flavor lxc --only driver.libs_mode,cuda.init; echo "libs_mode exit=$?"
 step "2b. the same fix cures it"
 time python3 -m gpudoctor fix --host local --ct cpyct --flavor lxc --lxcpath $LXCPATH --driver-libs bind --yes --json > "$OUT/cpyct-fix.json"; echo "fix exit=$?"

@@ -273,17 +273,23 @@ def build_command(kernel: str, proxmox: bool) -> str:
     return f"apt install {headers} && dkms autoinstall -k {kernel}"
 
 
+# What tells a container from a host: systemd's and podman's markers, then PID 1's
+# environment (LXC sets container=lxc for the CT's init).
+CONTAINER_FILES = ("/run/systemd/container", "/run/host/container-manager", "/proc/1/environ")
+DOCKER_MARKER = "/.dockerenv"
+
+
 def in_container(host: Host) -> str:
     """Return the container manager when ``host`` is itself a container (``lxc``,
     ``docker``: ``/run/systemd/container``, ``/run/host/container-manager``), else ""."""
-    for path in ("/run/systemd/container", "/run/host/container-manager"):
+    for path in CONTAINER_FILES[:2]:
         try:
-            text = host.read_text(path, limit=256).strip()
+            text = host.read_text(path).strip()  # the default limit: what the prefetch keeps
         except OSError:
             continue
         if text:
             return text
-    if host.exists("/.dockerenv"):
+    if host.exists(DOCKER_MARKER):
         return "docker"
     return _init_container_variable(host)
 
@@ -292,7 +298,7 @@ def _init_container_variable(host: Host) -> str:
     """Return ``container=`` of PID 1's environment (LXC sets ``container=lxc`` for the
     CT's init, also one without systemd: ``tr '\\0' '\\n' < /proc/1/environ``), else ""."""
     try:
-        environ = host.read_text("/proc/1/environ", limit=65536)
+        environ = host.read_text(CONTAINER_FILES[2])
     except (OSError, UnicodeDecodeError):
         return ""
     for item in environ.split("\0"):

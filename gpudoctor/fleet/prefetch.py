@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpudoctor.context import CheckOptions
+from gpudoctor.early_probe import SNAPSHOT_FILES
+from gpudoctor.facts.kernel import CONTAINER_FILES, DOCKER_MARKER
 from gpudoctor.facts.nodes import NVIDIA_FAMILIES, discover_nvidia_nodes
 from gpudoctor.hosts.base import Host
 
@@ -25,13 +27,21 @@ TEXT_LIMIT = 1 << 20  # AgentHost.read_text's default limit: the checks' reads u
 # The files the CT checks read on every run (proc.usable, driver.loaded, device.*,
 # shm.capacity, driver.userspace_match); the cgroup v1 list only on EPERM, but it is
 # cheap and EPERM is the common finding.
-CT_FILES = (
-    "/proc/devices",
-    "/proc/self/status",
-    "/proc/self/mounts",
-    "/proc/meminfo",
-    "/proc/driver/nvidia/version",
-    "/sys/fs/cgroup/devices/devices.list",
+# Also the node snapshot's files (read before the probe, early_probe.SNAPSHOT_FILES) and
+# the files that tell a CT from a host (facts.kernel.CONTAINER_FILES, for the host checks).
+CT_FILES = tuple(
+    dict.fromkeys(
+        (
+            "/proc/devices",
+            "/proc/self/status",
+            "/proc/self/mounts",
+            "/proc/meminfo",
+            "/proc/driver/nvidia/version",
+            "/sys/fs/cgroup/devices/devices.list",
+            *SNAPSHOT_FILES,
+            *CONTAINER_FILES,
+        )
+    )
 )
 SHM = "/dev/shm"
 
@@ -56,6 +66,7 @@ def ct_requests(options: CheckOptions, open_nodes: bool) -> list[tuple[str, dict
     directories = sorted({family.directory for family in NVIDIA_FAMILIES})
     requests += [("list_dir", {"path": directory}) for directory in directories]
     requests.append(("disk_usage", {"path": SHM}))
+    requests.append(("stat", {"path": DOCKER_MARKER}))  # the host checks: a CT or a host?
     return requests + node_requests((d.path for d in options.devices), open_nodes)
 
 

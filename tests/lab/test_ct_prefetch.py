@@ -113,7 +113,9 @@ def test_prefetched_check_run_asks_nothing_more_and_judges_the_same(
         conn = host._connection()
         asked: list[str] = []
         real_call = conn.call
-        conn.call = lambda op, args, timeout: asked.append((op, args)) or real_call(op, args, timeout)
+        conn.call = lambda op, args, timeout: (
+            asked.append((op, args)) or real_call(op, args, timeout)
+        )
         after = run_checks(host, OPTIONS)
     assert asked == [], asked
     assert verdicts(after) == verdicts(before)

@@ -9,7 +9,7 @@
 # prometheus-node-exporter (the textfile collector) for tests/ops, debootstrap (the Debian 12
 # rootfs of the systemd-as-PID-1 drill, built from the apt mirror once and cached in
 # /var/cache/gpudoctor-tests), slurm-wlm + munge (a real one-node Slurm on 127.0.0.1 for
-# `bench submit --slurm`: tests/lab/slurm.py). Python
+# `bench submit --slurm`: tests/lab/slurm.py), chromium (report.html rendered headless). Python
 # packages: the project with its [test] extra in .venv; olah in .venv-olah.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,5 +41,11 @@ if [ ! -x .venv-olah/bin/olah-cli ]; then
   python3 -m venv .venv-olah && .venv-olah/bin/python -m pip install -q olah==0.5.4
 fi
 export GPUDOCTOR_OLAH_CLI="$PWD/.venv-olah/bin/olah-cli"
+
+# Set-up, not a test: the Debian 12 + systemd rootfs the systemd drill boots is built once
+# here with debootstrap from the apt mirror (the only download; the tests then use the cached
+# tarball and nothing but loopback).
+.venv/bin/python -c "from tests.ops.systemd_ct import systemd_rootfs_tarball as t; print(t())" \
+  >/dev/null 2>&1 || echo "tests/run.sh: the systemd rootfs could not be built now (its test says why)" >&2
 
 exec .venv/bin/python -m pytest "$@"

@@ -17,9 +17,10 @@ import fnmatch
 import subprocess
 import sys
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 HERE = Path(__file__).resolve().parent
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
@@ -49,7 +50,9 @@ class Score:
     @property
     def counted(self) -> dict[str, str]:
         return {
-            k: s for k, s in self.statuses.items() if k not in self.equivalent and s != "not checked"
+            k: s
+            for k, s in self.statuses.items()
+            if k not in self.equivalent and s != "not checked"
         }
 
     @property
@@ -82,7 +85,11 @@ def load_modules(path: Path) -> list[Module]:
     data = tomllib.loads(path.read_text())
     return [
         Module(
-            m["name"], m["source"], tuple(m["tests"]), tuple(m.get("mutants", ())), m.get("cap_s", 900)
+            m["name"],
+            m["source"],
+            tuple(m["tests"]),
+            tuple(m.get("mutants", ())),
+            m.get("cap_s", 900),
         )
         for m in data["module"]
     ]
@@ -101,7 +108,7 @@ def setup_cfg(module: Module) -> str:
         "[mutmut]\n"
         "source_paths =\n    gpudoctor\n"
         f"only_mutate = {module.source}\n"
-        "also_copy =\n    checks\n"
+        "also_copy =\n    checks\n    README.md\n    docs\n    benchmarks\n"
         f"pytest_add_cli_args_test_selection =\n{tests}\n"
         "pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    -m\n    not lab and not slow and not gpu\n"
         "    --timeout=300\n"
@@ -121,18 +128,24 @@ def results(mutmut: str, clone: Path) -> dict[str, str]:
     return found
 
 
-def run_module(module: Module, clone: Path, mutmut: str, equivalent: dict[str, str], log: Path) -> Score:
+def run_module(
+    module: Module, clone: Path, mutmut: str, equivalent: dict[str, str], log: Path
+) -> Score:
     """Mutate one module in ``clone`` (``nice -n 19``, one process, at most ``cap_s``)."""
     (clone / "setup.cfg").write_text(setup_cfg(module))
     subprocess.run(["rm", "-rf", str(clone / "mutants")], check=True)
     began = time.monotonic()
     argv = ["timeout", str(module.cap_s), "nice", "-n", "19", mutmut, "run", "--max-children", "1"]
     with log.open("w") as out:
-        done = subprocess.run([*argv, *module.mutants], cwd=clone, stdout=out, stderr=subprocess.STDOUT, check=False)
+        done = subprocess.run(
+            [*argv, *module.mutants], cwd=clone, stdout=out, stderr=subprocess.STDOUT, check=False
+        )
     score = Score(module.name, capped=done.returncode == 124, seconds=time.monotonic() - began)
     statuses = results(mutmut, clone)
     if module.mutants:
-        statuses = {k: s for k, s in statuses.items() if any(fnmatch.fnmatch(k, p) for p in module.mutants)}
+        statuses = {
+            k: s for k, s in statuses.items() if any(fnmatch.fnmatch(k, p) for p in module.mutants)
+        }
     score.statuses = statuses
     score.equivalent = {k: why for k, why in equivalent.items() if k in statuses}
     return score
@@ -166,9 +179,17 @@ def main(argv: list[str] | None = None) -> int:
         print(score.line(), flush=True)
         for name in score.survivors:
             shown = subprocess.run(
-                [args.mutmut, "show", name], cwd=args.clone, capture_output=True, text=True, check=False
+                [args.mutmut, "show", name],
+                cwd=args.clone,
+                capture_output=True,
+                text=True,
+                check=False,
             ).stdout
-            diff = [ln for ln in shown.splitlines() if ln.startswith(("-", "+")) and ln[:3] not in ("---", "+++")]
+            diff = [
+                ln
+                for ln in shown.splitlines()
+                if ln.startswith(("-", "+")) and ln[:3] not in ("---", "+++")
+            ]
             print(f"  survived ({score.statuses[name]}): {name}: {' | '.join(diff)[:300]}")
         stale = [k for k in score.equivalent if score.statuses[k] in KILLED]
         for name in stale:

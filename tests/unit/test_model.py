@@ -18,3 +18,29 @@ def test_result_of_a_check_that_did_not_run_is_none() -> None:
     report = Report("local", (found,))
     assert report.result("a.b") is found
     assert report.result("c.d") is None
+
+
+def test_a_finding_as_json_has_every_field_of_the_schema() -> None:
+    finding = Finding(
+        "device.open",
+        Status.FAIL,
+        "/dev/nvidia-uvm",
+        "open failed",
+        evidence=("stat: char 511:0", "errno EPERM"),
+        remediation="lxc.cgroup2.devices.allow: c 511:* rwm",
+        fix_hint="gpudoctor fix --ct 200",
+        caused_by=("device.nodes",),
+        debug="Traceback ...",
+    )
+    assert finding.to_dict() == {
+        "check": "device.open",
+        "status": "FAIL",
+        "subject": "/dev/nvidia-uvm",
+        "message": "open failed",
+        "evidence": ["stat: char 511:0", "errno EPERM"],
+        "remediation": "lxc.cgroup2.devices.allow: c 511:* rwm",
+        "fix_hint": "gpudoctor fix --ct 200",
+        "caused_by": ["device.nodes"],
+        "debug": "Traceback ...",
+    }
+    assert Finding("a.b", Status.PASS, "s", "m").to_dict()["evidence"] == []

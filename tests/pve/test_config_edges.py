@@ -125,3 +125,8 @@ def test_diff_labels_and_the_missing_newline_marker() -> None:
     )
     assert unified_diff("x\n", "x\n", "200.conf") == ""
     assert unified_diff("x\n", "y\n", "lxc/200.conf/").startswith("--- a/lxc/200.conf/\n")
+
+
+def test_diff_labels_lose_only_leading_slashes() -> None:
+    diff = unified_diff("x\n", "y\n", "//X.conf")
+    assert diff.startswith("--- a/X.conf\n+++ b/X.conf\n")

@@ -177,3 +177,37 @@ def test_paths_of_interest_are_bind_sources_devn_paths_and_requested_devices() -
     assert paths_of_interest(cfg, object()) == ["/dev/kvm", "/dev/dri", "/dev/nvidia0"]
     lxc = parse("lxc.mount.entry = /dev/a dev/a none bind\n", LXC)
     assert paths_of_interest(lxc, PlanOptions()) == ["/dev/a"]
+
+
+def test_a_devn_value_without_a_path_is_kept_with_the_reason() -> None:
+    assert parse_dev("dev7", "mode=0600") == DevEntry(
+        7, "", (("mode", "0600"),), ("Path has to be defined",)
+    )
+
+
+def test_the_last_devn_line_of_a_key_is_in_effect() -> None:
+    """parse_pct_config assigns ``$conf->{$key}`` line by line: a later ``dev0`` replaces
+    the earlier one, even an empty (tab-only) one; repeated ``delete`` lines are not
+    overrides; entries come in line order."""
+    cfg = parse("dev0: /dev/a\ndev0: \t\ndelete: dev1\ndelete: dev2\ndev2: /dev/b\ndev1: /dev/c\n")
+    entries = read_entries(cfg)
+    assert entries.devs == ((4, DevEntry(2, "/dev/b")), (5, DevEntry(1, "/dev/c")))
+    assert entries.overridden == ((0, 1, "dev0"),)
+    assert read_entries(parse("dev0: /dev/a\ndev0: /dev/b\n")).devs == ((1, DevEntry(0, "/dev/b")),)
+
+
+def test_paths_ending_or_starting_with_x_keep_their_x() -> None:
+    """Only slashes are stripped from paths (a node may be called /dev/gpuX)."""
+    conf = "lxc.mount.entry: /dev/gpuX Xdev/gpuX/ none bind,optional,create=file\n"
+    entries = read_entries(parse(conf))
+    assert entries.mounts[0][1] == MountEntry(
+        "/dev/gpuX", "/Xdev/gpuX", "none", ("bind", "optional", "create=file")
+    )
+    assert host_path(entries, "/Xdev/gpuX") == "/dev/gpuX"
+    assert host_path(entries, "/Xdev/gpuX/") == "/dev/gpuX"
+    assert ct_path(entries, "/dev/gpuX") == "/Xdev/gpuX"
+    assert entries.mount_for("/dev/gpuX") is not None
+    assert paths_of_interest(parse(conf), PlanOptions()) == ["/dev/gpuX"]
+    assert bind_mount_value("/Xdev/a", False) == "/Xdev/a Xdev/a none bind,optional,create=file"
+    slash = read_entries(parse("lxc.mount.entry: /dev/dX/ dev/dX none bind\n"))
+    assert host_path(slash, "/dev/dX") == "/dev/dX" and ct_path(slash, "/dev/dX/n") == "/dev/dX/n"

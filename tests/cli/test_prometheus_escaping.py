@@ -21,6 +21,7 @@ from gpudoctor.output.prometheus import (
     labels,
     read_previous_success,
     textfile,
+    unreachable_report,
 )
 
 NASTY = 'ct "200"\\n\nback\\slash'  # a quote pair, a literal backslash-n, a newline, a backslash
@@ -100,3 +101,96 @@ def test_node_exporter_reads_the_escaped_values_back(tmp_path: Path) -> None:
     assert len(ours) == 6
     for line in ours:
         assert line in served.splitlines(), (line, served[-2000:])
+
+
+def test_the_whole_textfile_of_a_small_fleet_is_exact() -> None:
+    """The contract in one piece (docs/prometheus.md): HELP/TYPE once per metric, a sample
+    per target, the worst status of repeated series, last success carried over for the
+    failed target only, durations in seconds with 4 decimals."""
+    ok = Report(
+        "pve1",
+        (
+            CheckResult(
+                "driver.loaded", (Finding("driver.loaded", Status.PASS, "host", "m"),), 0.5
+            ),
+            CheckResult(
+                "ct.device_rules",
+                (
+                    Finding("ct.device_rules", Status.WARN, "200.conf", "a"),
+                    Finding("ct.device_rules", Status.PASS, "200.conf", "b"),
+                ),
+                0.01234,
+            ),
+        ),
+        labels=(("node", "pve1"),),
+    )
+    bad = Report(
+        "pve2",
+        (CheckResult("device.open", (Finding("device.open", Status.FAIL, "/dev/x", "m"),), 2.0),),
+    )
+    gone = unreachable_report("pve3", "connection refused")
+    previous = {"pve2": 500.0, "pve3": 400.0, "pve1": 1.0}
+    text = textfile_from([ok, bad, gone], now=1000.9, previous=previous)
+    assert text == (
+        "# HELP gpudoctor_up 1 when the target was reached and its checks ran, else 0.\n"
+        "# TYPE gpudoctor_up gauge\n"
+        'gpudoctor_up{target="pve1"} 1\n'
+        'gpudoctor_up{target="pve2"} 1\n'
+        'gpudoctor_up{target="pve3"} 0\n'
+        "# HELP gpudoctor_status Worst status of the target: 0 PASS, 1 SKIP, 2 WARN, 3 FAIL, 4 ERROR (unreachable).\n"
+        "# TYPE gpudoctor_status gauge\n"
+        'gpudoctor_status{target="pve1"} 2\n'
+        'gpudoctor_status{target="pve2"} 3\n'
+        'gpudoctor_status{target="pve3"} 4\n'
+        "# HELP gpudoctor_last_run_timestamp_seconds Unix time of this run.\n"
+        "# TYPE gpudoctor_last_run_timestamp_seconds gauge\n"
+        'gpudoctor_last_run_timestamp_seconds{target="pve1"} 1000\n'
+        'gpudoctor_last_run_timestamp_seconds{target="pve2"} 1000\n'
+        'gpudoctor_last_run_timestamp_seconds{target="pve3"} 1000\n'
+        "# HELP gpudoctor_last_success_timestamp_seconds Unix time of the last run without FAIL or ERROR.\n"
+        "# TYPE gpudoctor_last_success_timestamp_seconds gauge\n"
+        'gpudoctor_last_success_timestamp_seconds{target="pve1"} 1000\n'
+        'gpudoctor_last_success_timestamp_seconds{target="pve2"} 500\n'
+        'gpudoctor_last_success_timestamp_seconds{target="pve3"} 400\n'
+        "# HELP gpudoctor_check_status Finding status: 0 PASS, 1 SKIP, 2 WARN, 3 FAIL, 4 ERROR.\n"
+        "# TYPE gpudoctor_check_status gauge\n"
+        'gpudoctor_check_status{check="driver.loaded",subject="host",target="pve1",node="pve1"} 0\n'
+        'gpudoctor_check_status{check="ct.device_rules",subject="200.conf",target="pve1",node="pve1"} 2\n'
+        'gpudoctor_check_status{check="device.open",subject="/dev/x",target="pve2"} 3\n'
+        'gpudoctor_check_status{check="target.reach",subject="pve3",target="pve3"} 4\n'
+        "# HELP gpudoctor_check_duration_seconds Wall time of each check.\n"
+        "# TYPE gpudoctor_check_duration_seconds gauge\n"
+        'gpudoctor_check_duration_seconds{check="driver.loaded",target="pve1",node="pve1"} 0.5000\n'
+        'gpudoctor_check_duration_seconds{check="ct.device_rules",target="pve1",node="pve1"} 0.0123\n'
+        'gpudoctor_check_duration_seconds{check="device.open",target="pve2"} 2.0000\n'
+        'gpudoctor_check_duration_seconds{check="target.reach",target="pve3"} 0.0000\n'
+    )
+    # a target never successful has no last-success sample at all
+    assert 'gpudoctor_last_success_timestamp_seconds{target="pve4"}' not in textfile_from(
+        [unreachable_report("pve4", "x")], now=1, previous={}
+    )
+
+
+def textfile_from(reports: list[Report], now: float, previous: dict[str, float]) -> str:
+    import io
+
+    from gpudoctor.output.prometheus import write_prometheus
+
+    out = io.StringIO()
+    write_prometheus(reports, out, now=now, previous_success=previous)
+    return out.getvalue()
+
+
+def test_up_and_success_rules() -> None:
+    from gpudoctor.output.prometheus import NOT_CHECKED, is_up, succeeded
+
+    assert NOT_CHECKED == {"fleet.reach", "fleet.timeout", "fleet.state", "target.reach"}
+    for check_id in NOT_CHECKED:
+        down = Report("t", (CheckResult(check_id, (Finding(check_id, Status.SKIP, "t", "m"),)),))
+        assert not is_up(down) and not succeeded(down)
+    assert succeeded(report("t", "s", Status.WARN)) and succeeded(report("t", "s", Status.SKIP))
+    assert not succeeded(report("t", "s", Status.ERROR)) and is_up(report("t", "s", Status.ERROR))
+    unreachable = unreachable_report("pve9", "refused")
+    assert unreachable.results[0].findings[0] == Finding(
+        "target.reach", Status.ERROR, "pve9", "refused"
+    )

@@ -184,7 +184,7 @@ def textfile_from(reports: list[Report], now: float, previous: dict[str, float])
 def test_up_and_success_rules() -> None:
     from gpudoctor.output.prometheus import NOT_CHECKED, is_up, succeeded
 
-    assert NOT_CHECKED == {"fleet.reach", "fleet.timeout", "fleet.state", "target.reach"}
+    assert {"fleet.reach", "fleet.timeout", "fleet.state", "target.reach"} == NOT_CHECKED
     for check_id in NOT_CHECKED:
         down = Report("t", (CheckResult(check_id, (Finding(check_id, Status.SKIP, "t", "m"),)),))
         assert not is_up(down) and not succeeded(down)

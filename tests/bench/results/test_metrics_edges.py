@@ -82,10 +82,10 @@ def test_no_data_is_none_and_bad_input_is_refused() -> None:
         ["mean_x_ms", "median_x_ms", "std_x_ms", "p90_x_ms", "p95_x_ms", "p99_x_ms", "max_x_ms"]
     )
     assert set(summarize([1.0], "x_ms")) == set(empty)
-    with pytest.raises(ValueError, match="^percentile of an empty sequence$"):
+    with pytest.raises(ValueError, match=r"^percentile of an empty sequence$"):
         percentile([], 50)
     for bad in (0.0, -1.0):
-        with pytest.raises(ValueError, match=f"^duration must be positive, got {bad}$"):
+        with pytest.raises(ValueError, match=rf"^duration must be positive, got {bad}$"):
             compute_metrics([rec()], bad)
     assert compute_metrics([], 1.0, SLO(ttft_ms=1.0))["slo_attainment"] is None
     assert compute_metrics([rec(), rec(ok=False)], 1.0, SLO(ttft_ms=1e9))["slo_attainment"] == 0.5

@@ -140,3 +140,21 @@ def test_device_refusals(asked: str, path: str, node: HostNode | None, refusal: 
 def test_a_path_no_config_line_can_carry_is_refused_first() -> None:
     why = device_refusal("/dev/a,b", "/dev/a,b", CHAR)
     assert why is not None and why.startswith("--device /dev/a,b: ")
+
+
+def test_several_owners_and_problems_are_all_named() -> None:
+    devices = parse_proc_devices(
+        "Character devices:\n243 hidraw\n243 usbmisc\n244 nvidia-uvm\n244 nvidia-x\n"
+    )
+    entries = read_entries(
+        parse("lxc.cgroup2.devices.allow: c 243:* rwm\nlxc.cgroup2.devices.allow: c 244:* rwm\n")
+    )
+    assert stale_rules(entries, HostFacts(devices), [], gpu_ct=True) == [
+        (0, "c 243:* rwm", "major 243 now belongs to hidraw/usbmisc, not to an NVIDIA driver")
+    ]
+    assert pinned_dynamic(entries, HostFacts(devices)) == [
+        ("c 244:* rwm", 244, "nvidia-uvm/nvidia-x")
+    ]
+    cfg = parse("dev0: /dev/x,foo=1,bar=2\n")
+    (warning,) = config_warnings(cfg, read_entries(cfg))
+    assert "(invalid key in comma-separated list property: foo; invalid key in " in warning

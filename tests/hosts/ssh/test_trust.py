@@ -168,3 +168,12 @@ def test_an_unknown_key_with_no_file_at_all_says_so(keys, tmp_path: Path) -> Non
     pol = TrustPolicy("yes", (), None)
     with pytest.raises(HostError, match=r"\(not in no known_hosts file\)"):
         verify_host_key(keys["a"], TARGET, pol, lookup(TARGET.known_hosts_name, ()), fp)
+
+
+def test_the_unknown_key_message_lists_every_file_home_as_tilde(keys, tmp_path: Path) -> None:
+    home = os.path.expanduser("~")
+    files = (f"{home}/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts", f"{home}x/kh")
+    pol = TrustPolicy("yes", files, None)
+    with pytest.raises(HostError) as info:
+        verify_host_key(keys["a"], TARGET, pol, lookup(TARGET.known_hosts_name, ()), fp)
+    assert f"(not in ~/.ssh/known_hosts, /etc/ssh/ssh_known_hosts, {home}x/kh); " in str(info.value)

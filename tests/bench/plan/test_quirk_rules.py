@@ -125,7 +125,7 @@ def test_the_local_table_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
 
 
 def test_a_crash_appends_a_readable_block_that_loads_back(tmp_path: Path) -> None:
-    table = tmp_path / "new" / "quirks.toml"
+    table = tmp_path / "new" / "dir" / "quirks.toml"
     made = record_crash(table, "sm_120", "sglang", None, CONFIG, 'exit -6 "abort"')
     assert made == Quirk(
         "crash-abc123def456", "sm_120", "sglang", "*", (("config_key", "abc123def456"),),
@@ -158,3 +158,9 @@ def test_detect_arch_without_an_nvidia_driver_is_cpu() -> None:
     if shutil.which("nvidia-smi"):
         pytest.skip("an NVIDIA driver is present")
     assert detect_arch() == "cpu"
+
+
+def test_a_table_without_quirks_is_empty(tmp_path: Path) -> None:
+    table = tmp_path / "q.toml"
+    table.write_text("# nothing crashed yet\n")
+    assert load_table(table, "mine") == []

@@ -17,7 +17,7 @@ if [ ! -x "$venv/bin/python" ]; then
   "$venv/bin/python" -m pip install -q -e "$repo" pytest pytest-timeout hypothesis
 fi
 want="$(grep -E '^mutmut==' "$repo/tests/mutation/requirements.txt")"
-have="$("$venv/bin/python" -m pip show mutmut 2>/dev/null | sed -n 's/^Version: /mutmut==/p')"
+have="$("$venv/bin/python" -m pip show mutmut 2>/dev/null | sed -n 's/^Version: /mutmut==/p' || true)"
 if [ "$have" != "$want" ]; then
   "$venv/bin/python" -m pip install -q -r "$repo/tests/mutation/requirements.txt"
 fi

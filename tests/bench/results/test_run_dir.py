@@ -127,9 +127,9 @@ def test_no_resume_archives_every_earlier_file(tmp_path: Path) -> None:
         rd.append({"key": "k1"})
         rd.append_preflight({"check": "x", "status": "PASS"})
         rd.write_run_json({"tag": "t1"})
-        rd.log_path("a@tp1").parent.mkdir()
+        rd.log_path("a@tp1").parent.mkdir(exist_ok=True)
         rd.log_path("a@tp1").write_text("log\n")
-        rd.raw_path("k1").parent.mkdir()
+        rd.raw_path("k1").parent.mkdir(exist_ok=True)
         rd.raw_path("k1").write_text("{}\n")
     with RunDir(tmp_path) as rd:
         opened = rd.open(PLAN_A, False)

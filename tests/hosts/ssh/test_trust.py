@@ -66,7 +66,15 @@ def test_a_revoked_key_is_refused_even_when_also_listed_plain(keys, tmp_path: Pa
         verify(keys["a"], text, tmp_path)
     assert str(info.value) == (
         f"pve1 (root@10.0.0.5:2222): the SSH host key ssh-ed25519 {fp(keys['a'])} is marked "
-        "@revoked in known_hosts; refusing it. Ask the host's admin for its new key"
+        f"@revoked in known_hosts ({tmp_path / 'known_hosts'}:2); refusing it. Ask the host's "
+        "admin for its new key"
+    )
+    other = line("[10.0.0.5]:2222", keys["a"]) + line("elsewhere", keys["a"], "@revoked")
+    with pytest.raises(HostError) as info:
+        verify(keys["a"], other, tmp_path)
+    assert (
+        ":2) for other hosts (gpudoctor applies @revoked to every host; ssh would not); "
+        "refusing it" in str(info.value)
     )
 
 

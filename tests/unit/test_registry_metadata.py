@@ -83,7 +83,7 @@ WHERE = f"{__name__}.probe: "
         ([spec("a.b", title="VERIFY a is b")], "title must state the healthy condition"),
         ([spec("a.b", title="")], "title must state the healthy condition"),
         ([spec("a.b", proves=" ")], "'proves' is required"),
-        ([spec("a.b", scope="node")], "scope must be one of ('target', 'ct_host')"),
+        ([spec("a.b", scope="cluster")], "scope must be one of ('target', 'ct_host', 'node')"),
         ([spec("a.b", remediation="")], "a remediation is required"),
     ],
 )

@@ -196,3 +196,36 @@ def test_docs_use_the_same_numbers() -> None:
     assert f"`check` exits {int(E.NOTHING_DONE)} when **nothing was checked**" in cli_md
     names = ", ".join(f"{int(m)} `{m.name}`" for m in ExitCode)
     assert f"`gpudoctor/exit_codes.py`: {names}." in cli_md
+
+
+def _report(*statuses: str) -> list:
+    from gpudoctor.model import CheckResult, Finding, Report, Status
+
+    findings = tuple(Finding(f"c.{i}", Status(s), "host", "m") for i, s in enumerate(statuses))
+    return [Report("local", (CheckResult("c", findings),))]
+
+
+@pytest.mark.parametrize(
+    ("statuses", "code"),
+    [
+        (("ERROR",), E.FAILED),  # only ERROR findings: the job ran and the answer is no
+        (("FAIL",), E.FAILED),
+        (("PASS", "WARN", "SKIP", "ERROR"), E.FAILED),
+        (("SKIP", "FAIL"), E.FAILED),
+        (("SKIP",), E.NOTHING_DONE),
+        (("SKIP", "SKIP"), E.NOTHING_DONE),
+        ((), E.NOTHING_DONE),  # no finding at all: nothing was checked
+        (("PASS",), E.OK),
+        (("WARN",), E.OK),  # warnings allowed
+        (("SKIP", "PASS"), E.OK),
+        (("SKIP", "WARN"), E.OK),
+    ],
+)
+def test_check_exit_code_from_findings(statuses: tuple[str, ...], code: ExitCode) -> None:
+    from gpudoctor.commands.check import exit_code
+
+    assert exit_code(_report(*statuses)) == code
+    # the findings of several targets count together
+    assert exit_code([*_report("PASS"), *_report(*statuses)]) == (
+        E.OK if code == E.NOTHING_DONE else code
+    )

@@ -177,6 +177,7 @@ def test_cli_inventory_file_full_catalogue_json(
     assert exp["headline"].startswith("kernel module: driver.loaded FAIL on node lab -> 9 CTs fail")
     assert sorted(exp["cts"]) == sorted(names[k] for k in HEALTHY + DENIED)
     explained = {(e["ct"], e["check"]) for e in exp["effects"]}
+    assert explained, exp  # the 9 CTs' failing checks are listed as the driver's effects
     assert all(check != "device.open" for _, check in explained)  # EPERM is the CT's own
     for report in doc["reports"]:
         assert report["labels"]["node"] == "lab"

@@ -145,3 +145,27 @@ def test_own_locks_live_in_a_private_directory(tmp_path: Path) -> None:
     snap = read_config(host, target, layout)
     compare_and_swap(host, target, layout, snap.sha1, b"lxc.uts.name = ct1\n# x\n")
     assert own.stat().st_mode & 0o777 == 0o700
+
+
+def test_host_backup_is_saved_before_the_write(tree: PveTree) -> None:
+    """The host program backs the old bytes up BEFORE it replaces the config: when the
+    backup cannot be saved (its directory would be under a regular file), the config keeps
+    its old bytes and the write fails."""
+    path = tree.add_ct("200", CONF)
+    host, layout = LocalHost(), tree.layout()
+    target = resolve_target(host, "pve", "200", layout)
+    blocker = tree.backup_dir / "not-a-dir"
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("a file where the backup directory should be\n")
+    with pytest.raises(ApplyError) as info:
+        compare_and_swap(
+            host,
+            target,
+            layout,
+            sha1_hex(CONF.encode()),
+            b"arch: amd64\n",
+            f"{blocker}/ct-200/b.conf",
+        )
+    assert info.value.code == "io"
+    assert path.read_text() == CONF
+    assert not list(path.parent.glob("200.conf.tmp.*"))

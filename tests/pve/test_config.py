@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpudoctor.pve.config import (
@@ -15,7 +15,6 @@ from gpudoctor.pve.config import (
     Config,
     ConfigError,
     Kind,
-    Line,
     classify,
     parse,
     write,
@@ -180,6 +179,7 @@ def test_fuzz_parse_of_write_is_identity(cfg: Config) -> None:
 
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=400), st.sampled_from([PVE, LXC]))
+@example(b"  # indented comment\nlxc.a = b\ntail", LXC)  # LXC reads the comment, PVE does not
 def test_fuzz_arbitrary_bytes_round_trip_or_give_a_clear_error(raw: bytes, flavor: str) -> None:
     try:
         cfg = parse(raw, flavor)
@@ -188,7 +188,13 @@ def test_fuzz_arbitrary_bytes_round_trip_or_give_a_clear_error(raw: bytes, flavo
         assert "\n" not in str(exc)
         return
     assert cfg.text.encode() == raw
-    assert all(isinstance(line, Line) for line in cfg.lines)
+    # one Line per newline-terminated piece (plus an unterminated tail), none holding a
+    # newline, each classified as classify() does on its own
+    pieces = raw.decode().split("\n")
+    assert len(cfg.lines) == len(pieces) - 1 + (1 if pieces[-1] else 0)
+    assert [line.text for line in cfg.lines] == pieces[: len(cfg.lines)]
+    assert all(line.eol == "\n" for line in cfg.lines[:-1])
+    assert all(line == classify(line.text, line.eol, flavor) for line in cfg.lines)
 
 
 @settings(max_examples=300, deadline=None)

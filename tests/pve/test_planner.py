@@ -239,7 +239,11 @@ def test_every_community_config_plans_and_replans_to_a_fixed_point(path: Path) -
     assert new_cfg.lines[new_cfg.main_end :] == old_sections
     old_desc = [ln for ln in cfg.lines if ln.kind is Kind.DESCRIPTION]
     assert [ln for ln in new_cfg.lines if ln.kind is Kind.DESCRIPTION] == old_desc
-    assert read_entries(new_cfg) is not None
+    # every NVIDIA node of the host is passed and allowed read-write afterwards
+    entries = read_entries(new_cfg)
+    for node in facts.nodes:
+        for char in node.char_nodes:
+            assert entries.dev_for(char.path) or entries.covered(char.major, char.minor), char.path
 
 
 def test_new_rule_goes_after_a_trailing_deny_all_which_would_wipe_it() -> None:
@@ -294,3 +298,40 @@ def test_fuzz_any_config_plans_to_a_fixed_point(lines: list[str], prune: bool, m
     ]
     again = plan(new, facts, options)
     assert not again.changed, again.diff
+
+
+def test_an_allow_rule_with_too_little_access_does_not_count() -> None:
+    """``c 195:* m`` (mknod only) does not let the CT read or write the nodes: it is not
+    counted as an allow rule, and the plan adds ``c 195:* rwm``."""
+    text = INCIDENT.replace("allow: c 195:* rwm", "allow: c 195:* m", 1)
+    cfg = parse(text)
+    entries = read_entries(cfg)
+    assert entries.allows[0][1].text == "c 195:* m"
+    assert not entries.covered(195, 0) and not entries.covered(195)
+    assert entries.covered(226, 0)  # a full rule still counts
+    p = plan(cfg, h200_facts(), PlanOptions())
+    assert "lxc.cgroup2.devices.allow: c 195:* rwm" in added(p)
+    assert 195 in {m.major for m in p.missing}
+
+
+def test_prune_keeps_the_rule_of_a_passed_non_nvidia_device_with_a_dynamic_major() -> None:
+    """A GPU CT that also passes /dev/hidraw0 (major 243, dynamic, hidraw): ``--prune``
+    keeps ``c 243:* rwm``, the rule that device needs, and drops only the stale majors."""
+    hidraw = HostNode("/dev/hidraw0", "char", 243, 0, 0o600)
+    base = h200_facts()
+    facts = HostFacts(base.devices, (*base.nodes, hidraw), base.nvidia, base.pve_version)
+    text = INCIDENT.replace(
+        "lxc.mount.entry: /dev/nvidia0 ",
+        "lxc.cgroup2.devices.allow: c 243:* rwm\n"
+        "lxc.mount.entry: /dev/hidraw0 dev/hidraw0 none bind,optional,create=file\n"
+        "lxc.mount.entry: /dev/nvidia0 ",
+        1,
+    )
+    p = plan(parse(text), facts, PlanOptions(prune=True))
+    pairs = parse(p.new_text).pairs()
+    assert ("lxc.cgroup2.devices.allow", "c 243:* rwm") in pairs
+    assert "c 243:* rwm" not in p.stale
+    assert removed(p) == [
+        "lxc.cgroup2.devices.allow: c 509:* rwm",
+        "lxc.cgroup2.devices.allow: c 234:* rwm",
+    ]

@@ -89,7 +89,7 @@ def load_table(path: Path, source: str) -> list[Quirk]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return []
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise QuirksError(f"{path}: cannot read quirks table: {exc}") from exc
     quirks = []
     for i, q in enumerate(data.get("quirk", [])):

@@ -253,7 +253,7 @@ class RunDir:
         done = {str(r["key"]): r for r in scan.records if "key" in r}
         if old_plan is not None and old_plan != plan_text and archived is None:
             write_atomic(self.path / time.strftime("plan-before-%Y%m%dT%H%M%S.toml"), old_plan)
-        if old_plan != plan_text:
+        if old_plan != plan_text or archived is not None:  # archived: plan.toml moved too
             write_atomic(plan_file, plan_text)
         return Opened(resumed=bool(done), done=done, dropped_bytes=scan.dropped_bytes,
                       archived=archived, corrupt_lines=scan.corrupt_lines)  # fmt: skip

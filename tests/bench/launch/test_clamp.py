@@ -12,7 +12,11 @@ from gpudoctor.bench.plan import Limits
 @pytest.mark.parametrize(
     ("input_len", "output_len", "max_ctx", "expect_input", "clamped"),
     [(1000, 100, 2048, 1000, False), (3000, 100, 2048, 1916, True), (30000, 512, 30720, 30000, False),
-     (32000, 512, 30720, 30176, True), (100, 2030, 2048, None, False), (100, 10, None, 100, False)],
+     (32000, 512, 30720, 30176, True), (100, 2030, 2048, None, False), (100, 10, None, 100, False),
+     # exact fits: input + output + overhead == context is not clamped; a budget of exactly
+     # the minimum input is still usable
+     (1916, 100, 2048, 1916, False), (1917, 100, 2048, 1916, True), (100, 2000, 2048, 16, True),
+     (100, 2001, 2048, None, False)],
 )  # fmt: skip
 def test_clamp(input_len: int, output_len: int, max_ctx, expect_input, clamped: bool) -> None:
     w = WorkloadSpec(input_len=input_len, output_len=output_len)

@@ -66,12 +66,15 @@ def test_meta_info_per_request_and_multi_token_chunks(tiny_model_dir: Path, tmp_
         target = CellTarget(srv.url, "m", str(tiny_model_dir), raw_path=raw)
         plain = measure_cell(target, SPEC, 2)  # counts and times only: no text, no split
         assert plain["metrics"]["itl_split_by_tokens"] is False
-        assert all(not json.loads(x)["text_chunks"] for x in raw.read_text().splitlines())
+        lines = raw.read_text().splitlines()
+        assert len(lines) == SPEC.num_prompts  # one raw record per request
+        assert all(not json.loads(x)["text_chunks"] for x in lines)
         raw.unlink()
         cell = measure_cell(target, SPEC, 2, keep_text=True)
     assert cell["accept_length"] == pytest.approx(2.0)
     assert cell["accept_length_source"] == "meta_info"
     records = [RequestRecord.from_json(json.loads(x)) for x in raw.read_text().splitlines()]
+    assert len(records) == SPEC.num_prompts
     assert all(r.text_chunks for r in records)
     assert cell["metrics"]["itl_split_by_tokens"] is True
     itls = []

@@ -77,3 +77,113 @@ def test_rundir_keeps_the_records_after_a_corrupt_middle_line(tmp_path: Path) ->
     assert len(lines) == 4 and json.loads(lines[3])["key"] == "k4"  # nothing after line 2 cut
     scan = scan_records(tmp_path / "results.jsonl")
     assert [r["key"] for r in scan.records] == ["k1", "k3", "k4"] and scan.corrupt_lines == (2,)
+
+
+def test_paths_inside_the_run_directory(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    assert rd.results_path == tmp_path / "results.jsonl"
+    assert rd.log_path("org/model@tp2") == tmp_path / "logs" / "org_model@tp2.log"
+    assert rd.raw_path("abc") == tmp_path / "raw" / "abc.jsonl"
+
+
+def test_scan_skips_blank_lines_and_counts_non_objects_as_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(b'{"key": "a"}\n\n  \n[1, 2]\n"text"\n{"key": "b"}\n{"no_key": 1}\n{"ke')
+    scan = scan_records(path)
+    assert [r.get("key") for r in scan.records] == ["a", "b", None]
+    assert scan.corrupt_lines == (4, 5) and scan.dropped_bytes == 4
+    assert path.read_bytes().endswith(b'{"ke')  # no repair asked: nothing cut
+    assert scan_records(tmp_path / "missing.jsonl") == type(scan)([])
+    with RunDir(tmp_path) as rd:
+        opened = rd.open(PLAN_A, True)
+    assert set(opened.done) == {"a", "b"}  # a record without a key is no cell
+    assert opened.resumed and path.read_bytes().endswith(b'{"no_key": 1}\n')
+
+
+def test_the_same_plan_resumes_without_a_backup_copy(tmp_path: Path) -> None:
+    with RunDir(tmp_path) as rd:
+        first = rd.open(PLAN_A, None)
+    assert first == type(first)(resumed=False, done={})
+    with RunDir(tmp_path) as rd:
+        again = rd.open(PLAN_A, None)
+        rd.append({"key": "k", "status": "ok"})
+    assert again.resumed is False and again.archived is None
+    with RunDir(tmp_path) as rd:
+        assert rd.open(PLAN_A, True).resumed is True
+    assert not list(tmp_path.glob("plan-before-*")) and not list(tmp_path.glob("previous-*"))
+
+
+def test_results_without_a_plan_file_resume_under_the_new_plan(tmp_path: Path) -> None:
+    (tmp_path / "results.jsonl").write_text('{"key": "k1"}\n')
+    with RunDir(tmp_path) as rd:
+        opened = rd.open(PLAN_A, None)
+    assert set(opened.done) == {"k1"} and (tmp_path / "plan.toml").read_text() == PLAN_A
+    assert not list(tmp_path.glob("plan-before-*"))
+
+
+def test_no_resume_archives_every_earlier_file(tmp_path: Path) -> None:
+    with RunDir(tmp_path) as rd:
+        rd.open(PLAN_A, None)
+        rd.append({"key": "k1"})
+        rd.append_preflight({"check": "x", "status": "PASS"})
+        rd.write_run_json({"tag": "t1"})
+        rd.log_path("a@tp1").parent.mkdir(exist_ok=True)
+        rd.log_path("a@tp1").write_text("log\n")
+        rd.raw_path("k1").parent.mkdir(exist_ok=True)
+        rd.raw_path("k1").write_text("{}\n")
+    with RunDir(tmp_path) as rd:
+        opened = rd.open(PLAN_A, False)
+    archive = Path(opened.archived or "")
+    assert archive.parent == tmp_path and archive.name.startswith("previous-")
+    names = ("plan.toml", "results.jsonl", "run.json", "preflight.jsonl", "logs", "raw")
+    assert sorted(p.name for p in archive.iterdir()) == sorted(names)
+    assert (archive / "logs" / "a@tp1.log").read_text() == "log\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [".lock", archive.name, "plan.toml"]
+    )
+    assert json.loads((archive / "preflight.jsonl").read_text()) == {"check": "x", "status": "PASS"}
+
+
+def test_drop_records_of_no_key_changes_nothing(tmp_path: Path) -> None:
+    with RunDir(tmp_path) as rd:
+        rd.open(PLAN_A, None)
+        rd.append({"key": "a", "z": 1, "b": 2})
+        before = rd.results_path.read_bytes()
+        assert rd.drop_records({"nope"}) == 0
+        assert rd.results_path.read_bytes() == before
+        assert not (tmp_path / "superseded.jsonl").exists()
+        assert before == b'{"b": 2, "key": "a", "z": 1}\n'  # one sorted JSON line per record
+
+
+def test_run_json_keeps_earlier_launches(tmp_path: Path) -> None:
+    with RunDir(tmp_path) as rd:
+        rd.write_run_json({"tag": "t1", "host": "a"})
+        rd.write_run_json({"tag": "t1", "host": "b"})  # the same launch rewrites its facts
+        assert json.loads((tmp_path / "run.json").read_text()) == {
+            "tag": "t1", "host": "b", "launches": []
+        }  # fmt: skip
+        rd.write_run_json({"tag": "t2", "host": "c"})
+        doc = json.loads((tmp_path / "run.json").read_text())
+        assert doc == {"tag": "t2", "host": "c", "launches": [{"tag": "t1", "host": "b"}]}
+        for n in range(3, 30):
+            rd.write_run_json({"tag": f"t{n}"})
+        launches = json.loads((tmp_path / "run.json").read_text())["launches"]
+        assert len(launches) == 20 and launches[-1] == {"tag": "t28"}
+        (tmp_path / "run.json").write_text("not json")
+        rd.write_run_json({"tag": "t9"})
+        assert json.loads((tmp_path / "run.json").read_text()) == {"tag": "t9", "launches": []}
+
+
+def test_environment_facts_without_a_gpu(tmp_path: Path) -> None:
+    import shutil
+
+    from gpudoctor import __version__
+    from gpudoctor.bench.results.run_dir import environment_facts
+
+    facts = environment_facts("vllm", "0.3.1", "cpu")
+    assert (facts["engine"], facts["engine_version"], facts["gpu_arch"]) == ("vllm", "0.3.1", "cpu")
+    assert facts["gpudoctor_version"] == __version__
+    assert facts["host"] and facts["os"] and facts["python"].count(".") == 2
+    assert facts["started_at"].endswith("Z") and len(facts["started_at"]) == 20
+    if not shutil.which("nvidia-smi"):
+        assert facts["gpus"] == [] and facts["driver"] is None and facts["gpu_error"]

@@ -79,7 +79,9 @@ gd bench run "$PLAN" --out "$RUN" --dry-run | tee "$OUT/dry-run.txt"
 grep -q "wave 1" "$OUT/dry-run.txt" || fail "no schedule in the dry run"
 
 step "run, SIGKILL with the server up"
-gd bench run "$PLAN" --out "$RUN" > "$OUT/run1.log" 2>&1 &
+# The interpreter itself in the background (not the gd function: $! would be a subshell,
+# and SIGKILL of the subshell leaves the launcher running; seen on the H200).
+"$PY" -m gpudoctor bench run "$PLAN" --out "$RUN" > "$OUT/run1.log" 2>&1 &
 LAUNCHER=$!
 for _ in $(seq 1 600); do
   [ -s "$RUN/results.jsonl" ] && [ "$("$PY" -c "import json;print(len(json.load(open('$RUN/state.json'))['running']))" 2>/dev/null)" = 1 ] && break

@@ -20,6 +20,7 @@ mkdir -p "$OUT"
 cd "$REPO"
 LXCPATH=/var/lib/lxc
 step() { printf '\n========== %s ==========\n' "$*"; }
+. "$REPO/tests/gpu/ct_lib.sh"
 
 step "0. environment"
 date -u; uname -r; nvidia-smi -L; cat /proc/driver/nvidia/version
@@ -55,27 +56,12 @@ mkdir -p /usr/lib/gpudoctor-driver
 make_ct() {  # make_ct NAME: a CT that sees no NVIDIA user-space file
   local ct=$1 rootfs="$LXCPATH/$1/rootfs"
   lxc-stop -n "$ct" -P $LXCPATH -k >/dev/null 2>&1; rm -rf "${LXCPATH:?}/$ct"
-  mkdir -p "$rootfs"/{dev,proc,sys,tmp,root,etc/ld.so.conf.d,usr,opt,run,var/tmp,stand-in}
-  for d in bin sbin lib lib64; do ln -s usr/$d "$rootfs/$d"; done
-  cp /etc/passwd /etc/group /etc/hosts "$rootfs/etc/"
+  ct_rootfs "$rootfs" /etc/passwd /etc/group /etc/hosts
+  mkdir -p "$rootfs"/{etc/ld.so.conf.d,stand-in}
   printf 'include /etc/ld.so.conf.d/*.conf\n' > "$rootfs/etc/ld.so.conf"
   printf '/usr/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n/stand-in\n' > "$rootfs/etc/ld.so.conf.d/x86_64-linux-gnu.conf"
-  cat > "$LXCPATH/$ct/config" <<CONF
-lxc.uts.name = $ct
-lxc.rootfs.path = dir:$rootfs
-lxc.net.0.type = empty
-lxc.apparmor.profile = unconfined
-lxc.autodev = 1
-lxc.mount.auto = proc:mixed sys:mixed cgroup:mixed
-lxc.console.path = none
-lxc.tty.max = 0
-lxc.pty.max = 0
-lxc.init.cmd = /bin/sleep infinity
-lxc.cgroup2.devices.deny = a
-lxc.cgroup2.devices.allow = c 1:* rwm
-lxc.cgroup2.devices.allow = c 5:* rwm
-lxc.cgroup2.devices.allow = c 136:* rwm
-lxc.cgroup2.devices.allow = c 195:* rwm
+  ct_config_head "$ct" "$rootfs" > "$LXCPATH/$ct/config"
+  cat >> "$LXCPATH/$ct/config" <<CONF
 lxc.cgroup2.devices.allow = c $UVM:* rwm
 lxc.cgroup2.devices.allow = c $CAPS:* rwm
 lxc.mount.entry = /usr usr none rbind,ro 0 0

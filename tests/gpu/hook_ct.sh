@@ -10,7 +10,8 @@
 #   7d. `gpudoctor fix` (dry run, then --yes): comments the hook line out (the hook file is
 #       never edited), binds the host's nodes, allows today's major, restarts, re-checks;
 #   7e. check inside again and a real CUDA kernel (torch) inside.
-# Needs from run_incident.sh: $LXCPATH, $REPO, $OUT, $UVM, $CAPS, PATH with the LXC tools.
+# Needs from run_incident.sh: $LXCPATH, $REPO, $OUT, $UVM, $CAPS, PATH with the LXC tools,
+# and tests/gpu/ct_lib.sh sourced.
 hook_ct() {
   local HCT=hookct OLD_UVM=511
   [ "$UVM" = "$OLD_UVM" ] && OLD_UVM=510
@@ -18,9 +19,7 @@ hook_ct() {
   lxc-stop -n $HCT -P $LXCPATH -k >/dev/null 2>&1
   rm -rf "${LXCPATH:?}/$HCT"
   local ROOTFS="$LXCPATH/$HCT/rootfs"
-  mkdir -p "$ROOTFS"/{dev,proc,sys,tmp,root,etc,usr,opt,run,var/tmp}
-  for d in bin sbin lib lib64; do ln -s usr/$d "$ROOTFS/$d"; done
-  cp /etc/ld.so.cache /etc/passwd /etc/group /etc/hosts "$ROOTFS/etc/"
+  ct_rootfs "$ROOTFS" /etc/ld.so.cache /etc/passwd /etc/group /etc/hosts
   cat > "$LXCPATH/$HCT/nvidia-nodes.sh" <<HOOK
 #!/bin/sh
 # from a forum guide: make the uvm nodes (major from the boot this was written on)
@@ -28,22 +27,8 @@ mknod -m 666 \${LXC_ROOTFS_MOUNT}/dev/nvidia-uvm c $OLD_UVM 0
 mknod -m 666 \${LXC_ROOTFS_MOUNT}/dev/nvidia-uvm-tools c $OLD_UVM 1
 HOOK
   chmod 755 "$LXCPATH/$HCT/nvidia-nodes.sh"
-  cat > "$LXCPATH/$HCT/config" <<CONF
-lxc.uts.name = $HCT
-lxc.rootfs.path = dir:$ROOTFS
-lxc.net.0.type = empty
-lxc.apparmor.profile = unconfined
-lxc.autodev = 1
-lxc.mount.auto = proc:mixed sys:mixed cgroup:mixed
-lxc.console.path = none
-lxc.tty.max = 0
-lxc.pty.max = 0
-lxc.init.cmd = /bin/sleep infinity
-lxc.cgroup2.devices.deny = a
-lxc.cgroup2.devices.allow = c 1:* rwm
-lxc.cgroup2.devices.allow = c 5:* rwm
-lxc.cgroup2.devices.allow = c 136:* rwm
-lxc.cgroup2.devices.allow = c 195:* rwm
+  ct_config_head "$HCT" "$ROOTFS" > "$LXCPATH/$HCT/config"
+  cat >> "$LXCPATH/$HCT/config" <<CONF
 lxc.cgroup2.devices.allow = c $OLD_UVM:* rwm
 lxc.hook.autodev = $LXCPATH/$HCT/nvidia-nodes.sh
 lxc.mount.entry = /usr usr none rbind,ro 0 0

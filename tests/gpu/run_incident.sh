@@ -80,6 +80,7 @@ if [ "${ONLY_2C:-0}" = 1 ]; then  # tests/gpu/run_campaign.sh, when the lease is
   step_2c
   exit 0
 fi
+. "$REPO/tests/gpu/ct_lib.sh"
 . "$REPO/tests/gpu/hook_ct.sh"
 if [ "${ONLY_HOOK:-0}" = 1 ]; then  # the forum-guide hook CT alone (issue 21)
   mkdir -p /tmp/site
@@ -102,26 +103,10 @@ ROOTFS="$LXCPATH/$CT/rootfs"
 # A minimal rootfs of its own (as a Proxmox CT has), with /dev made by LXC (autodev), the
 # NVIDIA nodes bind-mounted in by lxc.mount.entry, and the host's user space (python, torch,
 # the driver's libraries under /usr/local/nvidia) bind-mounted read-only.
-mkdir -p "$ROOTFS"/{dev,proc,sys,tmp,root,etc,usr,opt,run,var/tmp}
-for d in bin sbin lib lib64; do ln -s usr/$d "$ROOTFS/$d"; done
-cp /etc/ld.so.cache /etc/passwd /etc/group /etc/hosts "$ROOTFS/etc/"
-cat > "$LXCPATH/$CT/config" <<CONF
-# GPU container as Proxmox writes it for NVIDIA passthrough (raw lxc.* keys)
-lxc.uts.name = $CT
-lxc.rootfs.path = dir:$ROOTFS
-lxc.net.0.type = empty
-lxc.apparmor.profile = unconfined
-lxc.autodev = 1
-lxc.mount.auto = proc:mixed sys:mixed cgroup:mixed
-lxc.console.path = none
-lxc.tty.max = 0
-lxc.pty.max = 0
-lxc.init.cmd = /bin/sleep infinity
-lxc.cgroup2.devices.deny = a
-lxc.cgroup2.devices.allow = c 1:* rwm
-lxc.cgroup2.devices.allow = c 5:* rwm
-lxc.cgroup2.devices.allow = c 136:* rwm
-lxc.cgroup2.devices.allow = c 195:* rwm
+ct_rootfs "$ROOTFS" /etc/ld.so.cache /etc/passwd /etc/group /etc/hosts
+{ echo "# GPU container as Proxmox writes it for NVIDIA passthrough (raw lxc.* keys)"
+  ct_config_head "$CT" "$ROOTFS"; } > "$LXCPATH/$CT/config"
+cat >> "$LXCPATH/$CT/config" <<CONF
 lxc.cgroup2.devices.allow = c $CAPS:* rwm
 lxc.mount.entry = /usr usr none rbind,ro 0 0
 lxc.mount.entry = /opt opt none rbind,ro 0 0

@@ -21,7 +21,7 @@ import fcntl
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -389,28 +389,37 @@ def create_new(
             _fsync(dir_fd)
 
 
+def _open_regular_at(
+    path: Path, flags: int, mode: int, follow_dir_link: bool, require_trusted_dir: bool,
+    refuse: Callable[[Path, os.stat_result], None],
+) -> int:  # fmt: skip
+    """Open ``path`` with ``flags|O_NOFOLLOW|O_NONBLOCK`` relative to its checked directory
+    and return the fd (blocking again) when it is a regular file; else ``refuse`` it."""
+    flags |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    with _parent(path, follow_dir_link, require_trusted_dir) as dir_fd:
+        try:
+            fd = os.open(path.name, flags, mode, dir_fd=dir_fd)
+        except OSError as exc:
+            st = _lstat_at(dir_fd, path.name)
+            if exc.errno in (6, 40) and st is not None:  # ENXIO: a FIFO; ELOOP: a symlink
+                refuse(path, st)
+            raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        refuse(path, st)
+    os.set_blocking(fd, True)
+    return fd
+
+
 def open_lock(
     path: Path | str, *, mode: int = 0o644, follow_dir_link: bool = False,
     require_trusted_dir: bool = False,
 ) -> int:  # fmt: skip
     """Return a read-write fd of the lock file ``path`` (created, ``O_NOFOLLOW``: a planted
     symlink is refused, never followed); the caller flocks and closes it."""
-    path = Path(path)
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    with _parent(path, follow_dir_link, require_trusted_dir) as dir_fd:
-        try:
-            fd = os.open(path.name, flags, mode, dir_fd=dir_fd)
-        except OSError as exc:
-            st = _lstat_at(dir_fd, path.name)
-            if exc.errno in (6, 40) and st is not None:
-                _refuse(path, st)
-            raise
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        _refuse(path, st)
-    os.set_blocking(fd, True)
-    return fd
+    return _open_regular_at(Path(path), os.O_RDWR | os.O_CREAT, mode, follow_dir_link,
+                            require_trusted_dir, _refuse)  # fmt: skip
 
 
 def open_regular(
@@ -420,22 +429,8 @@ def open_regular(
     relative to its checked directory (a symlink there is refused, never followed); the
     caller closes it. Raise FileNotFoundError when absent, FsioError for a symlink, FIFO,
     device or directory."""
-    path = Path(path)
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    with _parent(path, follow_dir_link, require_trusted_dir) as dir_fd:
-        try:
-            fd = os.open(path.name, flags, dir_fd=dir_fd)
-        except OSError as exc:
-            st = _lstat_at(dir_fd, path.name)
-            if exc.errno == 40 and st is not None:  # ELOOP: a symlink
-                _refuse_read(path, st)
-            raise
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        _refuse_read(path, st)
-    os.set_blocking(fd, True)
-    return fd
+    return _open_regular_at(Path(path), os.O_RDONLY, 0, follow_dir_link, require_trusted_dir,
+                            _refuse_read)  # fmt: skip
 
 
 def _refuse_read(path: Path, st: os.stat_result) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from tests.lab.lxc import BASE_DEVICE_RULES, Lab, LabContainer, LabError
+from tests.lab.lxc import Lab, LabContainer, LabError
 
 # Template config lines replaced by the lab's own (network, host library mounts).
 DROPPED = ("lxc.net.", "lxc.mount.entry = /lib", "lxc.mount.entry = /usr", "lxc.apparmor.")
@@ -79,13 +79,7 @@ class BusyboxContainer(LabContainer):
             "lxc.apparmor.profile = unconfined",
             "lxc.console.path = none",
         ]
-        for inside, host_path in self.devices.items():
-            rel = inside.lstrip("/")
-            lines.append(f"lxc.mount.entry = {host_path} {rel} none bind,optional,create=file 0 0")
-        lines.append("lxc.cgroup2.devices.deny = a")
-        lines += [f"lxc.cgroup2.devices.allow = {rule}" for rule in BASE_DEVICE_RULES]
-        lines += [f"lxc.cgroup2.devices.allow = {rule}" for rule in self.allow]
-        lines += self.extra_config
+        lines += self.device_lines()
         return "\n".join(lines) + "\n"
 
     def shell(self, script: str, timeout: float = 60.0):  # type: ignore[override]

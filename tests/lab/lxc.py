@@ -142,14 +142,20 @@ class LabContainer:
         for host_dir in host_python_mounts():
             rel = host_dir.lstrip("/")
             lines.append(f"lxc.mount.entry = {host_dir} {rel} none ro,bind,create=dir 0 0")
+        lines += self.device_lines()
+        return "\n".join(lines) + "\n"
+
+    def device_lines(self) -> list[str]:
+        """Return the config lines every lab CT ends with: a bind mount per passed node,
+        ``devices.deny = a``, the base rules, this CT's ``allow`` rules, its extra lines."""
+        lines = []
         for inside, host_path in self.devices.items():
             rel = inside.lstrip("/")
             lines.append(f"lxc.mount.entry = {host_path} {rel} none bind,optional,create=file 0 0")
         lines.append("lxc.cgroup2.devices.deny = a")
         lines += [f"lxc.cgroup2.devices.allow = {rule}" for rule in BASE_DEVICE_RULES]
         lines += [f"lxc.cgroup2.devices.allow = {rule}" for rule in self.allow]
-        lines += self.extra_config
-        return "\n".join(lines) + "\n"
+        return lines + list(self.extra_config)
 
     def write_config(self) -> None:
         """Write :meth:`render_config` to ``config_path``."""

@@ -20,7 +20,7 @@ import tarfile
 from pathlib import Path
 
 from tests.conftest import lab_unavailable
-from tests.lab.lxc import BASE_DEVICE_RULES, Lab, LabContainer, host_python_mounts
+from tests.lab.lxc import Lab, LabContainer, host_python_mounts
 from tests.ops.campaign_ct import CampaignCt
 
 CACHE = Path(os.environ.get("GPUDOCTOR_TEST_CACHE", "/var/cache/gpudoctor-tests"))
@@ -117,13 +117,7 @@ class SystemdContainer(LabContainer):
         for host_dir in host_python_mounts():
             rel = host_dir.lstrip("/")
             lines.append(f"lxc.mount.entry = {host_dir} {rel} none ro,bind,create=dir 0 0")
-        for inside, host_path in self.devices.items():
-            rel = inside.lstrip("/")
-            lines.append(f"lxc.mount.entry = {host_path} {rel} none bind,optional,create=file 0 0")
-        lines.append("lxc.cgroup2.devices.deny = a")
-        lines += [f"lxc.cgroup2.devices.allow = {rule}" for rule in BASE_DEVICE_RULES]
-        lines += [f"lxc.cgroup2.devices.allow = {rule}" for rule in self.allow]
-        lines += self.extra_config
+        lines += self.device_lines()
         return "\n".join(lines) + "\n"
 
     def systemctl(self, *args: str, timeout: float = 30.0) -> str:

@@ -252,18 +252,6 @@ def test_ct_device_rules_over_ssh_catches_the_drift_then_passes_after_fix(
     assert statuses() == [Status.PASS]
 
 
-@pytest.fixture
-def dev_node():
-    """A real char node in the host's /dev (misc 10:232, like /dev/kvm), removed after."""
-    path = f"/dev/gpudoctor-fake-{os.getpid()}"
-    if os.path.exists(path):
-        os.unlink(path)
-    os.mknod(path, 0o020666, os.makedev(10, 232))
-    os.chmod(path, 0o666)
-    yield path
-    os.unlink(path)
-
-
 def test_pve_devn_mode_through_the_stand_in(lab, lab_sshd, pve_ct, dev_node) -> None:
     ct = pve_ct
     args = [*ssh_args(lab_sshd), "--ct", ct.vmid, "--mode", "devn", "--device", dev_node,

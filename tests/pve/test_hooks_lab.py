@@ -11,7 +11,6 @@ Proxmox flavor through the pct stand-in (tests/fakes/pct.py) and pveversion 8.2.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -23,18 +22,6 @@ from tests.pve.test_fix_lab import ssh_args
 
 pytestmark = pytest.mark.lab
 STALE_MAJOR = 11  # the lab node is misc 10:232
-
-
-@pytest.fixture
-def host_node():
-    """A real char node in the host's /dev (misc 10:232), removed after."""
-    path = f"/dev/gpudoctor-hook-{os.getpid()}"
-    if os.path.exists(path):
-        os.unlink(path)
-    os.mknod(path, 0o020666, os.makedev(10, 232))
-    os.chmod(path, 0o666)
-    yield path
-    os.unlink(path)
 
 
 def write_script(path: Path, text: str) -> str:
@@ -92,28 +79,28 @@ def opened(container, path: str) -> str:
 
 
 def test_lxc_hook_with_a_stale_major_is_named_cured_and_rechecked(
-    lab, lab_sshd, lab_container, host_node, tmp_path, monkeypatch
+    lab, lab_sshd, lab_container, dev_node, tmp_path, monkeypatch
 ) -> None:
     from gpudoctor.context import CheckOptions, DeviceRequest
     from gpudoctor.model import Status
 
-    hook = guide_hook(tmp_path, host_node)
+    hook = guide_hook(tmp_path, dev_node)
     hook_bytes = Path(hook).read_bytes()
     ct = lab_container(extra_config=["lxc.autodev = 1", f"lxc.hook.autodev = {hook}"])
-    assert opened(ct, host_node) != "OK"  # the hook's node is 11:232: no such device / EPERM
+    assert opened(ct, dev_node) != "OK"  # the hook's node is 11:232: no such device / EPERM
     env = {"GPUDOCTOR_LXCPATH": ct.lxcpath, "GPUDOCTOR_HOST_BACKUP_DIR": str(tmp_path / "hb"),
            "GPUDOCTOR_CLIENT_BACKUP_DIR": str(tmp_path / "cb"),
            "GPUDOCTOR_LOCK_DIR": str(tmp_path / "locks")}  # fmt: skip
-    options = CheckOptions(ct=ct.name, flavor="lxc", devices=(DeviceRequest(host_node),))
+    options = CheckOptions(ct=ct.name, flavor="lxc", devices=(DeviceRequest(dev_node),))
     [finding] = check(lab_sshd, options, env, monkeypatch)
     assert finding.status is Status.FAIL and finding.subject == f"{hook}:3"
     assert (
-        f"makes {host_node} {STALE_MAJOR}:232, but the host's is 10:232 now (misc, stat "
-        f"{host_node}): stale" in finding.message
+        f"makes {dev_node} {STALE_MAJOR}:232, but the host's is 10:232 now (misc, stat "
+        f"{dev_node}): stale" in finding.message
     )
 
     args = [*ssh_args(lab_sshd), "--ct", ct.name, "--flavor", "lxc", "--lxcpath", ct.lxcpath,
-            "--device", host_node, "--yes", "--json"]  # fmt: skip
+            "--device", dev_node, "--yes", "--json"]  # fmt: skip
     result = fix(args, env)
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
@@ -123,20 +110,20 @@ def test_lxc_hook_with_a_stale_major_is_named_cured_and_rechecked(
     config = ct.config_path.read_text().splitlines()
     assert f"#lxc.hook.autodev = {hook}" in config
     assert f"lxc.hook.autodev = {hook}" not in config
-    rel = host_node.lstrip("/")
-    assert f"lxc.mount.entry = {host_node} {rel} none bind,optional,create=file" in config
+    rel = dev_node.lstrip("/")
+    assert f"lxc.mount.entry = {dev_node} {rel} none bind,optional,create=file" in config
     assert "lxc.cgroup2.devices.allow = c 10:232 rwm" in config
     assert Path(hook).read_bytes() == hook_bytes  # the hook FILE is never edited
-    assert out["probes"]["after"] == {host_node: "OK"}
-    assert opened(ct, host_node) == "OK"
+    assert out["probes"]["after"] == {dev_node: "OK"}
+    assert opened(ct, dev_node) == "OK"
     both = check(lab_sshd, options, env, monkeypatch, ("ct.hooks", "ct.device_rules"))
     assert [f.status for f in both] == [Status.PASS, Status.PASS], [f.message for f in both]
 
 
 def test_lxc_restart_that_fails_shows_the_hooks_error_line(
-    lab, lab_sshd, lab_container, host_node, tmp_path
+    lab, lab_sshd, lab_container, dev_node, tmp_path
 ) -> None:
-    hook = guide_hook(tmp_path, host_node)
+    hook = guide_hook(tmp_path, dev_node)
     other, counter = failing_hook(tmp_path)
     ct = lab_container(extra_config=["lxc.autodev = 1", f"lxc.hook.autodev = {hook}",
                                      f"lxc.hook.pre-start = {other}"])  # fmt: skip
@@ -146,7 +133,7 @@ def test_lxc_restart_that_fails_shows_the_hooks_error_line(
            "GPUDOCTOR_CLIENT_BACKUP_DIR": str(tmp_path / "cb"),
            "GPUDOCTOR_LOCK_DIR": str(tmp_path / "locks")}  # fmt: skip
     args = [*ssh_args(lab_sshd), "--ct", ct.name, "--flavor", "lxc", "--lxcpath", ct.lxcpath,
-            "--device", host_node, "--yes", "--json"]  # fmt: skip
+            "--device", dev_node, "--yes", "--json"]  # fmt: skip
     result = fix(args, env)
     assert result.exit_code == 3, result.output
     out = json.loads(result.stdout)
@@ -160,36 +147,36 @@ def test_lxc_restart_that_fails_shows_the_hooks_error_line(
 
 
 def test_pve_hook_is_cured_with_devn_entries_through_the_stand_in(
-    lab, lab_sshd, lab_container, host_node, tmp_path
+    lab, lab_sshd, lab_container, dev_node, tmp_path
 ) -> None:
-    hook = guide_hook(tmp_path, host_node)
+    hook = guide_hook(tmp_path, dev_node)
     container = lab_container(name=unique_vmid(), start=False)
     ct = make_pve_ct(lab, container, tmp_path, extra=f"lxc.autodev: 1\nlxc.hook.autodev: {hook}\n")
     env = {**ct.env(), "GPUDOCTOR_PVEVERSION": ct.tree.pveversion("8.2.4")}
-    assert not ct.open_inside(host_node).ok
-    args = [*ssh_args(lab_sshd), "--ct", ct.vmid, "--device", host_node, "--yes", "--json"]
+    assert not ct.open_inside(dev_node).ok
+    args = [*ssh_args(lab_sshd), "--ct", ct.vmid, "--device", dev_node, "--yes", "--json"]
     result = fix(args, env)
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["status"] == "applied" and out["mode"] == "devn", out
     live = ct.conf.read_text().split("\n[")[0].splitlines()
     assert f"#lxc.hook.autodev: {hook}" in live and f"lxc.hook.autodev: {hook}" not in live
-    assert f"dev0: {host_node},gid=0,mode=0666" in live
-    assert ct.open_inside(host_node).ok
+    assert f"dev0: {dev_node},gid=0,mode=0666" in live
+    assert ct.open_inside(dev_node).ok
     assert json.loads(fix(args, env).stdout)["status"] == "nothing_to_change"
 
 
 def test_pve_failed_reboot_shows_the_hooks_error_from_pct_start_debug(
-    lab, lab_sshd, lab_container, host_node, tmp_path
+    lab, lab_sshd, lab_container, dev_node, tmp_path
 ) -> None:
-    hook = guide_hook(tmp_path, host_node)
+    hook = guide_hook(tmp_path, dev_node)
     other, counter = failing_hook(tmp_path)
     container = lab_container(name=unique_vmid(), start=False)
     extra = f"lxc.autodev: 1\nlxc.hook.autodev: {hook}\nlxc.hook.pre-start: {other}\n"
     ct = make_pve_ct(lab, container, tmp_path, extra=extra)
     old = ct.conf.read_bytes()
     counter.write_text("2")
-    args = [*ssh_args(lab_sshd), "--ct", ct.vmid, "--device", host_node, "--mode", "rules",
+    args = [*ssh_args(lab_sshd), "--ct", ct.vmid, "--device", dev_node, "--mode", "rules",
             "--yes", "--json"]  # fmt: skip
     result = fix(args, ct.env())
     out = json.loads(result.stdout)

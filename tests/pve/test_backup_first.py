@@ -8,33 +8,12 @@ old one on the client.
 
 from __future__ import annotations
 
-import os
-import stat
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from tests.fakes.pvetree import PveTree
+from tests.pve.support import fix, stopped_pct
 
 CONF = "arch: amd64\nlxc.mount.entry: /dev/null dev/fakegpu none bind,optional,create=file\n"
-
-
-def stopped_pct(tmp_path: Path) -> str:
-    """A ``pct`` stand-in for a CT that is stopped (``pct status`` -> ``status: stopped``),
-    so the fix writes without restarting anything."""
-    path = tmp_path / "pct-stopped"
-    path.write_text('#!/bin/sh\n[ "$1" = status ] && echo "status: stopped" && exit 0\nexit 1\n')
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return str(path)
-
-
-def fix(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    with open(os.devnull) as devnull:
-        return subprocess.run([sys.executable, "-m", "gpudoctor", "fix", *args], stdin=devnull,
-                              capture_output=True, text=True, env={**os.environ, **env},
-                              timeout=120)  # fmt: skip
 
 
 @pytest.mark.parametrize("where", ["under-a-file", "proc"])

@@ -9,21 +9,13 @@ hand a container the host's files.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 from tests.fakes.pvetree import PveTree
+from tests.pve.support import fix
 
 CONF = "arch: amd64\nhostname: ct\n"
-
-
-def fix(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    with open(os.devnull) as devnull:
-        return subprocess.run([sys.executable, "-m", "gpudoctor", "fix", *args], stdin=devnull,
-                              capture_output=True, text=True, env={**os.environ, **env},
-                              timeout=120)  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -5,11 +5,7 @@ stopped (a ``pct`` stand-in that says so), so nothing is restarted."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,23 +16,9 @@ from gpudoctor.pve.fixer import FixOptions, make_plan
 from gpudoctor.pve.planner import PlanOptions
 from gpudoctor.pve.uvm_unit import UNIT_NAME
 from tests.fakes.pvetree import PveTree
+from tests.pve.support import fix, stopped_pct
 
 CONF = "arch: amd64\nhostname: ct\ndev0: /dev/nvidia-uvm,gid=0,mode=0666\n"
-
-
-def stopped_pct(tmp_path: Path) -> str:
-    """A ``pct`` stand-in for a stopped CT (``pct status`` -> ``status: stopped``)."""
-    path = tmp_path / "pct-stopped"
-    path.write_text('#!/bin/sh\n[ "$1" = status ] && echo "status: stopped" && exit 0\nexit 1\n')
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return str(path)
-
-
-def fix(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    with open(os.devnull) as devnull:
-        return subprocess.run([sys.executable, "-m", "gpudoctor", "fix", *args], stdin=devnull,
-                              capture_output=True, text=True, env={**os.environ, **env},
-                              timeout=120)  # fmt: skip
 
 
 @pytest.fixture

@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from gpudoctor.cli import cli
 from tests.lab.fixtures import FAKE_GPU_INSIDE
+from tests.pve.support import fix_in_process as fix
 from tests.pve.test_fix_lab import ssh_args
 
 pytestmark = pytest.mark.lab
@@ -45,10 +44,6 @@ def install_driver(tree: Path, version: str) -> None:
     smi.chmod(0o755)
     smi.replace(bin_dir / "nvidia-smi")
     (tree / "version").write_text(KERNEL_LINE.format(v=version))
-
-
-def fix(args: list[str], env: dict[str, str]):
-    return CliRunner().invoke(cli, ["fix", *args], env=env, catch_exceptions=False)
 
 
 def libs_mode(sshd, name: str, env: dict[str, str]) -> list[dict]:

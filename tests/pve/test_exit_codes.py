@@ -8,31 +8,16 @@
 from __future__ import annotations
 
 import glob
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.fakes.pvetree import PveTree
+from tests.pve.support import fix
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = "arch: amd64\nlxc.mount.entry: /dev/null dev/fakegpu none bind,optional,create=file\n"
-
-
-def fix(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m gpudoctor fix ARGS`` with stdin from /dev/null."""
-    with open(os.devnull) as devnull:
-        return subprocess.run(
-            [sys.executable, "-m", "gpudoctor", "fix", *args],
-            stdin=devnull,
-            capture_output=True,
-            text=True,
-            env={**os.environ, **env},
-            timeout=120,
-        )
 
 
 def test_dry_run_is_0_when_nothing_changes_and_4_when_changes_are_pending(tmp_path) -> None:

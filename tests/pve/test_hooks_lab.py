@@ -14,10 +14,9 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from gpudoctor.cli import cli
 from tests.lab.pvelab import make_pve_ct, unique_vmid
+from tests.pve.support import fix_in_process as fix
 from tests.pve.test_fix_lab import ssh_args
 
 pytestmark = pytest.mark.lab
@@ -66,10 +65,6 @@ def check(sshd, options, env, monkeypatch, ids=("ct.hooks",)):
     specs = [s for s in validate([device_rules, hooks]) if s.id in ids]
     with sshd.host() as host:
         return run_checks(host, options, ct_host=host, specs=specs).findings
-
-
-def fix(args: list[str], env: dict[str, str]):
-    return CliRunner().invoke(cli, ["fix", *args], env=env, catch_exceptions=False)
 
 
 def opened(container, path: str) -> str:

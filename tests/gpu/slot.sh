@@ -13,8 +13,9 @@
 #      missing cells and every cell is recorded exactly once.
 #
 # Usage (repo root, on the GPU machine): bash tests/gpu/slot.sh   (OUT=dir for the results)
-# Needs transformers with its serving extra (tests/gpu/run_campaign.sh setup installs the
-# carried wheels into /tmp/site) and PY (default python3) able to import gpudoctor.
+# Needs transformers with its serving extra: carry .whl (tests/gpu/prepare.sh) and first run
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+# and PY (default python3) able to import gpudoctor. Output of a run: docs/gpu/run-7.
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"

@@ -18,7 +18,9 @@ from gpudoctor.hosts.ssh.known_hosts import lookup, match_host
 from gpudoctor.hosts.ssh.target import SSHTarget
 from gpudoctor.hosts.ssh.trust import (
     TrustPolicy,
+    host_key_order,
     how_to_accept,
+    known_keys,
     policy_for,
     verify_host_key,
 )
@@ -185,3 +187,71 @@ def test_the_unknown_key_message_lists_every_file_home_as_tilde(keys, tmp_path: 
     with pytest.raises(HostError) as info:
         verify_host_key(keys["a"], TARGET, pol, lookup(TARGET.known_hosts_name, ()), fp)
     assert f"(not in ~/.ssh/known_hosts, /etc/ssh/ssh_known_hosts, {home}x/kh); " in str(info.value)
+
+
+def test_only_a_leading_home_is_shown_as_tilde(keys, tmp_path: Path) -> None:
+    """The unknown-key message and its advice shorten the home folder only where a path
+    starts with it: a second copy inside the path, or a sibling like /rootx, stays."""
+    home = os.path.expanduser("~")
+    twice = f"{home}/mirror{home}/known_hosts"
+    pol = TrustPolicy("yes", (twice,), twice)
+    with pytest.raises(HostError) as info:
+        verify_host_key(keys["a"], TARGET, pol, lookup(TARGET.known_hosts_name, ()), fp)
+    assert f"(not in ~/mirror{home}/known_hosts); " in str(info.value)
+    assert str(info.value).endswith(
+        f">> ~/mirror{home}/known_hosts (or pass --accept-new-host-key)"
+    )
+    sibling = SSHTarget(alias="h", hostname="h", user_known_hosts=(f"{home}x/kh",))
+    assert how_to_accept(sibling, TrustPolicy("yes", (), None)).endswith(
+        f">> {home}x/kh (or pass --accept-new-host-key)"
+    )
+
+
+def test_a_changed_key_in_a_file_whose_path_has_a_colon_names_that_file(
+    keys, tmp_path: Path
+) -> None:
+    folder = tmp_path / "site:a:b"
+    folder.mkdir()
+    with pytest.raises(HostError) as info:
+        verify(keys["b"], line("[10.0.0.5]:2222", keys["a"]), folder)
+    assert str(info.value).endswith(
+        f"ssh-keygen -R '[10.0.0.5]:2222' -f {folder / 'known_hosts'}, then add the new one"
+    )
+
+
+def test_a_changed_key_lists_every_known_type(keys, tmp_path: Path) -> None:
+    rsa = keygen(tmp_path / "r", "rsa")
+    text = line("[10.0.0.5]:2222", rsa) + line("[10.0.0.5]:2222", keys["e"])
+    with pytest.raises(
+        HostError, match="known_hosts holds only ecdsa-sha2-nistp256, ssh-rsa for it"
+    ):
+        verify(keys["a"], text, tmp_path)
+
+
+def test_host_key_order_offers_the_rsa_sha2_algorithms_of_a_known_rsa_key(
+    tmp_path: Path,
+) -> None:
+    """A known ssh-rsa key puts rsa-sha2-512 and rsa-sha2-256 first (the algorithms that
+    verify that key), not the SHA-1 ssh-rsa one."""
+    known = tmp_path / "kh"
+    known.write_text(line("pve1", keygen(tmp_path / "r", "rsa")))
+    offered = ("ssh-ed25519", "ssh-rsa", "rsa-sha2-512", "rsa-sha2-256")
+    order = host_key_order(lookup("pve1", [str(known)]), offered)
+    assert order == ("rsa-sha2-512", "rsa-sha2-256", "ssh-ed25519", "ssh-rsa")
+
+
+def test_host_key_order_puts_a_known_type_of_its_own_first(tmp_path: Path) -> None:
+    """A key type without a table entry (ssh-dss) is its own algorithm."""
+    known = tmp_path / "kh"
+    known.write_text("pve1 ssh-dss AAAAB3NzaC1kc3M=\n")
+    order = host_key_order(lookup("pve1", [str(known)]), ("ssh-ed25519", "ssh-dss"))
+    assert order == ("ssh-dss", "ssh-ed25519")
+
+
+def test_known_keys_reads_the_policy_files_under_the_host_key_alias(keys, tmp_path: Path) -> None:
+    known = tmp_path / "kh"
+    known.write_text(line("[10.0.0.5]:2222", keys["b"]) + line("pve-a", keys["a"]))
+    target = SSHTarget(alias="pve1", hostname="10.0.0.5", port=2222, host_key_alias="pve-a")
+    found = known_keys(target, TrustPolicy("yes", (str(known),), None))
+    assert [k.blob for k in found.plain] == [keys["a"].asbytes()]
+    assert found.files == (str(known),)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import time
 
 from gpudoctor.model import CheckResult, Finding, Report, Status
 from gpudoctor.output.prometheus import read_previous_success, textfile
@@ -99,3 +100,33 @@ def test_previous_file_not_owned_by_us_is_not_trusted(tmp_path):
     assert read_previous_success(str(planted)) == {}
     again = textfile([report("a", Status.FAIL)], str(planted), now=200)
     assert metric(again, "gpudoctor_last_success_timestamp_seconds", "a") is None
+
+
+def test_previous_file_with_broken_bytes_still_gives_its_success_times(tmp_path):
+    """A previous textfile holding bytes that are not UTF-8 (another exporter's garbage, a
+    torn write) still gives back its well-formed success lines, never an exception."""
+    prom = tmp_path / "x.prom"
+    good = textfile([report("a", Status.PASS)], None, now=100).encode()
+    prom.write_bytes(b"# junk \xff\xfe\x80\n" + good + b"\xc3(\n")
+    assert read_previous_success(str(prom)) == {"a": 100.0}
+
+
+def test_previous_file_is_read_only_up_to_16_mib(tmp_path):
+    """A huge previous file is read in its first 16 MiB only (bounded memory): a success
+    line past that limit is not carried over."""
+    prom = tmp_path / "x.prom"
+    head = b'gpudoctor_last_success_timestamp_seconds{target="a"} 100\n'
+    tail = b'gpudoctor_last_success_timestamp_seconds{target="b"} 200\n'
+    prom.write_bytes(head + b"#" * (16 * 1024 * 1024) + b"\n" + tail)
+    assert read_previous_success(str(prom)) == {"a": 100.0}
+
+
+def test_run_time_defaults_to_the_clock():
+    """Without an explicit time, the run (and a success) is stamped with the current unix
+    time, in whole seconds."""
+    before = int(time.time())
+    text = textfile([report("a", Status.PASS)], None)
+    after = int(time.time())
+    stamp = metric(text, "gpudoctor_last_run_timestamp_seconds", "a")
+    assert stamp is not None and before <= stamp <= after
+    assert metric(text, "gpudoctor_last_success_timestamp_seconds", "a") == stamp

@@ -75,10 +75,13 @@ class Sample:
 
 
 def sample_of(records: Sequence[RequestRecord], duration_s: float) -> Sample | None:
-    """Return the resampling view of a cell's records (None without records or wall time)."""
+    """Return the resampling view of a cell's records (None without records or wall time,
+    the cell's or its requests': a cell of unsent requests has no concurrency to scale by)."""
     if not records or duration_s <= 0:
         return None
     walls = [r.wall_s if r.wall_s is not None else (r.e2e_s or 0.0) for r in records]
+    if math.fsum(walls) <= 0:
+        return None
     itls = [request_itls_s(r) if r.ok else [] for r in records]
     tpots = [request_tpot_s(r) for r in records]
     return Sample(

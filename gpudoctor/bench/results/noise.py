@@ -128,8 +128,9 @@ def ratio_intervals(
 ) -> dict[str, tuple[float, float] | None]:
     """Return, per ``BOOTSTRAPPED`` metric, the 95 % bootstrap interval of B / A
     (None when a resample lacks the metric or A's value is 0, and for every metric when
-    a side has fewer than ``MIN_REQUESTS`` successful requests)."""
-    if min(a.size, b.size) < MIN_REQUESTS:
+    a side has fewer than ``MIN_REQUESTS`` successful requests: failed ones carry no
+    latency, and a lone success resamples to itself)."""
+    if min(sum(a.ok), sum(b.ok)) < MIN_REQUESTS:
         return {m: None for m in BOOTSTRAPPED}
     rng = random.Random(seed)
     ratios: dict[str, list[float]] = {m: [] for m in BOOTSTRAPPED}

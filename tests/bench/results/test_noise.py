@@ -9,6 +9,7 @@ to the other side's size, or draws from the wrong side all land far outside that
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -94,6 +95,31 @@ def test_fewer_than_the_minimum_requests_on_one_side_gives_no_interval() -> None
     assert all(v is not None for v in noise.ratio_intervals(sample(five), sample(many)).values())
     assert all(v is None for v in noise.ratio_intervals(sample(four), sample(many)).values())
     assert all(v is None for v in noise.ratio_intervals(sample(many), sample(four)).values())
+
+
+def test_failed_requests_do_not_count_towards_the_minimum() -> None:
+    """Ten requests of which four succeeded give no interval (the latencies would collapse
+    onto four values), as four requests in all do; a fifth success gives one."""
+
+    def failed(r: RequestRecord) -> RequestRecord:
+        return dataclasses.replace(
+            r, ok=False, ttft_s=None, chunk_times_s=(), chunk_tokens=(), output_tokens=0,
+            status_code=500, error_kind="http_5xx", error="HTTP 500",
+        )  # fmt: skip
+
+    def sample(side: list[RequestRecord]) -> noise.Sample:
+        made = noise.sample_of(side, math.fsum(r.wall_s or 0.0 for r in side))
+        assert made is not None
+        return made
+
+    many = sample(records(30, 0.05, 8))
+    ten = records(10, 0.05, 8)
+    four_ok = sample([r if r.index < 4 else failed(r) for r in ten])
+    five_ok = sample([r if r.index < 5 else failed(r) for r in ten])
+    assert four_ok.size == 10 and sum(four_ok.ok) == 4
+    assert all(v is None for v in noise.ratio_intervals(four_ok, many).values())
+    assert all(v is None for v in noise.ratio_intervals(many, four_ok).values())
+    assert noise.ratio_intervals(five_ok, many)["output_throughput"] is not None
 
 
 def mixed() -> list[RequestRecord]:

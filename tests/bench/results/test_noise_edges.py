@@ -91,16 +91,18 @@ def test_the_interval_is_the_exact_bootstraps_2_5th_and_97_5th_percentile() -> N
 
 
 def test_a_side_a_that_can_resample_to_no_success_has_no_throughput_interval() -> None:
-    """One success in five on side A: many resamples of A have no success, a throughput
-    of 0, and B / 0 is undefined, so A's throughputs (and latencies) get no interval. On
-    side B the same zero is a ratio of 0, a real low end."""
-    mostly_failed = sample([ok(0, 1.0), *(disconnected(i) for i in range(1, 5))])
+    """Five successes in a hundred on side A: with 2000 resamples some hold no success (each
+    does with p = 0.95^100, about 0.6 %), a throughput of 0, and B / 0 is undefined, so A's
+    throughputs (and latencies) get no interval. On side B the same zero is a ratio of 0, a
+    real value: B's throughputs keep their interval, its latencies (none in such a
+    resample) do not."""
+    mostly_failed = sample([ok(i, 1.0) if i < 5 else disconnected(i) for i in range(100)])
     healthy = sample([ok(i, 1.0 + i / 10) for i in range(6)])
-    by_a = noise.ratio_intervals(mostly_failed, healthy, resamples=200)
+    by_a = noise.ratio_intervals(mostly_failed, healthy, resamples=2000)
     assert all(by_a[m] is None for m in noise.BOOTSTRAPPED), by_a
-    by_b = noise.ratio_intervals(healthy, mostly_failed, resamples=200)
+    by_b = noise.ratio_intervals(healthy, mostly_failed, resamples=2000)
     low, high = by_b["output_throughput"] or (None, None)
-    assert low == 0.0 and high is not None and high > 0
+    assert low is not None and high is not None and 0.0 <= low < high
     assert by_b["request_throughput"] is not None and by_b["mean_e2e_ms"] is None
 
 

@@ -130,7 +130,7 @@ def compare(run_a: Path, run_b: Path, as_json: bool) -> None:
     from gpudoctor.bench.results.noise import MIN_REQUESTS
 
     click.echo("≈ within the noise (the 95 % bootstrap interval of B/A contains 1); "
-               f"? cannot tell (< {MIN_REQUESTS} requests a side, or no raw records)")  # fmt: skip
+               f"? cannot tell (< {MIN_REQUESTS} successful requests a side, or no raw records)")  # fmt: skip
     for label, keys in (("only in A", result.only_a), ("only in B", result.only_b)):
         if keys:
             click.echo(f"{label}: {', '.join(keys)}")

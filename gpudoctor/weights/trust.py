@@ -109,9 +109,9 @@ def safe_location(target: Path) -> Path:
     if existing != parent:
         # every missing level 0755 (os.makedirs makes all but the last 0777 & ~umask:
         # world-writable under umask 0, and then refused by the next run)
-        levels = [parent, *parent.parents][: len(parent.parents) - len(existing.parents)]
+        levels = [parent, *parent.parents]
         try:
-            for level in reversed(levels):
+            for level in reversed(levels[: levels.index(existing)]):
                 with contextlib.suppress(FileExistsError):  # made meanwhile by another run
                     os.mkdir(level, 0o755)
         except OSError as exc:

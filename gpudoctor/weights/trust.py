@@ -11,6 +11,7 @@ Locks live in a directory of our own (``/run/gpudoctor``, 0700), never next to t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -34,8 +35,7 @@ class UntrustedError(WeightsError):
 
 def reserved_name(path: str) -> bool:
     """Return True when a repository path collides with gpudoctor's or hf's bookkeeping."""
-    first = path.split("/", 1)[0]
-    return first.startswith(RESERVED_PREFIXES) or path.startswith(".cache/huggingface/")
+    return path.startswith((*RESERVED_PREFIXES, ".cache/huggingface/"))  # top level only
 
 
 def _judge(path: Path, st: os.stat_result, what: str, fix: str) -> None:
@@ -99,7 +99,7 @@ def safe_location(target: Path) -> Path:
     """Return ``target`` with its parent resolved, after checking every ancestor.
 
     Each existing ancestor must belong to the user or root, and be sticky when others
-    may write it. The parent is created (0755) when missing. Checked before any work:
+    may write it. The parent is created (0755, each missing level) when missing. Checked before any work:
     a filesystem that cannot hold files (``/proc``) or a read-only one is refused here.
     """
     target = target.absolute()
@@ -107,8 +107,13 @@ def safe_location(target: Path) -> Path:
     existing = check_ancestors(parent, "--to")
     _check_filesystem(existing, target)
     if existing != parent:
+        # every missing level 0755 (os.makedirs makes all but the last 0777 & ~umask:
+        # world-writable under umask 0, and then refused by the next run)
+        levels = [parent, *parent.parents]
         try:
-            os.makedirs(parent, 0o755, exist_ok=True)
+            for level in reversed(levels[: levels.index(existing)]):
+                with contextlib.suppress(FileExistsError):  # made meanwhile by another run
+                    os.mkdir(level, 0o755)
         except OSError as exc:
             raise WeightsError(
                 f"cannot create {parent} for --to {target}: {exc.strerror}; choose another --to"
@@ -151,14 +156,15 @@ def _check_filesystem(existing: Path, target: Path) -> None:
 def lock_dir() -> Path:
     """Return our private lock directory: ``/run/gpudoctor`` (root) or ``$XDG_RUNTIME_DIR/gpudoctor``.
 
+    Without an XDG_RUNTIME_DIR (unset or empty) a user's is ``/tmp/gpudoctor-UID``.
     Created 0700; it must be a real directory of ours that nobody else can write
     (an existing 0755 one is accepted: others may read the names, not plant a lock).
     """
     if os.geteuid() == 0:
         base = Path("/run/gpudoctor")
     else:
-        runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/gpudoctor-{os.geteuid()}"
-        base = Path(runtime) / "gpudoctor" if "XDG_RUNTIME_DIR" in os.environ else Path(runtime)
+        runtime = os.environ.get("XDG_RUNTIME_DIR")  # set but empty counts as unset
+        base = Path(runtime) / "gpudoctor" if runtime else Path(f"/tmp/gpudoctor-{os.geteuid()}")
     try:
         os.makedirs(base, 0o700, exist_ok=True)
     except OSError as exc:

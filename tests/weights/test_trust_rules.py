@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -105,8 +106,12 @@ def test_check_ancestors_refuses_another_users_parent(tmp_path: Path) -> None:
         f"{tmp_path / 'a'} (above --to) belongs to {fsio.user_name(NOBODY)}: that user could "
         "swap files under gpudoctor; choose a --to whose parents belong to you or root"
     )
-    with pytest.raises(trust.UntrustedError, match="belongs to"):
-        trust.check_ancestors(tmp_path / "a" / "m", "--to")
+    with pytest.raises(trust.UntrustedError) as info2:
+        trust.check_ancestors(tmp_path / "a" / "m", "--mirror")
+    assert str(info2.value) == (
+        f"{tmp_path / 'a'} (above --mirror) belongs to {fsio.user_name(NOBODY)}: that user could "
+        "swap files under gpudoctor; choose a --mirror whose parents belong to you or root"
+    )
 
 
 @pytest.mark.parametrize(
@@ -142,8 +147,9 @@ def test_check_dir(tmp_path: Path) -> None:
     good.chmod(0o775)  # group-writable is refused like 0777
     with pytest.raises(trust.UntrustedError) as info3:
         trust.check_dir(good, "--to")
-    assert str(info3.value).endswith(
-        f"; remove it (rm -rf --one-file-system {good}) and run again, or choose another --to"
+    assert str(info3.value) == (
+        f"{good} (--to) is writable by others (mode 0775): another user may have changed it; "
+        f"remove it (rm -rf --one-file-system {good}) and run again, or choose another --to"
     )
 
 
@@ -174,7 +180,10 @@ def test_open_trusted(tmp_path: Path) -> None:
     before = len(os.listdir("/proc/self/fd"))
     with pytest.raises(trust.UntrustedError) as info:
         trust.open_trusted(good, "manifest")
-    assert str(info.value).endswith(f"; remove it (rm {good}) and run again")
+    assert str(info.value) == (
+        f"{good} (manifest) is writable by others (mode 0664): another user may have changed "
+        f"it; remove it (rm {good}) and run again"
+    )
     assert len(os.listdir("/proc/self/fd")) == before  # the refused file's fd was closed
 
 
@@ -192,6 +201,97 @@ def test_safe_location_creates_the_parent_and_refuses_proc(tmp_path: Path) -> No
         "--to /proc/gpudoctor-model is on /proc (proc), which cannot hold files; choose a "
         "directory on tmpfs (/dev/shm/NAME) or on disk"
     )
+
+
+def test_safe_location_refuses_an_ancestor_others_can_write(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    (tmp_path / "open").mkdir()
+    (tmp_path / "open").chmod(0o777)
+    with pytest.raises(trust.UntrustedError) as info:
+        trust.safe_location(tmp_path / "open" / "new" / "model")
+    assert str(info.value) == (
+        f"{tmp_path / 'open'} (above --to) is writable by others and not sticky (mode 0777); "
+        f"choose another --to or chmod o-w,+t {tmp_path / 'open'}"
+    )
+    assert not (tmp_path / "open" / "new").exists()  # refused before anything was made
+
+
+def test_missing_parents_are_made_0755_whatever_the_umask(tmp_path: Path) -> None:
+    """Under umask 0 every missing level is 0755 (os.makedirs would make the upper ones
+    0777), so the next run still trusts the parents it made."""
+    tmp_path.chmod(0o755)
+    target = tmp_path / "a" / "b" / "c" / "model"
+    old = os.umask(0)
+    try:
+        assert trust.safe_location(target) == target
+    finally:
+        os.umask(old)
+    for level in (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "c"):
+        assert stat.S_IMODE(os.stat(level).st_mode) == 0o755
+    assert trust.safe_location(target) == target  # the next run
+
+
+def test_a_parent_made_meanwhile_by_another_run_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs racing to the same new --to: the other one makes the parents between this
+    run's check and its mkdir. A real race cannot be timed here; it is stood in for by
+    making them right after the (real) ancestor check."""
+    tmp_path.chmod(0o755)
+    checked = trust.check_ancestors
+
+    def check_then_race(directory: Path, option: str) -> Path:
+        nearest = checked(directory, option)
+        os.makedirs(directory, 0o755)
+        return nearest
+
+    monkeypatch.setattr(trust, "check_ancestors", check_then_race)
+    target = tmp_path / "a" / "b" / "model"
+    assert trust.safe_location(target) == target
+
+
+def test_a_to_below_a_regular_file_is_one_line(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    archive = tmp_path / "models.tar"
+    archive.write_text("x")
+    with pytest.raises(WeightsError) as info:
+        trust.safe_location(archive / "sub" / "model")
+    assert str(info.value) == f"permission denied: cannot write in {archive}; choose another --to"
+    archive.chmod(0o755)  # searchable, so the mkdir below it is what fails
+    with pytest.raises(WeightsError) as info:
+        trust.safe_location(archive / "sub" / "model")
+    assert str(info.value) == (
+        f"cannot create {archive / 'sub'} for --to {archive / 'sub' / 'model'}: Not a directory;"
+        " choose another --to"
+    )
+
+
+def test_a_read_only_filesystem_is_refused_before_any_work(tmpfs) -> None:
+    shm = tmpfs("1m")
+    subprocess.run(["mount", "-o", "remount,ro", str(shm)], check=True)
+    with pytest.raises(WeightsError) as info:
+        trust.safe_location(shm / "model")
+    assert str(info.value) == (
+        f"--to {shm / 'model'} is on a read-only filesystem ({shm}); choose a writable one"
+    )
+
+
+def test_an_unreadable_mountinfo_leaves_the_filesystem_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where /proc/self/mountinfo cannot be read (a sandbox that hides it; stood in for by
+    a read that raises PermissionError, as it would), the filesystem type is unknown and a
+    writable --to still passes."""
+    read_text = Path.read_text
+
+    def hidden_mountinfo(self: Path, *args: object, **kwargs: object) -> str:
+        if str(self) == "/proc/self/mountinfo":
+            raise PermissionError(13, "Permission denied", str(self))
+        return read_text(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    tmp_path.chmod(0o755)
+    monkeypatch.setattr(Path, "read_text", hidden_mountinfo)
+    assert trust.safe_location(tmp_path / "model") == tmp_path / "model"
 
 
 def test_lock_path_is_private_and_named_after_the_target() -> None:

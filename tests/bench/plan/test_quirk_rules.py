@@ -3,9 +3,21 @@ appends (gpudoctor/bench/plan/quirks.py, value by value)."""
 
 from __future__ import annotations
 
+import calendar
+import fcntl
+import locale
+import math
+import os
+import re
+import sys
+import threading
+import time
+import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from gpudoctor.bench.plan import ServerConfig
 from gpudoctor.bench.plan.quirks import (
@@ -18,6 +30,7 @@ from gpudoctor.bench.plan.quirks import (
     load_quirks,
     load_table,
     record_crash,
+    toml_string,
 )
 
 CONFIG = ServerConfig(
@@ -67,6 +80,7 @@ def test_what_a_quirk_matches(q: Quirk, hit: bool) -> None:
 def test_an_unknown_engine_version_only_matches_a_star() -> None:
     assert quirk().matches("cpu", "sglang", None, CONFIG)
     assert not quirk(engine_version="0.*").matches("cpu", "sglang", None, CONFIG)
+    assert not quirk(engine_version="?*").matches("cpu", "sglang", None, CONFIG)  # any known one
 
 
 def test_find_quirk_returns_the_first_match() -> None:
@@ -164,3 +178,167 @@ def test_a_table_without_quirks_is_empty(tmp_path: Path) -> None:
     table = tmp_path / "q.toml"
     table.write_text("# nothing crashed yet\n")
     assert load_table(table, "mine") == []
+
+
+@pytest.mark.parametrize(
+    ("text", "written"),
+    [
+        ("\ud800", '"\ufffd"'),
+        ("\udfff", '"\ufffd"'),
+        ("\ud7ff", '"\ud7ff"'),
+        ("\ue000", '"\ue000"'),
+    ],
+)
+def test_only_lone_surrogates_become_the_replacement_character(text: str, written: str) -> None:
+    """U+D800-U+DFFF cannot be written as UTF-8; their neighbours are ordinary characters."""
+    assert toml_string(text) == written
+
+
+def test_non_finite_float_arguments_are_written_as_toml_reads_them(tmp_path: Path) -> None:
+    table = tmp_path / "q.toml"
+    odd = ServerConfig(
+        "f", 1, (("--a", math.inf), ("--b", -math.inf), ("--c", math.nan), ("--d", 0.5)), (), (1,), "k"
+    )  # fmt: skip
+    record_crash(table, "cpu", "vllm", "1", odd, "r")
+    text = table.read_text()
+    assert 'args = { "--a" = inf, "--b" = -inf, "--c" = nan, "--d" = 0.5 }\n' in text
+    args = tomllib.loads(text)["quirk"][0]["args"]
+    assert args["--a"] == math.inf and args["--b"] == -math.inf and math.isnan(args["--c"])
+
+
+def test_a_label_with_control_characters_stays_one_comment_line(tmp_path: Path) -> None:
+    table = tmp_path / "q.toml"
+    odd = ServerConfig("a\nb\x1bc\u2028d", 1, (), (), (1,), "k")
+    record_crash(table, "cpu", "vllm", "1", odd, "r")
+    lines = table.read_text().split("\n")
+    assert lines[1].endswith(": a?b?c?d@tp1 crashed its server") and lines[2] == "[[quirk]]"
+    assert tomllib.loads(table.read_text())["quirk"][0]["config"] == "a\nb\x1bc\u2028d@tp1"
+
+
+@pytest.fixture
+def far_from_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's local time zone nine hours ahead of UTC (a POSIX TZ: no tzdata needed)."""
+    monkeypatch.setenv("TZ", "XST-9")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_crash_is_stamped_in_utc_whatever_the_local_zone(tmp_path: Path, far_from_utc) -> None:
+    table = tmp_path / "q.toml"
+    before = int(time.time())
+    record_crash(table, "cpu", "vllm", "1", CONFIG, "r")
+    after = time.time()
+    found = re.match(r"\n# added (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC: ", table.read_text())
+    assert found, table.read_text()
+    stamped = calendar.timegm(time.strptime(found.group(1), "%Y-%m-%d %H:%M:%S"))
+    assert before <= stamped <= after  # UTC, not the local time 9 hours ahead
+
+
+def _lock_waiters(path: Path) -> list[str]:
+    """The flock requests blocked on ``path`` (``->`` lines of /proc/locks)."""
+    inode = f":{os.stat(path).st_ino} "
+    return [ln for ln in Path("/proc/locks").read_text().splitlines() if "->" in ln and inode in ln]
+
+
+def test_a_crash_waits_for_another_writers_lock_on_the_table(tmp_path: Path) -> None:
+    """Two benches recording crashes at once never interleave their blocks: the append
+    waits for the exclusive flock another writer holds on the table."""
+    table = tmp_path / "q.toml"
+    table.write_text("")
+    holder = os.open(table, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    worker = threading.Thread(
+        target=record_crash, args=(table, "cpu", "vllm", "1", CONFIG, "r"), daemon=True
+    )
+    try:
+        worker.start()
+        while worker.is_alive() and not _lock_waiters(table):
+            time.sleep(0.005)
+        assert _lock_waiters(table), "the crash was appended without waiting for the lock"
+        assert table.read_text() == ""
+    finally:
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        os.close(holder)
+        worker.join()
+    assert [q.id for q in load_table(table, "t")] == ["crash-abc123def456"]
+
+
+def test_the_table_may_live_in_a_symlinked_directory(tmp_path: Path) -> None:
+    """~/.config/gpudoctor may be a link into a dotfiles checkout: the table is written there."""
+    tmp_path.chmod(0o755)
+    (tmp_path / "dotfiles").mkdir()
+    (tmp_path / "config").symlink_to(tmp_path / "dotfiles")
+    record_crash(tmp_path / "config" / "q.toml", "cpu", "vllm", "1", CONFIG, "r")
+    assert [q.id for q in load_table(tmp_path / "dotfiles" / "q.toml", "t")] == [
+        "crash-abc123def456"
+    ]
+
+
+def test_a_table_in_a_directory_others_can_write_is_refused(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(QuirksError) as info:
+        record_crash(shared / "q.toml", "cpu", "vllm", "1", CONFIG, "r")
+    assert str(info.value) == (
+        f"cannot add to the local quirks table: {shared} (above {shared}) is writable by others"
+        f" and not sticky (mode 0777); choose another {shared} or chmod o-w,+t {shared}"
+    )
+    assert not (shared / "q.toml").exists()
+
+
+def test_a_table_is_read_as_utf8_whatever_the_locale(tmp_path: Path) -> None:
+    table = tmp_path / "q.toml"
+    table.write_text('[[quirk]]\nid = "é"\nreason = "🚀 crashed"\n', encoding="utf-8")
+    previous = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")  # ASCII as the locale's encoding
+    try:
+        loaded = load_table(table, "t")
+    finally:
+        locale.setlocale(locale.LC_CTYPE, previous)
+    assert [(q.id, q.reason) for q in loaded] == [("é", "🚀 crashed")]
+
+
+class FakeNvml(types.ModuleType):
+    """Stands in for ``pynvml`` (nvidia-ml-py) on a host whose GPU ``i`` has the CUDA
+    compute capability ``capabilities[i]``; a bad index raises as NVML does."""
+
+    def __init__(self, capabilities: list[tuple[int, int]], driver: bool = True) -> None:
+        super().__init__("pynvml")
+        self.capabilities, self.driver, self.calls = capabilities, driver, []
+
+    def nvmlInit(self) -> None:
+        if not self.driver:
+            raise RuntimeError("NVML Shared Library Not Found")
+        self.calls.append("init")
+
+    def nvmlShutdown(self) -> None:
+        self.calls.append("shutdown")
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.capabilities)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> tuple[str, int]:
+        if not isinstance(index, int) or not 0 <= index < len(self.capabilities):
+            raise RuntimeError("Invalid Argument")
+        return ("gpu", index)
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: tuple[str, int]) -> tuple[int, int]:
+        return self.capabilities[handle[1]]
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "driver", "arch"),
+    [([], True, "cpu"), ([(12, 0)], True, "sm_120"), ([(9, 0), (8, 6)], True, "sm_90"),
+     ([(9, 0)], False, "cpu")],
+)  # fmt: skip
+def test_detect_arch_is_gpu_0s_compute_capability(
+    monkeypatch: pytest.MonkeyPatch, capabilities: list[tuple[int, int]], driver: bool, arch: str
+) -> None:
+    nvml = FakeNvml(capabilities, driver)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    assert detect_arch() == arch
+    assert nvml.calls == (["init", "shutdown"] if driver else [])  # NVML always shut down

@@ -124,7 +124,7 @@ def open_dir(
         raise
     if require_trusted_dir:
         try:
-            check_ancestors(directory, str(directory))
+            check_ancestors(directory, "path")
         except BaseException:
             os.close(fd)
             raise

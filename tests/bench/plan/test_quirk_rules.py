@@ -284,8 +284,8 @@ def test_a_table_in_a_directory_others_can_write_is_refused(tmp_path: Path) -> N
     with pytest.raises(QuirksError) as info:
         record_crash(shared / "q.toml", "cpu", "vllm", "1", CONFIG, "r")
     assert str(info.value) == (
-        f"cannot add to the local quirks table: {shared} (above {shared}) is writable by others"
-        f" and not sticky (mode 0777); choose another {shared} or chmod o-w,+t {shared}"
+        f"cannot add to the local quirks table: {shared} (above path) is writable by others"
+        f" and not sticky (mode 0777); choose another path or chmod o-w,+t {shared}"
     )
     assert not (shared / "q.toml").exists()
 

@@ -160,7 +160,9 @@ def test_a_new_rule_follows_the_device_lines_else_the_nearest_related_lxc_key(
     any ``lxc.*`` line; in rules mode and in devN mode (nodes that stay bind mounts)."""
     p = plan(parse(text), facts_with(RENDER_NODE), only(mode=mode))
     assert p.mode == mode
-    assert added(p) == [RENDER_RULE]
+    assert [(e.line, e.reason) for e in p.edits] == [
+        (RENDER_RULE, f"{RENDER} is drm major 226 on the host now, and no rule allows it")
+    ]
     lines = p.new_text.splitlines()
     assert lines.index(RENDER_RULE) == lines.index(after) + 1
     assert p.new_text.replace(RENDER_RULE + "\n", "", 1) == text
@@ -197,6 +199,14 @@ def test_a_node_inside_a_bind_mounted_directory_is_passed_already() -> None:
     assert added(bare) == [RENDER_RULE, RENDER_MOUNT]
 
 
+def test_a_new_mount_follows_the_last_mount_entry_not_the_last_line() -> None:
+    kvm = "lxc.mount.entry: /dev/kvm dev/kvm none bind,optional,create=file"
+    text = f"arch: amd64\n{kvm}\nlxc.apparmor.profile: unconfined\nmemory: 512\n"
+    p = plan(parse(text), facts_with(RENDER_NODE), only((RENDER,)))
+    lines = p.new_text.splitlines()
+    assert lines.index(RENDER_MOUNT) == lines.index(kvm) + 1
+
+
 @pytest.mark.parametrize(
     ("path", "mount"),
     [("/dev/nvidia-uvm", "/dev dev none rbind,create=dir"),
@@ -229,14 +239,21 @@ def test_rules_mode_leaves_nodes_with_devn_entries_alone(devices, devs: str) -> 
     assert p.dev_paths == tuple(line.split(": ")[1] for line in devs.splitlines())
 
 
-def test_a_bind_mount_source_with_a_trailing_slash_is_a_passed_directory() -> None:
-    """``/dev/dri/`` bind-mounted: its render node is passed, so it needs a rule (and is
-    probed) even though nothing else asks for it."""
-    dri = node("/dev/dri", 0, 0, "dir", children=(RENDER_NODE,))
-    text = "arch: amd64\nlxc.mount.entry: /dev/dri/ dev/dri none bind,optional,create=dir\n"
-    p = plan(parse(text), facts_with(dri), only())
+@pytest.mark.parametrize(
+    ("source", "host"),
+    [("/dev/dri/", node("/dev/dri", 0, 0, "dir", children=(RENDER_NODE,))),
+     ("/dev/renderX", node("/dev/renderX", 226, 128))],
+)  # fmt: skip
+def test_a_bind_mounted_source_is_a_passed_node_trailing_slash_or_not(
+    source: str, host: HostNode
+) -> None:
+    """A bind mount's source, read as written less trailing slashes (``/dev/dri/``), is a
+    passed node: its render node needs a rule (and is probed) though nothing asks for it."""
+    target = source.strip("/")
+    text = f"arch: amd64\nlxc.mount.entry: {source} {target} none bind,optional,create=dir\n"
+    p = plan(parse(text), facts_with(host), only())
     assert added(p) == [RENDER_RULE]
-    assert p.probe_paths == (RENDER,)
+    assert p.probe_paths == (RENDER if host.kind == "dir" else host.path,)
 
 
 # --- the nodes wanted, and refusals ---------------------------------------------------------

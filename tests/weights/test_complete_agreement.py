@@ -53,6 +53,19 @@ def test_a_file_larger_than_its_manifest_size_is_not_complete() -> None:
     ]
 
 
+def test_each_problem_has_a_detail_that_reads_after_its_path() -> None:
+    """`weights status` prints each problem as `PROBLEM: PATH DETAIL`: a missing file reads
+    `x missing`, a leftover `y.incomplete is an unfinished download` (never `None`)."""
+    found = completeness_problems(
+        [ManifestFile("a.safetensors", 10)], {}, ["b.partial"], ["c.incomplete"]
+    )
+    assert [f"{p.problem}: {p.path} {p.detail}" for p in found] == [
+        "missing: a.safetensors missing",
+        "unfinished: .cache/huggingface/download/c.incomplete is an unfinished download",
+        "unfinished: b.partial is an unfinished download",
+    ]
+
+
 DAMAGE = {
     "intact": lambda d: None,
     "truncated shard": lambda d: (d / "model-00001-of-00003.safetensors").write_bytes(b"x"),

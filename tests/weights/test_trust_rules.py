@@ -53,6 +53,21 @@ def test_judge_owner_refuses_another_users_file(tmp_path: Path) -> None:
     fsio.judge_owner(path, os.lstat(path), "w", "f", trusted=frozenset({NOBODY}))  # trusted
 
 
+@needs_root
+def test_a_refusal_names_every_trusted_owner(tmp_path: Path) -> None:
+    """Run by a user other than root, the trusted owners are that user and root: the
+    refusal names both (`not to alice (uid 1000) or root (uid 0)`), sorted by uid."""
+    path = tmp_path / "f"
+    path.write_text("x")
+    os.chown(path, NOBODY, NOBODY)
+    with pytest.raises(fsio.FsioError) as info:
+        fsio.judge_owner(path, os.lstat(path), "the hook", "chown it", trusted=frozenset({1, 0}))
+    assert str(info.value) == (
+        f"{path} (the hook) belongs to {fsio.user_name(NOBODY)}, not to"
+        f" {fsio.user_name(0)} or {fsio.user_name(1)}: another user may have planted it; chown it"
+    )
+
+
 @pytest.mark.parametrize("mode", [0o775, 0o757, 0o777, 0o1777, 0o620])
 def test_judge_owner_refuses_what_others_can_write(tmp_path: Path, mode: int) -> None:
     path = tmp_path / "d"
@@ -71,6 +86,10 @@ def test_a_sticky_directory_is_accepted_only_when_asked(tmp_path: Path) -> None:
     path.mkdir()
     path.chmod(0o1777)
     fsio.judge_owner(path, os.lstat(path), "w", "f", allow_sticky=True)
+    for mode in (0o777, 0o775, 0o757):  # writable by others and not sticky: refused anyway
+        path.chmod(mode)
+        with pytest.raises(fsio.FsioError, match=f"writable by others \\(mode {mode:04o}\\)"):
+            fsio.judge_owner(path, os.lstat(path), "w", "f", allow_sticky=True)
     (tmp_path / "f").write_text("x")
     (tmp_path / "f").chmod(0o1666)  # sticky means nothing on a file
     with pytest.raises(fsio.FsioError, match="writable by others"):

@@ -107,14 +107,16 @@ def glob_match(name: str, pattern: str) -> bool:
 
 
 def _hashed_match(entry: str, name: str) -> bool:
+    """OpenSSH's rule (hostfile.c): the entry's salt must be 20 bytes, and ``name`` hashed
+    with it must give the entry exactly (no stray ``|``, junk or other salt length)."""
+    salt_b64 = entry[len("|1|") :].partition("|")[0]
     try:
-        _, _, salt_b64, hash_b64 = entry.split("|", 3)
         salt = base64.b64decode(salt_b64)
-        expected = base64.b64decode(hash_b64)
     except (ValueError, binascii.Error):
         return False
-    digest = hmac.new(salt, name.encode(), hashlib.sha1).digest()
-    return hmac.compare_digest(digest, expected)
+    if len(salt) != hashlib.sha1().digest_size:
+        return False
+    return hmac.compare_digest(hashed_name(name, salt).encode(), entry.encode())
 
 
 def parse_line(line: str) -> tuple[str, str, str, bytes] | None:
@@ -180,11 +182,12 @@ def hashed_name(name: str, salt: bytes | None = None) -> str:
 def append_key(path: str, name: str, key_type: str, key_b64: str, hashed: bool = False) -> None:
     """Append ``name key_type key_b64`` (the name hashed when ``hashed``) to the known_hosts
     file ``path`` (created 0600 in a 0700 directory when missing), as ``ssh`` does for an
-    accepted new key."""
+    accepted new key. The line is UTF-8, as :func:`lookup` reads it (ssh writes a name's
+    bytes as given)."""
     name = hashed_name(name) if hashed else name
     target = Path(path)
     if str(target) != os.devnull:
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    with os.fdopen(fd, "a", encoding="ascii") as fh:
-        fh.write(f"{name} {key_type} {key_b64}\n")
+    with os.fdopen(fd, "ab") as fh:
+        fh.write(f"{name} {key_type} {key_b64}\n".encode())

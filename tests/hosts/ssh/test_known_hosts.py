@@ -3,15 +3,17 @@ real ``ssh-keygen`` (``-H`` hashes names, ``-s`` signs keys); no server needed."
 
 from __future__ import annotations
 
+import locale
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import paramiko
 import pytest
 
 from gpudoctor.hosts.ssh.certificates import check_host_certificate, parse_certificate
-from gpudoctor.hosts.ssh.known_hosts import hashed_name, lookup, match_host
+from gpudoctor.hosts.ssh.known_hosts import append_key, hashed_name, lookup, match_host
 from gpudoctor.hosts.ssh.trust import host_key_order
 
 
@@ -55,6 +57,68 @@ def test_hashed_names_written_by_ssh_keygen_match(tmp_path: Path) -> None:
     assert len(lookup("pve1", [str(known)]).plain) == 1
     assert lookup("pve2", [str(known)]).plain == ()
     assert match_host(hashed_name("PvE1"), "pve1")
+
+
+SALT = bytes(range(20))
+GOOD = hashed_name("pve1", SALT)
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        (GOOD, True),
+        (GOOD + "|", False),  # a stray delimiter after the hash
+        (GOOD[:-2] + "!" + GOOD[-2:], False),  # a character base64 does not use
+        (GOOD.replace("=|", "=||"), False),  # an empty field between salt and hash
+        (hashed_name("pve1", SALT[:16]), False),  # a salt that is not 20 bytes (SHA-1's)
+        (hashed_name("pve1", SALT + SALT), False),
+        (GOOD.rstrip("="), False),  # the hash without its padding
+    ],
+)
+def test_hashed_entries_match_exactly_as_ssh_keygen_finds_them(
+    tmp_path: Path, entry: str, expected: bool
+) -> None:
+    """A hashed known_hosts name matches only when OpenSSH's own lookup (``ssh-keygen -F``)
+    matches it: gpudoctor must not trust a host key from a line ssh ignores."""
+    key = keygen(tmp_path / "k")
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{entry} {pub(key)}\n")
+    found = subprocess.run(
+        ["ssh-keygen", "-F", "pve1", "-f", str(known)], capture_output=True, check=False
+    )
+    assert (found.returncode == 0) is expected
+    assert match_host(entry, "pve1") is expected
+    assert len(lookup("pve1", [str(known)]).plain) == int(expected)
+
+
+@pytest.fixture
+def ascii_locale() -> Iterator[None]:
+    """The C locale's ASCII codeset, as Python sees it under LANG=C without UTF-8 mode."""
+    saved = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, saved)
+
+
+@pytest.mark.parametrize("hashed", [False, True])
+def test_a_non_ascii_host_name_is_saved_and_found_as_utf8_in_any_locale(
+    tmp_path: Path, ascii_locale: None, hashed: bool
+) -> None:
+    """`--accept-new-host-key` for a host known as `grüne` (a HostKeyAlias, say) writes
+    its UTF-8 bytes, as ssh does; the next run finds the key again, and so does
+    ``ssh-keygen -F``, even where the locale's codeset is ASCII."""
+    key = keygen(tmp_path / "k")
+    known = tmp_path / "known_hosts"
+    append_key(str(known), "grüne", *pub(key).split(), hashed=hashed)
+    assert ("grüne".encode() in known.read_bytes()) is not hashed
+    found = lookup("grüne", [str(known)])
+    assert [k.key_type for k in found.plain] == ["ssh-ed25519"]
+    search = subprocess.run(
+        ["ssh-keygen", "-F", "grüne", "-f", str(known)], capture_output=True, check=False
+    )
+    assert search.returncode == 0, search.stderr
 
 
 def test_lookup_reads_every_file_and_marker(tmp_path: Path) -> None:

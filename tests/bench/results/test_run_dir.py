@@ -326,3 +326,18 @@ def test_the_archive_is_on_disk_before_the_new_plan_takes_its_place(
     with RunDir(tmp_path) as rd:
         rd.open(PLAN_A, False)
     assert (str(tmp_path), False) in synced
+
+
+def test_retrying_rewrites_kept_lines_with_sorted_keys_as_append_writes_them(
+    tmp_path: Path,
+) -> None:
+    """Lines written by hand or by another tool (keys in any order) come out of
+    drop_records in append's one form: sorted keys, so every line of the file compares."""
+    (tmp_path / "results.jsonl").write_text(
+        '{"status": "ok", "key": "a", "cell": {"tp": 1, "conc": 2}}\n{"key": "b"}\n'
+    )
+    with RunDir(tmp_path) as rd:
+        assert rd.drop_records({"b"}) == 1
+    assert (tmp_path / "results.jsonl").read_text() == (
+        '{"cell": {"conc": 2, "tp": 1}, "key": "a", "status": "ok"}\n'
+    )

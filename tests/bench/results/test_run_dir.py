@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import stat
 from pathlib import Path
 
 import pytest
@@ -187,3 +190,154 @@ def test_environment_facts_without_a_gpu(tmp_path: Path) -> None:
     assert facts["started_at"].endswith("Z") and len(facts["started_at"]) == 20
     if not shutil.which("nvidia-smi"):
         assert facts["gpus"] == [] and facts["driver"] is None and facts["gpu_error"]
+
+
+def test_run_json_is_sorted_indented_text_and_paths_are_written_as_text(tmp_path: Path) -> None:
+    """run.json is for people and diffs: keys sorted, two-space indent; a Path (or any
+    value JSON has no type for) is written as its text, never a crash."""
+    with RunDir(tmp_path) as rd:
+        rd.write_run_json({"tag": "t1", "model": Path("/models/m"), "gpus": [{"b": 1, "a": 2}]})
+    assert (tmp_path / "run.json").read_text() == (
+        '{\n  "gpus": [\n    {\n      "a": 2,\n      "b": 1\n    }\n  ],\n  "launches": [],\n'
+        '  "model": "/models/m",\n  "tag": "t1"\n}'
+    )
+
+
+def test_run_json_of_an_older_version_without_launches_is_kept(tmp_path: Path) -> None:
+    (tmp_path / "run.json").write_text('{"tag": "t0", "host": "a"}')
+    with RunDir(tmp_path) as rd:
+        rd.write_run_json({"tag": "t0", "host": "b"})
+        assert json.loads((tmp_path / "run.json").read_text())["launches"] == []
+        (tmp_path / "run.json").write_text('{"tag": "t0", "host": "a"}')
+        rd.write_run_json({"tag": "t1"})
+    doc = json.loads((tmp_path / "run.json").read_text())
+    assert doc == {"tag": "t1", "launches": [{"tag": "t0", "host": "a"}]}
+
+
+def test_run_files_get_0644_never_the_mode_of_the_file_they_replace(tmp_path: Path) -> None:
+    """A run.json or plan.toml that was made writable by all (0666) is replaced by one
+    only its owner can write: the old mode is not carried over."""
+    (tmp_path / "run.json").write_text("{}")
+    os.chmod(tmp_path / "run.json", 0o666)
+    old_umask = os.umask(0o022)
+    try:
+        with RunDir(tmp_path) as rd:
+            rd.write_run_json({"tag": "t"})
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(os.stat(tmp_path / "run.json").st_mode) == 0o644
+
+
+def test_records_with_paths_are_written_as_text_one_line_each(tmp_path: Path) -> None:
+    with RunDir(tmp_path) as rd:
+        rd.open(PLAN_A, None)
+        rd.append({"key": "a", "log": Path("/logs/a.log")})
+        for key in ("b", "c", "d"):
+            rd.append({"key": key, "status": "crashed"})
+        rd.append({"z": 1, "key": "e", "b": 2})
+        assert rd.drop_records({"b", "d"}) == 2
+    superseded = (tmp_path / "superseded.jsonl").read_text().splitlines()
+    assert [json.loads(line)["key"] for line in superseded] == ["b", "d"]
+    assert (tmp_path / "results.jsonl").read_text() == (
+        '{"key": "a", "log": "/logs/a.log"}\n{"key": "c", "status": "crashed"}\n'
+        '{"b": 2, "key": "e", "z": 1}\n'
+    )  # the kept lines are byte for byte the lines appended
+
+
+def test_retrying_cuts_a_torn_tail_so_the_next_record_stands_alone(tmp_path: Path) -> None:
+    (tmp_path / "results.jsonl").write_bytes(b'{"key": "a"}\n{"key": "b", "sta')
+    with RunDir(tmp_path) as rd:
+        assert rd.drop_records({"nope"}) == 0
+        rd.append({"key": "c"})
+    assert [r["key"] for r in read_records(tmp_path / "results.jsonl")[0]] == ["a", "c"]
+
+
+def test_reading_records_changes_nothing_unless_repair_is_asked(tmp_path: Path) -> None:
+    """``bench status`` and ``report`` read a run another launcher may still be writing:
+    a torn tail is counted, never cut; a launcher (``repair=True``) cuts it."""
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(b'{"key": "a"}\n{"ke')
+    assert read_records(path) == ([{"key": "a"}], 4)
+    assert path.read_bytes() == b'{"key": "a"}\n{"ke'
+    assert read_records(path, repair=True) == ([{"key": "a"}], 4)
+    assert path.read_bytes() == b'{"key": "a"}\n'
+
+
+def test_a_plan_file_that_is_not_utf8_is_a_different_plan_kept_as_a_backup(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "plan.toml").write_bytes(b'[model]\npath = "/m\xff"\n')
+    with RunDir(tmp_path) as rd, pytest.raises(RunDirError) as caught:
+        rd.open(PLAN_A, None)
+    assert str(caught.value) == (
+        f"{tmp_path} holds a different plan: pass --resume to reuse its finished cells"
+        " (matched by key), --no-resume to archive it, or another --out"
+    )
+    with RunDir(tmp_path) as rd:
+        rd.open(PLAN_A, True)
+    (backup,) = tmp_path.glob("plan-before-*.toml")
+    assert re.fullmatch(r"plan-before-\d{8}T\d{6}\.toml", backup.name)
+    assert backup.read_text() == '[model]\npath = "/m\ufffd"\n'
+    assert (tmp_path / "plan.toml").read_text() == PLAN_A
+
+
+def test_a_plan_without_results_still_refuses_a_different_plan(tmp_path: Path) -> None:
+    (tmp_path / "plan.toml").write_text(PLAN_A)
+    with RunDir(tmp_path) as rd, pytest.raises(RunDirError, match="holds a different plan"):
+        rd.open(PLAN_A + "# changed\n", None)
+    assert (tmp_path / "plan.toml").read_text() == PLAN_A
+
+
+def test_no_resume_archives_results_left_without_a_plan(tmp_path: Path) -> None:
+    (tmp_path / "results.jsonl").write_text('{"key": "k1"}\n')
+    with RunDir(tmp_path) as rd:
+        opened = rd.open(PLAN_A, False)
+    assert opened.done == {} and opened.archived is not None
+    archive = Path(opened.archived)
+    assert re.fullmatch(r"previous-\d{8}T\d{6}", archive.name)
+    assert (archive / "results.jsonl").read_text() == '{"key": "k1"}\n'
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_no_resume_in_a_fresh_directory_archives_nothing(tmp_path: Path) -> None:
+    with RunDir(tmp_path) as rd:
+        opened = rd.open(PLAN_A, False)
+    assert opened == type(opened)(resumed=False, done={})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "plan.toml"]
+
+
+def test_the_archive_is_on_disk_before_the_new_plan_takes_its_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--no-resume's moves are fsync'ed (the run directory) while the old plan is gone
+    and the new one not yet written: a power cut then leaves the old run archived whole.
+    The fsync spy stands for the power cut this test cannot make."""
+    with RunDir(tmp_path) as rd:
+        rd.open(PLAN_A, None)
+        rd.append({"key": "k1"})
+    synced: list[tuple[str, bool]] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), (tmp_path / "plan.toml").exists()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    with RunDir(tmp_path) as rd:
+        rd.open(PLAN_A, False)
+    assert (str(tmp_path), False) in synced
+
+
+def test_retrying_rewrites_kept_lines_with_sorted_keys_as_append_writes_them(
+    tmp_path: Path,
+) -> None:
+    """Lines written by hand or by another tool (keys in any order) come out of
+    drop_records in append's one form: sorted keys, so every line of the file compares."""
+    (tmp_path / "results.jsonl").write_text(
+        '{"status": "ok", "key": "a", "cell": {"tp": 1, "conc": 2}}\n{"key": "b"}\n'
+    )
+    with RunDir(tmp_path) as rd:
+        assert rd.drop_records({"b"}) == 1
+    assert (tmp_path / "results.jsonl").read_text() == (
+        '{"cell": {"conc": 2, "tp": 1}, "key": "a", "status": "ok"}\n'
+    )

@@ -1,0 +1,220 @@
+"""The run directory's refusals, each one line naming the path and the fix (issue 22.1):
+a run directory that is a link, a file, writable by others or under a directory others
+can write; a planted lock; a link or a file where ``logs/`` goes; and every write of a
+run file into a directory another user could change."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.bench.results import run_dir
+from gpudoctor.bench.results.run_dir import (
+    RunDir,
+    RunDirError,
+    check_run_dir,
+    read_run_file,
+    scan_records,
+    write_atomic,
+)
+
+FIX = "choose another --out (a directory of your own) or remove it (rm -rf --one-file-system {})"
+
+
+@pytest.fixture
+def open_to_all(tmp_path: Path) -> Path:
+    """A root-owned directory others can write, without the sticky bit (``chmod 0777``)."""
+    path = tmp_path / "open"
+    path.mkdir()
+    os.chmod(path, 0o777)
+    return path
+
+
+@pytest.fixture
+def umask_0() -> Iterator[None]:
+    """Run the test under ``umask 0`` (a boot unit or a careless shell), then restore it."""
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def test_an_existing_run_directory_is_reported_and_a_missing_one_is_not_made(
+    tmp_path: Path,
+) -> None:
+    assert check_run_dir(tmp_path) is True
+    assert check_run_dir(tmp_path / "new") is False
+    assert not (tmp_path / "new").exists()  # checking alone creates nothing
+    assert check_run_dir(tmp_path / "made", create=True) is True
+    assert (tmp_path / "made").is_dir()
+
+
+def test_a_run_directory_others_can_write_is_refused_with_the_fix(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    os.chmod(run, 0o777)
+    with pytest.raises(RunDirError) as caught:
+        check_run_dir(run)
+    assert str(caught.value) == (
+        f"{run} (the --out run directory) is writable by others (mode 0777): another user"
+        f" may have changed it; {FIX.format(run)}"
+    )
+
+
+def test_a_run_directory_of_another_user_is_refused(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir(mode=0o755)
+    os.chown(run, 65534, 65534)
+    with pytest.raises(RunDirError, match=r"belongs to nobody \(uid 65534\)") as caught:
+        check_run_dir(run, "--into")
+    assert str(caught.value).startswith(f"{run} (the --into run directory) belongs to")
+    assert "choose another --into (a directory of your own)" in str(caught.value)
+
+
+def test_a_run_directory_that_is_a_symlink_is_refused_naming_both_ends(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "run"
+    link.symlink_to("real")
+    with pytest.raises(RunDirError) as caught:
+        check_run_dir(link)
+    assert str(caught.value) == (
+        f"{link} (--out) is a symlink (to real): gpudoctor never follows one there;"
+        f" give the real directory ({real})"
+    )
+
+
+def test_a_run_directory_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "run"
+    path.write_text("not a directory\n")
+    with pytest.raises(RunDirError) as caught:
+        check_run_dir(path, "--into")
+    assert str(caught.value) == f"{path} (--into) is not a directory; choose another --into"
+
+
+def test_a_run_directory_under_a_directory_others_can_write_is_refused(open_to_all: Path) -> None:
+    run = open_to_all / "run"
+    with pytest.raises(RunDirError) as caught:
+        check_run_dir(run, "--into", create=True)
+    assert str(caught.value) == (
+        f"{open_to_all} (above --into) is writable by others and not sticky (mode 0777);"
+        f" choose another --into or chmod o-w,+t {open_to_all}"
+    )
+    assert not run.exists()  # refused before anything is made there
+
+
+def test_a_run_directory_under_a_file_says_why_it_cannot_be_made(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x\n")
+    run = tmp_path / "file" / "run"
+    with pytest.raises(RunDirError) as caught:
+        check_run_dir(run, create=True)
+    assert str(caught.value) == f"cannot use --out {run}: Not a directory"
+
+
+@pytest.mark.usefixtures("umask_0")
+def test_a_new_run_directory_is_0755_whatever_the_umask(tmp_path: Path) -> None:
+    """``mkdir -p -m 0755``: under umask 0 a plain mkdir would make it writable by all."""
+    run = tmp_path / "run"
+    with RunDir(run) as rd:
+        rd.append({"key": "k"})
+    assert stat.S_IMODE(os.stat(run).st_mode) == 0o755
+    assert (run / "results.jsonl").read_text() == '{"key": "k"}\n'
+
+
+def test_a_planted_lock_link_is_refused_and_never_followed(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("root's file\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").symlink_to(victim)
+    with pytest.raises(RunDirError) as caught, RunDir(run):
+        pass
+    assert str(caught.value).startswith(f"{run / '.lock'} is a symlink: gpudoctor writes only")
+    assert victim.read_text() == "root's file\n"
+
+
+def test_the_lock_is_refused_when_the_directory_turns_untrusted_after_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock file is opened in a directory checked again at the open: a directory
+    made writable by others between check_run_dir and the open (a race, played here by
+    a chmod right after the real check) gets no lock file."""
+    run = tmp_path / "run"
+    real_check = run_dir.check_run_dir
+
+    def check_then_loosen(path: Path, option: str = "--out", create: bool = False) -> bool:
+        found = real_check(path, option, create)
+        os.chmod(path, 0o777)
+        return found
+
+    monkeypatch.setattr(run_dir, "check_run_dir", check_then_loosen)
+    with pytest.raises(RunDirError, match="is writable by others and not sticky"), RunDir(run):
+        pass
+    assert not (run / ".lock").exists()
+
+
+def test_a_run_directory_can_be_released_twice_and_locked_again(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    rd.__exit__(None, None, None)  # never entered: nothing to release
+    with rd:
+        pass
+    rd.__exit__(None, None, None)  # released already: nothing happens
+    with RunDir(tmp_path) as other:
+        assert other.path == tmp_path  # the lock is free for the next launcher
+
+
+def test_run_files_are_never_written_in_a_directory_others_can_write(open_to_all: Path) -> None:
+    """Each write of a run file (plan, records, a torn tail's cut) checks its directory,
+    even without the lock (``bench report``, ``merge`` and tests call these directly)."""
+    refused = f"{open_to_all} (above {open_to_all}) is writable by others and not sticky"
+    with pytest.raises(RunDirError) as caught:
+        write_atomic(open_to_all / "plan.toml", "x = 1\n")
+    assert str(caught.value).startswith(refused)
+    with pytest.raises(RunDirError) as caught:
+        RunDir(open_to_all).append({"key": "k"})
+    assert str(caught.value).startswith(refused)
+    torn = b'{"key": "a"}\n{"key": "b'
+    (open_to_all / "results.jsonl").write_bytes(torn)
+    assert scan_records(open_to_all / "results.jsonl").dropped_bytes == 10  # reading is fine
+    with pytest.raises(RunDirError) as caught:
+        scan_records(open_to_all / "results.jsonl", repair=True)
+    assert str(caught.value).startswith(refused)
+    assert sorted(p.name for p in open_to_all.iterdir()) == ["results.jsonl"]
+    assert (open_to_all / "results.jsonl").read_bytes() == torn
+
+
+def test_a_run_file_that_is_a_link_is_refused_when_read(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").write_text("x = 1\n")
+    (tmp_path / "plan.toml").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(RunDirError) as caught:
+        read_run_file(tmp_path / "plan.toml")
+    assert str(caught.value) == (
+        f"{tmp_path / 'plan.toml'} is a symlink: gpudoctor reads it only as a regular file"
+        f" and never follows a link there; remove it (rm {tmp_path / 'plan.toml'})"
+    )
+    assert read_run_file(tmp_path / "missing.toml") is None
+
+
+def test_a_link_or_a_file_where_logs_go_is_refused_with_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "logs").symlink_to("elsewhere")
+    rd = RunDir(tmp_path)
+    with pytest.raises(RunDirError) as caught:
+        rd.log_path("a@tp1")
+    logs = tmp_path / "logs"
+    assert str(caught.value) == (
+        f"{logs} is a symlink (to elsewhere): gpudoctor never writes through one in a run"
+        f" directory; remove it (rm {logs}) and run again"
+    )
+    (tmp_path / "raw").write_text("a file\n")
+    with pytest.raises(RunDirError) as caught:
+        rd.raw_path("k")
+    raw = tmp_path / "raw"
+    assert str(caught.value) == (
+        f"{raw} exists and is not a directory; remove it (rm {raw}) and run again"
+    )

@@ -480,3 +480,14 @@ def make_dirs(root: Path | str, rel_dir: str | Path, mode: int = 0o755) -> Path:
             if not stat.S_ISDIR(st.st_mode):
                 raise FsioError(20, f"{current} exists and is not a directory") from None
     return current
+
+
+def make_missing_dirs(path: Path | str, mode: int = 0o755) -> Path:
+    """``mkdir -p -m MODE path`` where every missing level gets ``mode`` (``os.makedirs``
+    gives it to the last one only, the others ``0777 & ~umask``: world-writable under umask
+    0); return the resolved directory. Raise FsioError when a level is not a directory."""
+    real = Path(os.path.realpath(path))
+    existing = real
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    return make_dirs(existing, real.relative_to(existing), mode)

@@ -16,6 +16,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gpudoctor import fsio
 from gpudoctor.weights import localfs, trust
 from gpudoctor.weights.complete import FileProblem
 from gpudoctor.weights.errors import WeightsError
@@ -134,7 +135,7 @@ def make_mirror(
         )
     trust.check_ancestors(path.parent, "--to")
     trust.check_dir(path, "the mirror")
-    os.makedirs(path.parent, 0o755, exist_ok=True)
+    fsio.make_missing_dirs(path.parent, 0o755)
     try:
         fill_mirror(source, path, manifest, progress)
     except OSError as exc:

@@ -58,12 +58,13 @@ def remember(target: Path, record: TargetRecord) -> str | None:
     """Record ``record`` for ``target`` (root only); return a warning line on failure, else None."""
     if os.geteuid() != 0:
         return None
+    from gpudoctor import fsio
     from gpudoctor.weights.localfs import read_trusted_text, write_private
     from gpudoctor.weights.trust import check_dir
 
     path = record_path()
     try:
-        os.makedirs(path.parent, 0o755, exist_ok=True)
+        fsio.make_missing_dirs(path.parent, 0o755)
         check_dir(path.parent, "gpudoctor's state directory")
         records = parse_records(read_trusted_text(path, "the weights record"))
         records[str(target)] = record

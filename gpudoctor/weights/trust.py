@@ -11,7 +11,6 @@ Locks live in a directory of our own (``/run/gpudoctor``, 0700), never next to t
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import stat
@@ -106,18 +105,12 @@ def safe_location(target: Path) -> Path:
     parent = Path(os.path.realpath(target.parent))
     existing = check_ancestors(parent, "--to")
     _check_filesystem(existing, target)
-    if existing != parent:
-        # every missing level 0755 (os.makedirs makes all but the last 0777 & ~umask:
-        # world-writable under umask 0, and then refused by the next run)
-        levels = [parent, *parent.parents]
-        try:
-            for level in reversed(levels[: levels.index(existing)]):
-                with contextlib.suppress(FileExistsError):  # made meanwhile by another run
-                    os.mkdir(level, 0o755)
-        except OSError as exc:
-            raise WeightsError(
-                f"cannot create {parent} for --to {target}: {exc.strerror}; choose another --to"
-            ) from None
+    try:
+        fsio.make_missing_dirs(parent, 0o755)  # made meanwhile by another run: fine
+    except OSError as exc:
+        raise WeightsError(
+            f"cannot create {parent} for --to {target}: {exc.strerror}; choose another --to"
+        ) from None
     return parent / target.name
 
 
@@ -166,7 +159,7 @@ def lock_dir() -> Path:
         runtime = os.environ.get("XDG_RUNTIME_DIR")  # set but empty counts as unset
         base = Path(runtime) / "gpudoctor" if runtime else Path(f"/tmp/gpudoctor-{os.geteuid()}")
     try:
-        os.makedirs(base, 0o700, exist_ok=True)
+        fsio.make_missing_dirs(base, 0o700)
     except OSError as exc:
         raise WeightsError(f"cannot create the lock directory {base}: {exc.strerror}") from None
     st = os.lstat(base)

@@ -126,6 +126,19 @@ def test_a_new_run_directory_is_0755_whatever_the_umask(tmp_path: Path) -> None:
     assert (run / "results.jsonl").read_text() == '{"key": "k"}\n'
 
 
+@pytest.mark.usefixtures("umask_0")
+def test_every_missing_level_above_a_new_run_directory_is_0755(tmp_path: Path) -> None:
+    """``--out campaigns/a/run`` under umask 0: ``a`` too is 0755 (os.makedirs left it 0777,
+    and the next check refused the run directory above which it stood)."""
+    run = tmp_path / "campaigns" / "a" / "run"
+    with RunDir(run) as rd:
+        rd.append({"key": "k"})
+    modes = {p.name: stat.S_IMODE(os.stat(p).st_mode) for p in (run, run.parent, run.parent.parent)}
+    assert modes == {"run": 0o755, "a": 0o755, "campaigns": 0o755}
+    with RunDir(run):  # the next launch accepts it
+        pass
+
+
 def test_a_planted_lock_link_is_refused_and_never_followed(tmp_path: Path) -> None:
     victim = tmp_path / "victim"
     victim.write_text("root's file\n")
@@ -171,7 +184,7 @@ def test_a_run_directory_can_be_released_twice_and_locked_again(tmp_path: Path) 
 def test_run_files_are_never_written_in_a_directory_others_can_write(open_to_all: Path) -> None:
     """Each write of a run file (plan, records, a torn tail's cut) checks its directory,
     even without the lock (``bench report``, ``merge`` and tests call these directly)."""
-    refused = f"{open_to_all} (above {open_to_all}) is writable by others and not sticky"
+    refused = f"{open_to_all} (above path) is writable by others and not sticky"
     with pytest.raises(RunDirError) as caught:
         write_atomic(open_to_all / "plan.toml", "x = 1\n")
     assert str(caught.value).startswith(refused)

@@ -83,6 +83,16 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
+def umask_0() -> Iterator[None]:
+    """Run the test under ``umask 0`` (a boot unit or a careless shell), then restore it."""
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.fixture
 def public_tmp_path() -> Iterator[Path]:
     """A fresh ``/tmp/gpudoctor-test-*`` directory (mode 0711) for tests in which a second
     user (``nobody`` through ``setpriv``) plants files: pytest's own ``tmp_path`` lies under

@@ -235,16 +235,13 @@ def test_safe_location_refuses_an_ancestor_others_can_write(tmp_path: Path) -> N
     assert not (tmp_path / "open" / "new").exists()  # refused before anything was made
 
 
+@pytest.mark.usefixtures("umask_0")
 def test_missing_parents_are_made_0755_whatever_the_umask(tmp_path: Path) -> None:
     """Under umask 0 every missing level is 0755 (os.makedirs would make the upper ones
     0777), so the next run still trusts the parents it made."""
     tmp_path.chmod(0o755)
     target = tmp_path / "a" / "b" / "c" / "model"
-    old = os.umask(0)
-    try:
-        assert trust.safe_location(target) == target
-    finally:
-        os.umask(old)
+    assert trust.safe_location(target) == target
     for level in (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "c"):
         assert stat.S_IMODE(os.stat(level).st_mode) == 0o755
     assert trust.safe_location(target) == target  # the next run

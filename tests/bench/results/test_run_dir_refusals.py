@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,16 +31,6 @@ def open_to_all(tmp_path: Path) -> Path:
     path.mkdir()
     os.chmod(path, 0o777)
     return path
-
-
-@pytest.fixture
-def umask_0() -> Iterator[None]:
-    """Run the test under ``umask 0`` (a boot unit or a careless shell), then restore it."""
-    old = os.umask(0)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def test_an_existing_run_directory_is_reported_and_a_missing_one_is_not_made(

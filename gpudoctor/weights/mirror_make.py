@@ -135,7 +135,7 @@ def make_mirror(
         )
     trust.check_ancestors(path.parent, "--to")
     trust.check_dir(path, "the mirror")
-    fsio.make_missing_dirs(path.parent, 0o755)
+    fsio.make_missing_dirs(path.parent)
     try:
         fill_mirror(source, path, manifest, progress)
     except OSError as exc:

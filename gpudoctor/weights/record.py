@@ -64,7 +64,7 @@ def remember(target: Path, record: TargetRecord) -> str | None:
 
     path = record_path()
     try:
-        fsio.make_missing_dirs(path.parent, 0o755)
+        fsio.make_missing_dirs(path.parent)
         check_dir(path.parent, "gpudoctor's state directory")
         records = parse_records(read_trusted_text(path, "the weights record"))
         records[str(target)] = record

@@ -106,7 +106,7 @@ def safe_location(target: Path) -> Path:
     existing = check_ancestors(parent, "--to")
     _check_filesystem(existing, target)
     try:
-        fsio.make_missing_dirs(parent, 0o755)  # made meanwhile by another run: fine
+        fsio.make_missing_dirs(parent)  # made meanwhile by another run: fine
     except OSError as exc:
         raise WeightsError(
             f"cannot create {parent} for --to {target}: {exc.strerror}; choose another --to"

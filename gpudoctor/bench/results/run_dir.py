@@ -80,7 +80,7 @@ def check_run_dir(path: Path, option: str = "--out", create: bool = False) -> bo
     try:
         fsio.check_ancestors(path.parent, option)
         if create:
-            fsio.make_missing_dirs(path, 0o755)  # a race with a planter is caught below
+            fsio.make_missing_dirs(path)  # a race with a planter is caught below
         try:
             st = os.lstat(path)
         except FileNotFoundError:

@@ -229,3 +229,23 @@ def test_under_root_resolves_links_like_chroot(tmp_path: Path) -> None:
         fsio_root.read_under_root(root, "/loop")
     with pytest.raises(FsioError, match="does not exist"):
         fsio_root.read_under_root(root, "/missing/file")
+
+
+@pytest.mark.usefixtures("umask_0")
+def test_make_missing_dirs_gives_every_missing_level_its_mode(tmp_path: Path) -> None:
+    """``mkdir -p -m 0700``: each new level is 0700 under umask 0 (os.makedirs leaves the
+    upper ones 0777), the existing ones are untouched, a link above is resolved, and a
+    file in the way is an OSError (ENOTDIR)."""
+    tmp_path.chmod(0o755)
+    (tmp_path / "real").mkdir(mode=0o711)
+    (tmp_path / "link").symlink_to("real")
+    made = fsio.make_missing_dirs(tmp_path / "link" / "a" / "b", 0o700)
+    assert made == tmp_path / "real" / "a" / "b"
+    modes = {p: stat.S_IMODE(os.stat(p).st_mode) for p in (made, made.parent, made.parent.parent)}
+    assert modes == {made: 0o700, made.parent: 0o700, tmp_path / "real": 0o711}
+    assert fsio.make_missing_dirs(made, 0o700) == made  # all there: nothing to do
+    assert stat.S_IMODE(os.stat(fsio.make_missing_dirs(tmp_path / "c" / "d")).st_mode) == 0o755
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OSError) as caught:  # callers turn it into their one-line error
+        fsio.make_missing_dirs(tmp_path / "file" / "e")
+    assert caught.value.errno == 20  # ENOTDIR

@@ -485,9 +485,11 @@ def make_dirs(root: Path | str, rel_dir: str | Path, mode: int = 0o755) -> Path:
 def make_missing_dirs(path: Path | str, mode: int = 0o755) -> Path:
     """``mkdir -p -m MODE path`` where every missing level gets ``mode`` (``os.makedirs``
     gives it to the last one only, the others ``0777 & ~umask``: world-writable under umask
-    0); return the resolved directory. Raise FsioError when a level is not a directory."""
-    real = Path(os.path.realpath(path))
-    existing = real
-    while not existing.exists() and existing.parent != existing:
+    0); return the directory (its existing part resolved). A link among the missing
+    levels, dangling ones included, is never followed (nothing is made where it points);
+    raise OSError (ENOTDIR, ENOENT) when a level is not a directory."""
+    absolute = Path(os.path.abspath(path))
+    existing = absolute
+    while not os.path.lexists(existing) and existing.parent != existing:
         existing = existing.parent
-    return make_dirs(existing, real.relative_to(existing), mode)
+    return make_dirs(os.path.realpath(existing), absolute.relative_to(existing), mode)

@@ -249,3 +249,13 @@ def test_make_missing_dirs_gives_every_missing_level_its_mode(tmp_path: Path) ->
     with pytest.raises(OSError) as caught:  # callers turn it into their one-line error
         fsio.make_missing_dirs(tmp_path / "file" / "e")
     assert caught.value.errno == 20  # ENOTDIR
+
+
+def test_make_missing_dirs_makes_nothing_where_a_dangling_link_points(tmp_path: Path) -> None:
+    """A link planted where the directory should be, pointing at a directory that does not
+    exist yet: nothing is made there (os.path.realpath would have followed it)."""
+    (tmp_path / "run").symlink_to(tmp_path / "elsewhere")
+    fsio.make_missing_dirs(tmp_path / "run")  # the caller's lstat then refuses the link
+    with pytest.raises(OSError):
+        fsio.make_missing_dirs(tmp_path / "run" / "a")
+    assert not (tmp_path / "elsewhere").exists()

@@ -220,3 +220,14 @@ def test_a_link_or_a_file_where_logs_go_is_refused_with_the_fix(tmp_path: Path) 
     assert str(caught.value) == (
         f"{raw} exists and is not a directory; remove it (rm {raw}) and run again"
     )
+
+
+def test_a_dangling_link_planted_as_the_run_directory_creates_nothing(tmp_path: Path) -> None:
+    """Another user plants ``--out`` as a link to a directory that does not exist (say
+    /etc/cron.d/x): the launcher, often root, refuses it and makes nothing there."""
+    target = tmp_path / "victim" / "made-by-root"
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "run").symlink_to(target)
+    with pytest.raises(RunDirError, match="is a symlink"):
+        RunDir(tmp_path / "run").__enter__()
+    assert not target.exists()

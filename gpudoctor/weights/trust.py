@@ -11,6 +11,7 @@ Locks live in a directory of our own (``/run/gpudoctor``, 0700), never next to t
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -98,18 +99,22 @@ def safe_location(target: Path) -> Path:
     """Return ``target`` with its parent resolved, after checking every ancestor.
 
     Each existing ancestor must belong to the user or root, and be sticky when others
-    may write it. The parent is created (0755, each missing level) when missing. Checked before any work:
+    may write it. The parent is created (0755, each missing level, never through a link)
+    when missing. Checked before any work:
     a filesystem that cannot hold files (``/proc``) or a read-only one is refused here.
     """
     target = target.absolute()
-    parent = Path(os.path.realpath(target.parent))
-    existing = check_ancestors(parent, "--to")
+    existing = check_ancestors(Path(os.path.realpath(target.parent)), "--to")
     _check_filesystem(existing, target)
     try:
-        fsio.make_missing_dirs(parent)  # made meanwhile by another run: fine
+        # never through a link among the missing levels (a planted dangling one included)
+        parent = fsio.make_missing_dirs(target.parent)  # made meanwhile by another run: fine
+        if not parent.is_dir():
+            raise FileNotFoundError(errno.ENOENT, "a link to a directory that does not exist")
     except OSError as exc:
         raise WeightsError(
-            f"cannot create {parent} for --to {target}: {exc.strerror}; choose another --to"
+            f"cannot create {target.parent} for --to {target}: {exc.strerror};"
+            " choose another --to"
         ) from None
     return parent / target.name
 

@@ -322,3 +322,18 @@ def test_lock_path_is_private_and_named_after_the_target() -> None:
     assert stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
     if os.geteuid() == 0:
         assert path.parent == Path("/run/gpudoctor")
+
+
+def test_a_dangling_link_planted_as_the_parent_of_to_creates_nothing(tmp_path: Path) -> None:
+    """``--to /tmp/models/m`` where another user planted ``/tmp/models`` as a link to a
+    directory that does not exist: refused, and nothing is made where the link points."""
+    tmp_path.chmod(0o755)
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "models").symlink_to(tmp_path / "victim" / "made")
+    with pytest.raises(WeightsError) as caught:
+        trust.safe_location(tmp_path / "models" / "m")
+    assert str(caught.value) == (
+        f"cannot create {tmp_path / 'models'} for --to {tmp_path / 'models' / 'm'}: a link to"
+        " a directory that does not exist; choose another --to"
+    )
+    assert not (tmp_path / "victim" / "made").exists()

@@ -11,7 +11,6 @@ Locks live in a directory of our own (``/run/gpudoctor``, 0700), never next to t
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import stat
@@ -109,14 +108,15 @@ def safe_location(target: Path) -> Path:
     try:
         # never through a link among the missing levels (a planted dangling one included)
         parent = fsio.make_missing_dirs(target.parent)  # made meanwhile by another run: fine
-        if not parent.is_dir():
-            raise FileNotFoundError(errno.ENOENT, "a link to a directory that does not exist")
     except OSError as exc:
-        raise WeightsError(
-            f"cannot create {target.parent} for --to {target}: {exc.strerror};"
-            " choose another --to"
-        ) from None
-    return parent / target.name
+        reason = exc.strerror
+    else:
+        if parent.is_dir():
+            return parent / target.name
+        reason = "a link to a directory that does not exist"
+    raise WeightsError(
+        f"cannot create {target.parent} for --to {target}: {reason}; choose another --to"
+    )
 
 
 def check_ancestors(directory: Path, option: str) -> Path:

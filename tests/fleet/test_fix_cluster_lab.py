@@ -146,13 +146,17 @@ def test_fix_cluster_stops_at_the_first_rollback_then_keep_going_fixes_the_rest(
     # 1. a dry run plans every CT and changes nothing
     configs = {k: fleet.made[k].config_path.read_bytes() for k in KINDS}
     planned = fix_cluster(inventory, fix_settings(tmp_path, lab_sshd, dry_run=True))
-    assert [f.status for f in planned.fixes] == ["dry_run"] * len(KINDS)
+    assert [f.status for f in planned.fixes] == ["dry_run"] * len(KINDS), [
+        (f.ct, f.status, f.message) for f in planned.fixes
+    ]
     assert all("+lxc.cgroup2.devices.allow = c 10:232 rwm" in f.diff for f in planned.fixes)
     assert {k: fleet.made[k].config_path.read_bytes() for k in KINDS} == configs
 
     # 2. asked and declined: nothing written, nothing restarted
     declined = fix_cluster(inventory, fix_settings(tmp_path, lab_sshd), confirm=lambda c: False)
-    assert [f.status for f in declined.fixes] == ["declined"] * len(KINDS)
+    assert [f.status for f in declined.fixes] == ["declined"] * len(KINDS), [
+        (f.ct, f.status, f.message) for f in declined.fixes
+    ]
     assert {k: fleet.made[k].config_path.read_bytes() for k in KINDS} == configs
 
     # 3. apply (confirmed), the flaky CT's next start fails: rolled back, the rest stops

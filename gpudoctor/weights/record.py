@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudoctor import fsio
+
 RECORD_NAME = "weights-targets.json"
 
 
@@ -58,7 +60,6 @@ def remember(target: Path, record: TargetRecord) -> str | None:
     """Record ``record`` for ``target`` (root only); return a warning line on failure, else None."""
     if os.geteuid() != 0:
         return None
-    from gpudoctor import fsio
     from gpudoctor.weights.localfs import read_trusted_text, write_private
     from gpudoctor.weights.trust import check_dir
 

@@ -31,9 +31,16 @@ def probe(ct_host: Host, paths: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 
 
 def worse(before: tuple[tuple[str, str], ...], after: tuple[tuple[str, str], ...]) -> list[str]:
-    """Return the paths that opened before and do not open now."""
+    """Return the paths that opened before and do not open now, and those the device
+    policy denies now (EPERM) but did not before (``/dev/tty`` without a controlling
+    terminal gives ENXIO both times: not worse; EPERM after: the policy shrank)."""
     now = dict(after)
-    return [p for p, e in before if e == "OK" and now.get(p, "MISSING") != "OK"]
+    return [
+        p
+        for p, e in before
+        if (e == "OK" and now.get(p, "MISSING") != "OK")
+        or (e != "EPERM" and not e.startswith("UNREACHABLE") and now.get(p) == "EPERM")
+    ]
 
 
 def device_checks(ct_host: Host, target: Target, paths: tuple[str, ...]) -> tuple[dict, ...]:

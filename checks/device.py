@@ -406,8 +406,9 @@ def device_unchanged(ctx: CheckContext) -> Iterator[Finding]:
     for change in found:
         yield _node_changes.finding(ctx, change, before, probe)
     if not found:
+        how = f" ({probe.ran_as()})" if probe.ran_as() else ""
         yield ctx.passed(
             "nodes",
             f"cuInit and nvmlInit left the {len(after.paths)} device node(s) as they were "
-            "(stat before and after the probe).",
+            f"(stat before and after the probe){how}.",
         )

@@ -220,6 +220,7 @@ def plan(config: Config, facts: HostFacts, options: PlanOptions) -> FixPlan:
         build.comment(index, reason)
     wanted += [n for n in cure.nodes if n not in wanted]
     passed = _passed_nodes(entries, facts)
+    _plan_create(config, entries, facts, build)
     missing = _missing_rules(entries, facts, [*wanted, *passed])
     gpu_ct = any("nvidia" in n.path for n in [*wanted, *passed])
     dev_paths: tuple[str, ...] = tuple(d.path for _, d in entries.devs if d.path)
@@ -264,6 +265,29 @@ def plan(config: Config, facts: HostFacts, options: PlanOptions) -> FixPlan:
             )
         ),
     )
+
+
+def _plan_create(config: Config, entries: Entries, facts: HostFacts, build: _Builder) -> None:
+    """Plan ``create=file`` (``create=dir``) on each bind mount of a host char node (node
+    directory) into the CT's /dev that has no ``create=``: LXC's /dev is a fresh tmpfs
+    (autodev), so the mount has nothing to land on and an ``optional`` mount is skipped:
+    the node is missing inside after every start, and a restart alone never cures it."""
+    for index, mount in entries.mounts:
+        node = facts.node(mount.source.rstrip("/"))
+        if not mount.is_bind or node is None or node.kind not in ("char", "dir"):
+            continue
+        if not mount.target.startswith("/dev/") or any(
+            o.startswith("create=") for o in mount.options
+        ):
+            continue
+        fields = config.lines[index].value.split()
+        fields[3] += ",create=dir" if node.kind == "dir" else ",create=file"
+        why = (
+            f"{mount.target} has no create=: the CT's /dev has no file for the bind mount to "
+            "land on, so LXC skips it and the node is missing inside after every start"
+        )
+        build.drop(index, why)
+        build.add(index, MOUNT_KEY, " ".join(fields), why)
 
 
 def _wanted_nodes(

@@ -60,18 +60,24 @@ def kind_inside(ct, path: str) -> str:
     return result.stdout.strip() if result.ok else result.stderr.strip()
 
 
+@pytest.mark.parametrize("create", ["create=file", ""])
 def test_autostart_race_is_named_by_check_and_cured_by_one_fix(
-    lab, lab_sshd, lab_container, tmp_path
+    lab, lab_sshd, lab_container, tmp_path, create
 ) -> None:
+    """``create=file``: an empty placeholder where the node belongs; without ``create=``
+    nothing at all (the node is missing inside)."""
     node = lab.nodes_dir / f"race-{lab.unique_name()}"
-    ct = lab_container(devices={RACE_INSIDE: str(node)},
-                       allow=[f"c {lab.fake_gpu_major}:{lab.fake_gpu_minor} rwm"])  # fmt: skip
-    assert kind_inside(ct, RACE_INSIDE) == "regular empty file"  # the placeholder
+    rule = f"c {lab.fake_gpu_major}:{lab.fake_gpu_minor} rwm"
+    options = ",".join(["bind", "optional", *([create] if create else [])])
+    ct = lab_container(allow=[rule], extra_config=[
+        f"lxc.mount.entry = {node} {RACE_INSIDE.lstrip('/')} none {options} 0 0"])  # fmt: skip
+    placeholder = kind_inside(ct, RACE_INSIDE)
+    assert placeholder == "regular empty file" if create else "No such file" in placeholder
     lab.make_node(node.name, lab.fake_gpu_major, lab.fake_gpu_minor)  # the host's node, late
     [named] = [f for f in device_findings(lab_sshd, ct, f"{RACE_INSIDE}:misc")
                if f.check_id == "device.nodes" and f.subject == RACE_INSIDE]  # fmt: skip
     assert named.status.name == "FAIL"
-    assert "missing when the container started" in named.message
+    assert ("missing when the container started" if create else "does not exist") in named.message
     assert named.fix_hint.endswith(f"--device {RACE_INSIDE}"), named.fix_hint  # the flag it needs
     config, pid = ct.config_path.read_bytes(), ct.init_pid()
 
@@ -80,10 +86,11 @@ def test_autostart_race_is_named_by_check_and_cured_by_one_fix(
     out = json.loads(dry.stdout)
     assert out["status"] == "dry_run" and out["changed"] is False and out["diff"] == ""
     [reason] = out["restart_reasons"]
-    assert (
-        reason.startswith(f"{RACE_INSIDE} is a regular file inside the CT")
-        and "placeholder" in reason
-    )
+    if create:
+        assert reason.startswith(f"{RACE_INSIDE} is a regular file inside the CT (mode 0")
+        assert "placeholder" in reason
+    else:
+        assert reason.startswith(f"{RACE_INSIDE} does not exist inside the CT")
     assert ct.config_path.read_bytes() == config and ct.init_pid() == pid
 
     done = gpudoctor(fix_args(lab_sshd, ct, RACE_INSIDE, "--yes"), env_for(tmp_path))

@@ -380,8 +380,9 @@ def judge_open(
     "run as root can make the driver rewrite nodes (the nvidia module's ModifyDeviceFiles, on by "
     "default); the node checks report what was there before the probe",
     remediation="Make the node right at its source (device.nodes says how) and restart the CT "
-    "to get it back; to check without the driver touching nodes, run gpudoctor as a non-root "
-    "user, or load nvidia with NVreg_ModifyDeviceFiles=0.",
+    "to get it back (gpudoctor fix plans that restart); gpudoctor's probe drops root before the "
+    "driver library loads unless GPUDOCTOR_PROBE_AS_ROOT=1, so the library cannot rewrite "
+    "nodes; other CUDA programs run as root can (NVreg_ModifyDeviceFiles=0 stops that).",
     after=("driver.loaded", "cuda.init", "nvml.init"),
     fix="gpudoctor fix",
 )

@@ -64,8 +64,9 @@ def kind_inside(ct, path: str) -> str:
 def test_autostart_race_is_named_by_check_and_cured_by_one_fix(
     lab, lab_sshd, lab_container, tmp_path, create
 ) -> None:
-    """``create=file``: an empty placeholder where the node belongs; without ``create=``
-    nothing at all (the node is missing inside)."""
+    """``create=file``: an empty placeholder where the node belongs, cured by a restart
+    alone; without ``create=`` nothing at all (the node is missing inside), and the mount
+    gets ``create=file`` (a restart alone would leave it missing: measured here)."""
     node = lab.nodes_dir / f"race-{lab.unique_name()}"
     rule = f"c {lab.fake_gpu_major}:{lab.fake_gpu_minor} rwm"
     options = ",".join(["bind", "optional", *([create] if create else [])])
@@ -82,25 +83,33 @@ def test_autostart_race_is_named_by_check_and_cured_by_one_fix(
     config, pid = ct.config_path.read_bytes(), ct.init_pid()
 
     dry = gpudoctor(fix_args(lab_sshd, ct, RACE_INSIDE, "--dry-run"), env_for(tmp_path))
-    assert dry.exit_code == 4, dry.output  # a restart is pending though no line changes
+    assert dry.exit_code == 4, dry.output  # pending: a restart, or the create= and a restart
     out = json.loads(dry.stdout)
-    assert out["status"] == "dry_run" and out["changed"] is False and out["diff"] == ""
-    [reason] = out["restart_reasons"]
-    if create:
+    assert out["status"] == "dry_run"
+    if create:  # the config is right: the plan is a restart with its reason, no diff
+        assert out["changed"] is False and out["diff"] == ""
+        [reason] = out["restart_reasons"]
         assert reason.startswith(f"{RACE_INSIDE} is a regular file inside the CT (mode 0")
         assert "placeholder" in reason
-    else:
-        assert reason.startswith(f"{RACE_INSIDE} does not exist inside the CT")
+    else:  # no create=: a restart alone never brings the node; the mount gets create=file
+        assert out["changed"] is True
+        assert (
+            f"+lxc.mount.entry = {node} {RACE_INSIDE.lstrip('/')} none "
+            "bind,optional,create=file 0 0" in out["diff"]
+        )
     assert ct.config_path.read_bytes() == config and ct.init_pid() == pid
 
     done = gpudoctor(fix_args(lab_sshd, ct, RACE_INSIDE, "--yes"), env_for(tmp_path))
     assert done.exit_code == 0, done.output
     out = json.loads(done.stdout)
     assert out["status"] == "applied", out
-    assert out["backup"] == {"host": "", "client": ""}  # nothing written
+    before = "NOT_A_DEVICE (file)" if create else "ENOENT"  # the placeholder opens, no device
+    assert out["probes"]["before"][RACE_INSIDE] == before
     assert out["probes"]["after"][RACE_INSIDE] == "OK"
     assert out["probes"]["after"]["/dev/null"] == "OK"
-    assert ct.config_path.read_bytes() == config
+    if create:
+        assert out["backup"] == {"host": "", "client": ""}  # nothing written
+        assert ct.config_path.read_bytes() == config
     assert ct.init_pid() not in (None, pid)
     assert opened_inside(ct, RACE_INSIDE) == "OK"
     again = gpudoctor(fix_args(lab_sshd, ct, RACE_INSIDE, "--dry-run"), env_for(tmp_path))

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from gpudoctor.facts.nodes import a_kind
 from gpudoctor.hosts.base import Host
+from gpudoctor.pve import uvm_unit
+from gpudoctor.pve.apply import Layout
 
 BASIC_DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/tty")
 """What every CT opens (shells redirect to /dev/null; ``exec 3<>/dev/tty`` gives ENXIO
@@ -91,3 +93,22 @@ def restart_reasons(ct_host: Host, nodes: Iterable[tuple[str, int, int]]) -> tup
 def host_made(paths: Iterable[str]) -> list[str]:
     """Return the paths among ``paths`` that the host makes only on nvidia-uvm/caps use."""
     return [p for p in paths if p.startswith(HOST_MADE)]
+
+
+def host_cause(host: Host, layout: Layout, missing: Iterable[str], host_label: str) -> str:
+    """Return the host-side cause and its durable cure when nodes the host makes only on
+    first use (nvidia-uvm, nvidia-caps) were missing at the CT's start and the boot unit
+    of ``--host-prep`` is not installed (``systemctl cat gpudoctor-nvidia-uvm.service``);
+    "" otherwise."""
+    late = host_made(missing)
+    if not late:
+        return ""
+    prep, _, _ = uvm_unit.plan_host_prep(host, uvm_unit.systemd_root(), layout)
+    if not prep.explanation:
+        return ""
+    return (
+        f"the cause is on the host: {', '.join(late)} did not exist there when the CT started "
+        "(nvidia-uvm loads on the first CUDA use, after CTs autostart); the durable cure is "
+        f"the boot unit that makes them before guests start: gpudoctor fix --host "
+        f"{host_label} --host-prep"
+    )

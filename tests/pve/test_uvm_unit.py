@@ -71,14 +71,13 @@ def test_a_node_missing_at_the_cts_start_proposes_host_prep_until_it_is_installe
     started, the plan names the host cause and ``--host-prep``; once the boot unit is
     installed (the real ``systemctl --root``), it no longer does. A stand-in node (not
     made late by the host) never does."""
-    from gpudoctor.pve.fixer import FixOptions, _host_cause
+    from gpudoctor.pve.ctstate import host_cause
 
     monkeypatch.setenv("GPUDOCTOR_SYSTEMD_ROOT", str(root))
     layout = PveTree(tmp_path).layout()
-    options = FixOptions(ct="200", layout=layout)
-    cause = _host_cause(LocalHost(), options, ["/dev/nvidia-uvm", "/dev/nvidia0"], "root@pve1")
+    cause = host_cause(LocalHost(), layout, ["/dev/nvidia-uvm", "/dev/nvidia0"], "root@pve1")
     assert cause.startswith("the cause is on the host: /dev/nvidia-uvm did not exist there")
     assert cause.endswith("gpudoctor fix --host root@pve1 --host-prep")
-    assert _host_cause(LocalHost(), options, ["/dev/fakegpu"], "root@pve1") == ""
+    assert host_cause(LocalHost(), layout, ["/dev/fakegpu"], "root@pve1") == ""
     run_host_prep(LocalHost(), yes=True, layout=layout, root=str(root))
-    assert _host_cause(LocalHost(), options, ["/dev/nvidia-uvm"], "root@pve1") == ""
+    assert host_cause(LocalHost(), layout, ["/dev/nvidia-uvm"], "root@pve1") == ""

@@ -154,4 +154,3 @@ class CellRunner:
 
             self.measure = measure_cell
         return self.measure
-

@@ -6,11 +6,12 @@ set of GPUs held from the pool, in its own thread of the launcher.
   (:func:`slots.check_gpus`; a GPU that fails leaves the pool and is written to
   ``gpus.jsonl``), then starts the job's thread. A job needing more GPUs than the pool
   still has is recorded as skipped.
-- A slot thread runs the configuration's sweep (:func:`config_sweep.serve_and_sweep`) with
-  ``CUDA_VISIBLE_DEVICES`` set to its GPUs' UUIDs; when it ends (done or crashed) its GPUs go back to the pool. A crash
-  touches nothing but its own slot.
+- A slot thread runs the configuration's sweep (:func:`config_sweep.serve_and_sweep`)
+  with ``CUDA_VISIBLE_DEVICES`` set to its GPUs' UUIDs; when it ends (done or crashed)
+  its GPUs go back to the pool. A crash touches nothing but its own slot.
 - One writer: slot threads hand records to the cell runner, whose
-  :class:`~gpudoctor.bench.launch.run_writer.RunWriter` appends them under one lock, in this one process (servers never write results).
+  :class:`~gpudoctor.bench.launch.run_writer.RunWriter` appends them under one lock, in
+  this one process (servers never write results).
 - Ctrl-C / SIGTERM / a writer error: every running server is stopped, the slot threads
   end without recording the interrupted cells, and the exception goes on. SIGKILL of the
   launcher: the guardian kills every tagged process (every server's process group).

@@ -255,3 +255,23 @@ def test_group_writable_target_ancestor_and_manifest_are_refused_like_0777(
     run = cli.run("ensure", REPO, "--to", str(parent / "model"))
     assert_one_line_error(run, "writable by others and not sticky (mode 0775)")
     assert not (parent / "model").exists()
+
+
+def test_a_link_planted_as_an_existing_parent_of_to_is_refused_not_followed(
+    hub, cli: WeightsCli, shm: Path, tmp_path: Path
+) -> None:
+    """Attack (issue 33.3): nobody plants ``/dev/shm/models -> ROOT_ONLY_DIR`` before root
+    runs ``ensure --to /dev/shm/models/m``: the parent exists (it is a link), so nothing
+    was judged and root's model landed in the directory the attacker chose."""
+    files = make_model_files()
+    publish(hub, files)
+    chosen = tmp_path / "root-only"
+    chosen.mkdir(mode=0o700)  # root's, where nobody can write: only the link leads there
+    as_nobody(f"ln -s {chosen} {shm}/models")
+    run = cli.run("ensure", REPO, "--to", str(shm / "models" / "m"))
+    assert_one_line_error(run, "is a symlink of nobody (uid 65534)")
+    assert list(chosen.iterdir()) == []
+    # root's own link is followed as before (e.g. /var/run -> /run)
+    (shm / "mine").symlink_to(chosen)
+    assert cli.run("ensure", REPO, "--to", str(shm / "mine" / "m"), "-q").returncode == 0
+    assert (chosen / "m" / "config.json").is_file()

@@ -104,7 +104,7 @@ def read_submissions(out: Path) -> list[dict[str, Any]]:
     """Return the submissions recorded in ``DIR/slurm/submissions.jsonl`` (oldest first);
     a line whose ``array_job`` is not a Slurm job id (digits) is left out, so nothing but a
     job id reaches ``squeue``, ``scontrol`` or ``sacct``."""
-    records = read_records(out / "slurm" / SUBMISSIONS)[0]
+    records = read_records(out / "slurm" / SUBMISSIONS, limit=64 << 20)[0]
     return [
         r for r in records if _job_id(r.get("array_job")) and isinstance(r.get("shards", 1), int)
     ]

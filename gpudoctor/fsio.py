@@ -532,14 +532,20 @@ def read_regular(
 def make_dirs(root: Path | str, rel_dir: str | Path, mode: int = 0o755) -> Path:
     """``mkdir -p root/rel_dir`` without passing through a symlink; return the directory.
 
-    Each part is created with ``mode`` or, when it exists, checked with ``lstat`` to be a
-    real directory; raise FsioError (a NotADirectoryError's errno) for anything else.
+    Each part is created with exactly ``mode`` (``fchmod`` after ``mkdir``: neither umask 0
+    nor 077 changes it) or, when it exists, checked with ``lstat`` to be a real directory;
+    raise FsioError (a NotADirectoryError's errno) for anything else.
     """
     current = Path(root)
     for part in Path(rel_dir).parts:
         current = current / part
         try:
-            os.mkdir(current, mode)
+            os.mkdir(current, mode & 0o700)  # nobody else may enter it before its mode is set
+            fd = os.open(current, _DIR_FLAGS | os.O_NOFOLLOW)
+            try:
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
         except FileExistsError:
             st = os.lstat(current)
             if not stat.S_ISDIR(st.st_mode):

@@ -93,3 +93,26 @@ def test_the_plan_name_cannot_add_a_line_to_the_array_script(
     _wait_job_gone(slurm, job)
     _wait_job_gone(slurm, sub["merge_job"])
     assert not marker.exists()
+
+
+def test_edited_submissions_never_reach_slurm_as_anything_but_job_ids(
+    slurm: SlurmCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    """Suspected (issue 33): a submissions.jsonl whose ``array_job`` is ``--help``,
+    ``1,2`` or ``1 --me`` fed squeue/scontrol/sacct arguments. Only digit job ids are read;
+    ``bench status`` answers from the real Slurm with the rest left out."""
+    out = tmp_path / "campaign"
+    (out / "slurm").mkdir(parents=True)
+    (out / "shards" / "1").mkdir(parents=True)
+    lines = [{"array_job": bad, "shards": 1, "tasks": [1]} for bad in ("--help", "1,2", "1 --me", True)]
+    lines.append({"array_job": "4242", "shards": 1, "tasks": [1]})
+    (out / "slurm" / "submissions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    from gpudoctor.bench.launch.slurm import read_submissions
+
+    assert [s["array_job"] for s in read_submissions(out)] == ["4242"]
+    env = _env(slurm, tmp_path)
+    shown = _bench(env, "status", str(out), "--json")
+    assert shown.returncode == 0, shown.stderr
+    seen = json.loads(shown.stdout)["slurm"]
+    assert [s["array_job"] for s in seen["submissions"]] == ["4242"]
+    assert "--help" not in json.dumps(seen) and "--me" not in json.dumps(seen)

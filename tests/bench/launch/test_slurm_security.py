@@ -10,11 +10,13 @@ from pathlib import Path
 
 from gpudoctor.bench.plan import load_plan
 from tests.bench.campaign_support import write
+from tests.bench.launch import test_slurm_lab
 from tests.bench.launch.test_out_security import _one_line_error, as_nobody
 from tests.bench.launch.test_packing import packed_plan, tp1_configs
-from tests.bench.launch.test_slurm_lab import _bench, _env, _wait_job_gone, slurm  # noqa: F401
+from tests.bench.launch.test_slurm_lab import _bench, _env, _wait_job_gone
 from tests.lab.slurm import SlurmCluster
 
+slurm = test_slurm_lab.slurm  # the real one-node Slurm fixture
 VICTIM_TEXT = "root's precious file\n"
 
 
@@ -33,7 +35,7 @@ def test_a_campaign_dir_another_user_prepared_is_refused_before_sbatch(
     slurm: SlurmCluster,
     public_tmp_path: Path,
     tmp_path: Path,
-    tiny_model_dir: Path,  # noqa: F811
+    tiny_model_dir: Path,
 ) -> None:
     """Attack: nobody makes DIR first in /tmp, with ``slurm/logs/shard-1-<id>.log`` links to
     a root file for the next job ids (the task truncated and wrote it as root) and an
@@ -68,7 +70,7 @@ def test_a_campaign_dir_another_user_prepared_is_refused_before_sbatch(
 def test_the_plan_name_cannot_add_a_line_to_the_array_script(
     slurm: SlurmCluster,
     tmp_path: Path,
-    tiny_model_dir: Path,  # noqa: F811
+    tiny_model_dir: Path,
 ) -> None:
     """Attack: a plan named ``x\\ntouch MARKER`` (TOML allows the escape): its name went raw
     into a comment line of array.sh, so every array task ran ``touch MARKER`` as root. The
@@ -96,7 +98,7 @@ def test_the_plan_name_cannot_add_a_line_to_the_array_script(
 
 
 def test_edited_submissions_never_reach_slurm_as_anything_but_job_ids(
-    slurm: SlurmCluster, tmp_path: Path  # noqa: F811
+    slurm: SlurmCluster, tmp_path: Path
 ) -> None:
     """Suspected (issue 33): a submissions.jsonl whose ``array_job`` is ``--help``,
     ``1,2`` or ``1 --me`` fed squeue/scontrol/sacct arguments. Only digit job ids are read;
@@ -104,7 +106,9 @@ def test_edited_submissions_never_reach_slurm_as_anything_but_job_ids(
     out = tmp_path / "campaign"
     (out / "slurm").mkdir(parents=True)
     (out / "shards" / "1").mkdir(parents=True)
-    lines = [{"array_job": bad, "shards": 1, "tasks": [1]} for bad in ("--help", "1,2", "1 --me", True)]
+    lines = [
+        {"array_job": bad, "shards": 1, "tasks": [1]} for bad in ("--help", "1,2", "1 --me", True)
+    ]
     lines.append({"array_job": "4242", "shards": 1, "tasks": [1]})
     (out / "slurm" / "submissions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     from gpudoctor.bench.launch.slurm import read_submissions

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,9 @@ def shards(tmp_path: Path, tiny_model_dir: Path) -> tuple[Path, Path]:
     plan = load_plan(plan_path)
     good, bad = tmp_path / "good", tmp_path / "bad"
     assert run_campaign(plan, LaunchOptions(out=good)).ok == 2
+    last = max(r["recorded_at"] for r in read_records(good / "results.jsonl")[0])
+    while time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) <= last:
+        time.sleep(0.05)  # records are stamped to the second: the crash must be newer
     marker.touch()
     assert run_campaign(plan, LaunchOptions(out=bad)).crashed == 2
     for run in (good, bad):
@@ -77,7 +81,7 @@ def test_a_later_crash_never_replaces_another_shards_measurement(
     measured = {r["key"]: r for r in read_records(good / "results.jsonl")[0]}
     crashed = read_records(bad / "results.jsonl")[0]
     assert {r["status"] for r in crashed} == {"crashed"}
-    assert min(r["recorded_at"] for r in crashed) >= max(
+    assert min(r["recorded_at"] for r in crashed) > max(
         r["recorded_at"] for r in measured.values()
     )  # the crash is the newer record
     out = tmp_path / f"merged-{order}"

@@ -35,10 +35,12 @@ def wrapped_plan(tmp_path: Path, model: Path, crash_line: str) -> tuple[Path, Pa
     """Return (plan, marker): the plan's server crashes at start, printing ``crash_line``,
     while ``marker`` exists (its ``--help`` still answers); otherwise it is the stream server."""
     marker = tmp_path / "crash-now"
+    said = tmp_path / "crash-line.txt"
+    said.write_text(crash_line + "\n", encoding="utf-8")
     wrapper = tmp_path / "server.sh"
     wrapper.write_text(
         "#!/bin/sh\n"
-        f'if [ -e "{marker}" ] && [ "$1" != --help ]; then printf "%s\\n" \'{crash_line}\' >&2; exit 1; fi\n'
+        f'if [ -e "{marker}" ] && [ "$1" != --help ]; then cat "{said}" >&2; exit 1; fi\n'
         f'exec "{sys.executable}" "{STREAM_SERVER}" "$@"\n'
     )
     wrapper.chmod(0o755)

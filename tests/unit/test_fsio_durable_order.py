@@ -26,13 +26,10 @@ def _syscalls(tmp_path: Path, code: str) -> list[str]:
             pytest.fail("strace is not installed (tests/run.sh installs it)")
         pytest.skip("strace is not installed (apt-get install strace; tests/run.sh does)")
     log = tmp_path / "strace.log"
-    done = subprocess.run(
-        [strace, "-f", "-qq", "-y", "-e", "signal=none", "-o", str(log),
-         "-e", "trace=fsync,fdatasync,rename,renameat,renameat2",
-         sys.executable, "-c", code],  # fmt: skip
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+    argv = [strace, "-f", "-qq", "-y", "-e", "signal=none", "-o", str(log),
+            "-e", "trace=fsync,fdatasync,rename,renameat,renameat2", sys.executable, "-c", code]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     return [re.sub(r"^\d+\s+", "", line) for line in log.read_text().splitlines()]
 

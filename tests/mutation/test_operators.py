@@ -40,10 +40,12 @@ def test_sort_key_swaps_a_key_functions_tuple_and_both_sides_of_a_rank_compariso
 
 
 def test_boundary_flips_the_strictness_of_one_comparison() -> None:
-    src = "def passes(a, g):\n    return a >= g\ndef small(n):\n    return n < 3\n"
+    src = "def f(a, g, n, m):\n    return a >= g, n < 3, m > 0, n <= m\n"
     assert only(src, "boundary") == [
         src.replace("a >= g", "a > g"),
         src.replace("n < 3", "n <= 3"),
+        src.replace("m > 0", "m >= 0"),
+        src.replace("n <= m", "n < m"),
     ]
     assert only("ok = a == b\nboth = 1 < x < 3\n", "boundary") == []
 

@@ -43,6 +43,7 @@ class Mutant:
     operator: str
     function: str  # ``Class.method``, ``function``, or ``<module>``
     line: int
+    col: int
     description: str
     source: str
 
@@ -177,7 +178,9 @@ def mutants(text: str, functions: set[str] | None = None) -> list[Mutant]:
     def add(op: str, node: ast.AST, what: str, new: str) -> None:
         qual = owner.get(id(node), "<module>")
         if functions is None or qual in functions:
-            found.append(Mutant(op, qual, node.lineno, " ".join(what.split()), new))
+            found.append(
+                Mutant(op, qual, node.lineno, node.col_offset, " ".join(what.split()), new)
+            )
 
     for group in _rank_tuples(tree, funcs):
         what = " & ".join(src.segment(t) for t in group)
@@ -202,7 +205,7 @@ def mutants(text: str, functions: set[str] | None = None) -> list[Mutant]:
             if not isinstance(block, list) or not block or not isinstance(block[0], ast.stmt):
                 continue
             _block_mutants(src, block, add)
-    found.sort(key=lambda m: (m.line, m.operator, m.description))
+    found.sort(key=lambda m: (m.line, m.col, m.operator, m.description))
     return found
 
 

@@ -166,9 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=("mutmut", "own", "both"), default="mutmut",
                         help="mutmut's operators, gpudoctor's own (tests/mutation/operators.py), "
                         "or both, scored side by side")  # fmt: skip
-    parser.add_argument("modules", nargs="*", help="module names (default: all of modules.toml)")
+    parser.add_argument("--modules-file", type=Path, default=HERE / "modules.toml",
+                        help="the module list (default: modules.toml, the core CI scores)")  # fmt: skip
+    parser.add_argument("modules", nargs="*", help="module names (default: all of the file)")
     args = parser.parse_args(argv)
-    modules = load_modules(HERE / "modules.toml")
+    modules = load_modules(args.modules_file)
     unknown = set(args.modules) - {m.name for m in modules}
     if unknown:
         print(f"unknown module(s): {', '.join(sorted(unknown))}", file=sys.stderr)

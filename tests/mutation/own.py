@@ -68,7 +68,11 @@ def run_module(module, clone: Path, equivalent: dict[str, str], log_path: Path, 
             return score
         try:
             for mutant in mutants(original, functions_of(module.mutants)):
-                name = f"own:{module.source}:{mutant.name}"
+                base = name = f"own:{module.source}:{mutant.name}"
+                for n in range(2, 1000):  # the same text twice in one function: #2, #3, ...
+                    if name not in score.statuses:
+                        break
+                    name = f"{base}#{n}"
                 if time.monotonic() - began > module.cap_s:
                     score.statuses[name] = "not checked"
                     score.capped = True

@@ -60,6 +60,9 @@ def run_module(module, clone: Path, equivalent: dict[str, str], log_path: Path, 
     original = path.read_text(encoding="utf-8")
     score = score_cls(f"{module.name} [own]")
     began = time.monotonic()
+    found = mutants(original, functions_of(module.mutants))
+    if not found:
+        return score  # no own mutant in this module: nothing to run (0 of 0)
     for cached in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
         cached.unlink()
     with log_path.open("w") as log:
@@ -67,7 +70,7 @@ def run_module(module, clone: Path, equivalent: dict[str, str], log_path: Path, 
             score.broken = True
             return score
         try:
-            for mutant in mutants(original, functions_of(module.mutants)):
+            for mutant in found:
                 base = name = f"own:{module.source}:{mutant.name}"
                 for n in range(2, 1000):  # the same text twice in one function: #2, #3, ...
                     if name not in score.statuses:

@@ -98,3 +98,27 @@ def test_a_later_crash_never_replaces_another_shards_measurement(
     assert sorted((r["key"], r["status"]) for r in aside) == sorted(
         (r["key"], "crashed") for r in crashed
     )
+
+
+def test_merging_again_into_the_same_directory_gives_the_same_result(
+    tmp_path: Path, shards: tuple[Path, Path]
+) -> None:
+    """`--out` may be an earlier merge of the same inputs (more shards finished since):
+    merging again succeeds and gives the same cells, each input's logs copied afresh."""
+    good, bad = shards
+    out = tmp_path / "merged"
+    first = _merge(out, good, bad)
+    assert (out / "logs" / "good").is_dir() and (out / "logs" / "bad").is_dir()
+    before = sorted((r["key"], r["status"]) for r in read_records(out / "results.jsonl")[0])
+    again = _merge(out, good, bad)
+    assert again["cells"] == first["cells"] == 2
+    after = sorted((r["key"], r["status"]) for r in read_records(out / "results.jsonl")[0])
+    assert after == before
+    logs = sorted(p.relative_to(out).as_posix() for p in (out / "logs").rglob("*") if p.is_file())
+    sources = sorted(
+        f"logs/{run.name}/{p.relative_to(run / 'logs').as_posix()}"
+        for run in (good, bad)
+        for p in (run / "logs").rglob("*")
+        if p.is_file()
+    )
+    assert logs == sources

@@ -46,3 +46,27 @@ def test_a_failed_swap_leaves_the_complete_old_copy(hub, cli: WeightsCli, tmp_pa
     kept = [p for p in (model, model.with_name(model.name + ".old")) if p.is_dir()]
     assert kept, sorted(p.name for p in model.parent.iterdir())
     assert_sealed(kept[0], files, sha)  # the old copy, complete
+
+
+def test_a_refresh_after_an_interrupted_one_leaves_one_clean_copy(
+    hub, cli: WeightsCli, tmp_path: Path
+) -> None:
+    """An earlier refresh killed midway left ``NAME.partial`` and ``NAME.old`` behind: the
+    next refresh starts from a clean staging copy and, once swapped, removes the old one
+    (a model of 140 GB is not kept twice)."""
+    files = make_model_files()
+    sha = publish(hub, files)
+    mirror = tmp_path / "mirror"
+    model = mirror / "acme/tiny-27b"
+    assert cli.run("mirror", REPO, "--to", str(mirror), "-q").returncode == 0
+    local = tmp_path / "local"
+    assert cli.run("ensure", REPO, "--to", str(local), "-q").returncode == 0
+    hub.stop()
+    for leftover in ("tiny-27b.partial", "tiny-27b.old"):
+        (mirror / "acme" / leftover).mkdir()
+        (mirror / "acme" / leftover / "junk.bin").write_bytes(b"half a shard")
+    done = cli.run("mirror", REPO, "--to", str(mirror), "--from", str(local))
+    assert done.returncode == 0, done.output
+    assert sorted(p.name for p in model.parent.iterdir()) == ["tiny-27b"]
+    assert not (model / "junk.bin").exists()
+    assert_sealed(model, files, sha)

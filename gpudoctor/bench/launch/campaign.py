@@ -37,6 +37,7 @@ from gpudoctor.bench.launch import prep as launch_prep
 from gpudoctor.bench.launch import schedule as sched
 from gpudoctor.bench.launch import searching
 from gpudoctor.bench.launch import slots as slots_mod
+from gpudoctor.bench.launch.outcome import cell_outcome
 from gpudoctor.bench.launch.packed import STATE, LiveState, PackedRun, Slot, now_utc
 from gpudoctor.bench.launch.progress import PlainReporter
 from gpudoctor.bench.launch.server import Guardian, ServerCrashed, ServerProcess, free_port, reap
@@ -49,6 +50,7 @@ from gpudoctor.bench.launch.steps import (
     decide,
     keeps_text,
     model_problems,
+    retried,
     run_id,
     validate_flags,
 )
@@ -97,7 +99,7 @@ class Campaign:
         self.rundir = RunDir(options.out)
         self.quirks_path = options.quirks_path or quirks_mod.default_local_path()
         self.server_starts = 0
-        self.counts = {"ok": 0, "crashed": 0, "skipped": 0}
+        self.counts = {"ok": 0, "failed": 0, "crashed": 0, "skipped": 0}
         self.done: dict[str, dict] = {}  # every recorded cell (earlier launches' too)
         self.pool: slots_mod.GpuPool | None = None  # None: no GPU known, one server at a time
         self.stopping = threading.Event()  # set when interrupted: nothing more is recorded
@@ -155,9 +157,7 @@ class Campaign:
         with self._write_lock:
             self.rundir.append(record)
             self.done[cell.key] = record
-            self.counts[
-                "ok" if status == "ok" else "crashed" if status == "crashed" else "skipped"
-            ] += 1
+            self.counts[status if status in self.counts else "skipped"] += 1
         self.reporter.cell_done(
             cell.config.label, cell.concurrency, status, extra.get("reason") or ""
         )
@@ -228,6 +228,7 @@ class Campaign:
             self.counts["crashed"],
             self.counts["skipped"],
             self.server_starts,
+            failed=self.counts["failed"],
         )
 
     def _crash_quirk(self, config: ServerConfig, reason: str) -> None:
@@ -414,7 +415,7 @@ class Campaign:
             self._record(cell, "crashed", reason=reason, server_log_tail=server.tail(), **common)
             self._crash_quirk(cell.config, reason)
             return False
-        self._record(cell, "ok", **common)
+        self._record(cell, **cell_outcome(measurement, self.plan.limits), **common)
         return True
 
     def run_facts(self) -> dict[str, Any]:
@@ -502,10 +503,8 @@ def run_campaign(plan: Plan, options: LaunchOptions, reporter: PlainReporter | N
                     f"warning: skipped {len(opened.corrupt_lines)} corrupt line(s) of "
                     f"results.jsonl (line {numbers}); their cells, if any, run again"
                 )
-            if options.retry_crashed:
-                retry = {
-                    k for k, r in done.items() if r.get("status") == "crashed" or r.get("retryable")
-                }
+            if options.retry_crashed or options.retry_failed:
+                retry = {k for k, r in done.items() if retried(r, options)}
                 rundir.drop_records(retry)
                 done = {k: r for k, r in done.items() if k not in retry}
             leftovers = reap(run_id(options.out))

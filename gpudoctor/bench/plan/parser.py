@@ -12,6 +12,7 @@ from typing import Any
 
 from gpudoctor.bench.cell_spec import SLO, WorkloadSpec, rate_from_json
 from gpudoctor.bench.engines import ENGINES
+from gpudoctor.bench.engines.request_fields import rejected_fields
 from gpudoctor.bench.plan.bounds import out_of_bounds
 from gpudoctor.bench.plan.model import (
     ArgValue,
@@ -212,6 +213,8 @@ def parse(text: str, source: str = "plan.toml", base_dir: Path | None = None) ->
     model = _parse_model(r, r.table(data, "model", "model", required=True), base_dir)
     engine = _parse_engine(r, r.table(data, "engine", "engine", required=True))
     workload = _parse_workload(r, r.table(data, "workload", "workload"), base_dir)
+    for problem in rejected_fields(engine.name, workload):  # before any server starts
+        raise r.error(problem.key, problem.message())
     slo_table = r.table(data, "slo", "slo")
     r.check_keys(slo_table, {"ttft_ms", "tpot_ms", "e2el_ms"}, "slo")
     slo = None
@@ -347,7 +350,7 @@ def _parse_workload(r: _Reader, t: dict, base_dir: Path | None) -> WorkloadSpec:
 
 def _parse_limits(r: _Reader, t: dict) -> Limits:
     keys = {"template_overhead", "min_input_len", "request_timeout_s", "cell_timeout_s",
-            "keep_text"}  # fmt: skip
+            "keep_text", "max_failed_fraction"}  # fmt: skip
     r.check_keys(t, keys, "limits")
     limits = Limits(
         template_overhead=r.typed(t, "template_overhead", "limits.template_overhead", (int,), 32),
@@ -359,7 +362,13 @@ def _parse_limits(r: _Reader, t: dict) -> Limits:
             r.typed(t, "cell_timeout_s", "limits.cell_timeout_s", (int, float), 3600)
         ),
         keep_text=r.typed(t, "keep_text", "limits.keep_text", (bool,), None),
+        max_failed_fraction=float(
+            r.typed(t, "max_failed_fraction", "limits.max_failed_fraction", (int, float), 0.01)
+        ),
     )
+    if not 0 <= limits.max_failed_fraction < 1:
+        raise r.error("limits.max_failed_fraction",
+                      f"must be in [0, 1), got {limits.max_failed_fraction:g}")  # fmt: skip
     for key in ("request_timeout_s", "cell_timeout_s"):
         if getattr(limits, key) <= 0:
             raise r.error(f"limits.{key}", f"must be > 0 seconds, got {getattr(limits, key):g}")

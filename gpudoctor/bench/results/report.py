@@ -17,6 +17,13 @@ from pathlib import Path
 from gpudoctor import fsio
 from gpudoctor.bench.results.html_report import render_html
 from gpudoctor.bench.results.reader import CellResult, ResultsError, read_run
+from gpudoctor.bench.results.report_facts import (
+    attention,
+    md_escape,
+    slo_text,
+    status_counts,
+    workload_rows,
+)
 
 FIGSIZE_IN = (8.0, 5.0)
 DPI = 100  # plots are FIGSIZE_IN * DPI pixels: 800 x 500
@@ -55,14 +62,20 @@ def cell_text(cell: CellResult | None) -> str:
     if cell is None:
         return ""
     if not cell.ok:
-        return cell.status
+        return "FAILED" if cell.status == "failed" else cell.status
     text = (
         f"{_fmt(cell.value('output_throughput'))} · "
         f"{_fmt(cell.value('median_ttft_ms'))}/{_fmt(cell.value('p99_ttft_ms'))} · "
         f"{_fmt(cell.value('median_tpot_ms'), 1)} · {_fmt(cell.value('accept_length'), 2)}"
     )
     failed = cell.failed_requests()
-    return text + (f" ⚠ {failed} failed" if failed else "")
+    metrics = (cell.measurement or {}).get("metrics") or {}
+    marks = [f"⚠ {failed} failed" if failed else "",
+             f"⚠ {metrics['token_count_mismatches']} wrong length"
+             if metrics.get("token_count_mismatches") else "",
+             "⚠ suspect" if cell.flag("suspect") else "",
+             "⚠ client-bound" if cell.flag("client_bound") else ""]  # fmt: skip
+    return " ".join([text, *(m for m in marks if m)])
 
 
 def _ordered(values: Sequence[str]) -> list[str]:
@@ -80,7 +93,7 @@ def markdown_tables(cells: Sequence[CellResult]) -> str:
         header = "| config | " + " | ".join(loads) + " |"
         rule = "|---|" + "---|" * len(loads)
         rows = [
-            f"| {config} | "
+            f"| {md_escape(config)} | "
             + " | ".join(cell_text(by_place.get((config, n))) for n in loads)
             + " |"
             for config in _ordered([c.config for c in group])
@@ -167,8 +180,8 @@ def placement_table(cells: Sequence[CellResult]) -> list[str]:
     lines = ["## Where each cell ran", "", "| config | TP | c | slot | GPUs (UUID) |",
              "|---|---|---|---|---|"]  # fmt: skip
     for c in placed:
-        lines.append(f"| {c.config} | {c.tp} | {c.concurrency} | {c.slot if c.slot is not None else '–'} "
-                     f"| {', '.join(c.gpus)} |")  # fmt: skip
+        lines.append(f"| {md_escape(c.config)} | {c.tp} | {c.concurrency} | {c.slot if c.slot is not None else '–'} "
+                     f"| {md_escape(', '.join(c.gpus))} |")  # fmt: skip
     return [*lines, ""]
 
 
@@ -176,14 +189,13 @@ def render_markdown(
     run_dir: Path, cells: Sequence[CellResult], plots: Sequence[Path], notes: Sequence[str] = ()
 ) -> str:
     """Return report.md's text (``notes``: warnings shown under the title)."""
-    ok = sum(1 for c in cells if c.ok)
     lines = [
-        f"# Benchmark report: {Path(run_dir).name}",
+        f"# Benchmark report: {md_escape(Path(run_dir).name)}",
         "",
-        f"{len(cells)} cells: {ok} ok, "
-        f"{sum(1 for c in cells if c.status == 'crashed')} crashed, "
-        f"{sum(1 for c in cells if c.status == 'skipped')} skipped.",
+        status_counts(cells),
         "",
+        *attention_markdown(cells),
+        *workload_markdown(run_dir),
         "Each cell: **output tok/s · TTFT p50/p99 ms · TPOT p50 ms · accept length** "
         "(– = not available). Definitions: docs/bench-metrics.md.",
         "",
@@ -197,8 +209,29 @@ def render_markdown(
         *placement_table(cells),
     ]
     if notes:
-        lines[3:3] = [*(f"> **Warning:** {n}" for n in notes), ""]
+        lines[3:3] = [*(f"> **Warning:** {md_escape(n)}" for n in notes), ""]
     return "\n".join(lines)
+
+
+def attention_markdown(cells: Sequence[CellResult]) -> list[str]:
+    """Return report.md's "Needs attention" section (failed, suspect, client-bound cells
+    first, then crashed and skipped, each with its reason); empty when every cell is clean."""
+    rows = attention(cells)
+    if not rows:
+        return []
+    lines = ["## Needs attention", "", "| cell | what | why |", "|---|---|---|"]
+    lines += [f"| {md_escape(a)} | **{md_escape(b)}** | {md_escape(c)} |" for a, b, c in rows]
+    return [*lines, ""]
+
+
+def workload_markdown(run_dir: Path) -> list[str]:
+    """Return report.md's "Workload and SLO" section (from the run's plan.toml)."""
+    rows = workload_rows(run_dir)
+    lines = ["## Workload and SLO", ""]
+    lines += [f"- **{name}**: {md_escape(value)}" for name, value in rows] or [
+        "- plan.toml is missing or unreadable: the workload is unknown"
+    ]
+    return [*lines, f"- **SLO**: {md_escape(slo_text(run_dir))}", ""]
 
 
 def _check_out_dir(out_dir: Path, option: str) -> None:

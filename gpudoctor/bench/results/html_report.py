@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor import fsio
-from gpudoctor.bench.cell_spec import rate_label
 from gpudoctor.bench.results.reader import CellResult, RunResults, SearchLine
 from gpudoctor.bench.results.repeats import RepeatGroup, group_cells
 from gpudoctor.bench.results.report_facts import (
@@ -30,6 +29,7 @@ from gpudoctor.bench.results.report_facts import (
     status_counts,
     workload_rows,
 )
+from gpudoctor.bench.results.summary_table import rate_text
 from gpudoctor.bench.results.svg import Series, line_chart, pareto_front
 
 _SCRIPT = """
@@ -192,7 +192,7 @@ def _summary(groups: Sequence[RepeatGroup]) -> str:
             if tput and tput.rel_std is not None and len(tput.values) > 1
             else ""
         )
-        rows.append((f"{c.config} (TP{c.tp})", str(c.concurrency), rate_label(c.request_rate),
+        rows.append((f"{c.config} (TP{c.tp})", str(c.concurrency), rate_text(c),
                      g.status(), *("–" if v is None else f"{v:.4g}" for v in vals),
                      str(len(g.cells)), spread))  # fmt: skip
     return _table(("config", "c", "rate", "status", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50",

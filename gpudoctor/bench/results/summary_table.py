@@ -118,10 +118,7 @@ def results_table(run_dir: Path, plan: Plan | None = None) -> str:
     rows = [group_row(g) if repeated else row(g.first) for g in groups]
     if rated:
         header = (*header[:3], "rate", *header[3:])
-        rows = [
-            (*r[:3], rate_text(g.first), *r[3:])
-            for r, g in zip(rows, groups, strict=True)
-        ]
+        rows = [(*r[:3], rate_text(g.first), *r[3:]) for r, g in zip(rows, groups, strict=True)]
     return "\n".join([title, format_table(header, rows), *search_lines(run.searches)])
 
 

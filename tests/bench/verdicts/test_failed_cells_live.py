@@ -6,13 +6,10 @@ the reports saying so; a clean server stays ok, exit 0."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from gpudoctor.bench.results.run_dir import read_records
 from tests.bench.campaign_support import stub_plan, write
@@ -60,7 +57,9 @@ def test_a_server_that_rejects_every_request_fails_fast_with_its_message(
     assert "2 failed" in page and "Unexpected fields in the request" in page
 
 
-def test_a_server_that_streams_nothing_is_failed_not_ok(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_a_server_that_streams_nothing_is_failed_not_ok(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
     result, _, records = _run(tmp_path, tiny_model_dir, "stream-nothing = true")
     assert result.returncode == 3, result.stderr
     assert [r["status"] for r in records] == ["failed", "failed"]

@@ -165,7 +165,9 @@ def _status(row: dict, measurement: dict | None) -> tuple[str, str]:
     (``ok`` without a ``verdict``) is judged from its measurement now, so an old run whose
     requests all failed never reads as ok (issue 31)."""
     status, reason = str(row["status"]), str(row.get("reason") or "")
-    if status == "ok" and measurement is not None and not isinstance(row.get("verdict"), dict):
+    legacy = not isinstance(row.get("verdict"), dict)
+    counted = measurement is not None and "completed" in measurement and "errors" in measurement
+    if status == "ok" and legacy and counted:
         verdict = judge(measurement)
         if verdict.status == "failed":
             return "failed", verdict.reason

@@ -158,7 +158,9 @@ def measure(tool: str, exe: str, rate: float, seconds: float, tokenizer: str,
     count = max(int(rate * seconds), 50)
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "arrivals.json"
-        server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--log", str(log)])
+        server = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(port), "--log", str(log)]
+        )
         os.sched_setaffinity(server.pid, {server_core})
         try:
             _wait_port(port)

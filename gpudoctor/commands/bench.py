@@ -202,12 +202,12 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
         )
         err.exit_code = ExitCode.INTERRUPTED
         raise err from exc
-    failed = failed_cells(options.out)
+    failed, failed_count = failed_cells(options.out)
     if as_json:
         import dataclasses
 
         click.echo(launcher.dumps({**dataclasses.asdict(summary), "out": str(options.out),
-                                   "failed_cells": failed}))  # fmt: skip
+                                   "failed_cells": failed_count, "failures": failed}))  # fmt: skip
     else:
         from gpudoctor.bench.results.summary_table import results_table
 
@@ -222,7 +222,7 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
         for line in failed[:5]:
             click.echo(f"gpudoctor: FAILED: {line}", err=True)
         click.echo(
-            f"gpudoctor: {len(failed)} cell(s) failed: their requests failed, their numbers "
+            f"gpudoctor: {failed_count} cell(s) failed: their requests failed, their numbers "
             f"are not results; fix the cause above, then: gpudoctor bench {plan_path} --out "
             f"{options.out} --retry-failed",
             err=True,
@@ -230,17 +230,17 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
         click.get_current_context().exit(ExitCode.FAILED)
 
 
-def failed_cells(out: Path) -> list[str]:
-    """Return one line per failed cell of the run directory ``out`` (``label c=N: why``);
-    a configuration whose every cell failed the same way gets one line (a plan problem,
-    with the field to change when the server named one)."""
+def failed_cells(out: Path) -> tuple[list[str], int]:
+    """Return the failed cells of the run directory ``out``: one line per cell (``label
+    c=N: why``), a configuration whose every cell failed the same way in one line (a plan
+    problem, with the field to change when the server named one); and their count."""
     from gpudoctor.bench.results.reader import ResultsError, read_run
     from gpudoctor.bench.results.verdict import common_failure
 
     try:
         cells = list(read_run(out).cells)
     except ResultsError:
-        return []
+        return [], 0
     by_config: dict[str, list] = {}
     for cell in cells:
         by_config.setdefault(f"{cell.config} (TP{cell.tp})", []).append(cell)
@@ -253,7 +253,7 @@ def failed_cells(out: Path) -> list[str]:
             lines.append(f"{label}, all {len(group)} cells: {same}")
         else:
             lines += [f"{label} {c.load_label}: {c.reason}" for c in failed]
-    return lines
+    return lines, sum(1 for c in cells if c.status == "failed")
 
 
 def _dry_run_text(result: dict) -> str:

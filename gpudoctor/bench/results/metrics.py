@@ -209,11 +209,11 @@ def client_audit(
     }
     if len(sent) >= 2 and sent[-1].send_s > sent[0].send_s:
         out["achieved_rate"] = (len(sent) - 1) / (sent[-1].send_s - sent[0].send_s)
-    waits = [r.queued_s for r in sent if r.queued_s is not None]
+    if not paced:  # a closed loop queues every request for a slot by design
+        return out
+    waits = [r.queued_s for r in paced if r.queued_s is not None]
     if waits:
         out["slot_wait_ms_p99"] = percentile(waits, 99) * 1000
-    if not paced:
-        return out
     delays = [max(r.send_s - r.intended_s - (r.queued_s or 0.0), 0.0) for r in paced]  # type: ignore[operator]
     out["schedule_delay_ms_p50"] = percentile(delays, 50) * 1000
     out["schedule_delay_ms_p99"] = percentile(delays, 99) * 1000

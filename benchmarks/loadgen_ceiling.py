@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 EVENT = b'{"id":"x","object":"text_completion","model":"bench-model","choices":[{"index":0,"text":" tok","finish_reason":null}]}'
 
 
-def serve(port: int, log_path: str) -> None:
+def serve(port: int, log_path: str, gap_s: float = 0.0) -> None:
     """The zero-work endpoint; writes every request's arrival time (s) to ``log_path`` on SIGTERM."""
     arrivals: list[float] = []
 
@@ -66,7 +66,14 @@ def serve(port: int, log_path: str) -> None:
                         b'"choices":[{"index":0,"text":"","finish_reason":"length"}],"usage":'
                         b'{"prompt_tokens":16,"completion_tokens":%d,"total_tokens":%d}}\n\n'
                         b"data: [DONE]\n\n") % (tokens, tokens + 16)  # fmt: skip
-                writer.write(frame * tokens + b"%x\r\n%s\r\n0\r\n\r\n" % (len(last), last))
+                if gap_s:  # a decode cadence: one event per gap (metric agreement)
+                    for _ in range(tokens):
+                        await asyncio.sleep(gap_s)
+                        writer.write(frame)
+                        await writer.drain()
+                    writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(last), last))
+                else:
+                    writer.write(frame * tokens + b"%x\r\n%s\r\n0\r\n\r\n" % (len(last), last))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             writer.close()
@@ -85,7 +92,7 @@ def serve(port: int, log_path: str) -> None:
     asyncio.run(main())
 
 
-def gpudoctor_client(port: int, rate: float, count: int) -> None:
+def gpudoctor_client(port: int, rate: float, count: int, tokens: int = 8) -> None:
     """Run gpudoctor's client (the real ``run_requests``) and print its self-audit as JSON."""
     from gpudoctor.bench.load.client import ClientOptions, make_client, run_requests
     from gpudoctor.bench.load.workload import Prompt
@@ -93,7 +100,7 @@ def gpudoctor_client(port: int, rate: float, count: int) -> None:
 
     async def go() -> dict:
         options = ClientOptions(f"http://127.0.0.1:{port}", "bench-model")
-        prompts = [Prompt("hello " * 16, 16, 8) for _ in range(count)]
+        prompts = [Prompt("hello " * 16, 16, tokens) for _ in range(count)]
         async with make_client(64, 60) as client:
             cpu0 = time.process_time()
             records, wall = await run_requests(client, options, prompts, 100000,
@@ -133,16 +140,34 @@ def _server_rate(arrivals: list[float], count: int) -> tuple[int, float | None]:
     return len(arrivals), (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
 
 
+def _aiperf_medians(work: Path) -> dict:
+    """Return AIPerf's own TTFT / TPOT / ITL medians (ms) from its export, {} if none.
+    AIPerf's ``inter_token_latency`` is per request (E2E - TTFT) / (tokens - 1): TPOT."""
+    found = list(work.rglob("profile_export_aiperf.json"))
+    if not found:
+        return {}
+    data = json.loads(found[0].read_text())
+    records = data.get("records", data)
+
+    def p50(name: str) -> float | None:
+        entry = records.get(name) if isinstance(records, dict) else None
+        return entry.get("p50") if isinstance(entry, dict) else None
+
+    return {"aiperf_median_ttft_ms": p50("time_to_first_token"),
+            "aiperf_median_tpot_ms": p50("inter_token_latency"),
+            "aiperf_median_itl_ms": p50("inter_chunk_latency")}  # fmt: skip
+
+
 def _peer_argv(tool: str, exe: str, port: int, rate: float, count: int, tokenizer: str,
-               work: Path) -> list[str]:  # fmt: skip
+               work: Path, tokens: int = 8) -> list[str]:  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     if tool == "aiperf":
         return [exe, "profile", "--model", "bench-model", "--url", url, "--endpoint-type",
                 "completions", "--streaming", "--request-rate", str(rate), "--arrival-pattern",
                 "poisson", "--request-count", str(count), "--prompt-input-tokens-mean", "16",
-                "--prompt-input-tokens-stddev", "0", "--prompt-output-tokens-mean", "8",
+                "--prompt-input-tokens-stddev", "0", "--prompt-output-tokens-mean", str(tokens),
                 "--tokenizer", tokenizer, "--ui-type", "none", "--artifact-dir", str(work),
-                "--random-seed", "1"]  # fmt: skip
+                "--random-seed", "1", "--use-server-token-count"]  # fmt: skip
     return [exe, "run", "--backend", f"kind=openai_http,target={url},model=bench-model",
             "--profile", f"kind=poisson,rate={rate}", "--constraint",
             f"kind=max_requests,count={count}", "--data",
@@ -152,23 +177,24 @@ def _peer_argv(tool: str, exe: str, port: int, rate: float, count: int, tokenize
 
 
 def measure(tool: str, exe: str, rate: float, seconds: float, tokenizer: str,
-            server_core: int, client_core: int) -> dict:  # fmt: skip
+            server_core: int, client_core: int, tokens: int = 8, gap_ms: float = 0.0) -> dict:  # fmt: skip
     """Return one (tool, rate) row: the server's view and the client's own."""
     port = _free_port()
     count = max(int(rate * seconds), 50)
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "arrivals.json"
-        server = subprocess.Popen(
-            [sys.executable, __file__, "--serve", str(port), "--log", str(log)]
-        )
+        server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--log", str(log),
+                                   "--gap-ms", str(gap_ms)])  # fmt: skip
         os.sched_setaffinity(server.pid, {server_core})
         try:
             _wait_port(port)
             if tool == "gpudoctor":
                 argv = [sys.executable, __file__, "--client", str(port), "--rate", str(rate),
-                        "--count", str(count)]  # fmt: skip
+                        "--count", str(count), "--tokens", str(tokens)]  # fmt: skip
             else:
-                argv = _peer_argv(tool, exe, port, rate, count, tokenizer, Path(tmp) / "work")
+                argv = _peer_argv(
+                    tool, exe, port, rate, count, tokenizer, Path(tmp) / "work", tokens
+                )
             t0 = time.perf_counter()
             done = subprocess.run(["taskset", "-c", str(client_core), *argv], capture_output=True,
                                   text=True, timeout=seconds * 20 + 120)  # fmt: skip
@@ -177,15 +203,29 @@ def measure(tool: str, exe: str, rate: float, seconds: float, tokenizer: str,
             server.send_signal(signal.SIGTERM)
             server.wait(20)
         arrivals = json.loads(log.read_text()) if log.exists() else []
+        peer = _aiperf_medians(Path(tmp) / "work") if tool == "aiperf" else {}
     n, at_server = _server_rate(arrivals, count)
     row = {"tool": tool, "rate": rate, "count": count, "server_seen": n,
            "server_ratio": None if at_server is None else at_server / rate,
            "rc": done.returncode, "tool_wall_s": wall}  # fmt: skip
+    row.update(peer)
     if tool == "gpudoctor" and done.returncode == 0:
         row.update(json.loads(done.stdout.strip().splitlines()[-1]))
     elif done.returncode != 0:
         row["error"] = (done.stderr or done.stdout)[-400:]
     return row
+
+
+def agree(aiperf: str, tokenizer: str, server_core: int, client_core: int) -> None:
+    """Print gpudoctor's TTFT / TPOT / ITL medians beside AIPerf's (same paced server: one
+    event per 5 ms, 32 tokens, 10 req/s for 10 s) and their ratios (goal: within 2 %)."""
+    ours = measure("gpudoctor", "", 10.0, 10.0, tokenizer, server_core, client_core, 32, 5.0)
+    theirs = measure("aiperf", aiperf, 10.0, 10.0, tokenizer, server_core, client_core, 32, 5.0)
+    for name in ("ttft", "tpot", "itl"):
+        a, b = ours.get(f"median_{name}_ms"), theirs.get(f"aiperf_median_{name}_ms")
+        ratio = f"{a / b:.4f}" if a and b else "-"
+        print(f"median {name.upper():4s} gpudoctor {a} ms, AIPerf {b} ms, ratio {ratio}")
+    print(json.dumps({"gpudoctor": ours, "aiperf": theirs}))
 
 
 def main() -> None:
@@ -201,17 +241,27 @@ def main() -> None:
     p.add_argument("--guidellm", default="", help="guidellm's console script (own venv)")
     p.add_argument("--tokenizer", default="", help="a local tokenizer directory for the peers")
     p.add_argument("--tools", default="gpudoctor,aiperf,guidellm")
+    p.add_argument("--tokens", type=int, default=8, help=argparse.SUPPRESS)
+    p.add_argument("--gap-ms", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--agree",
+        action="store_true",
+        help="instead: TTFT/TPOT/ITL medians of gpudoctor vs AIPerf (paced server)",
+    )
     args = p.parse_args()
     if args.serve:
-        serve(args.serve, args.log)
+        serve(args.serve, args.log, args.gap_ms / 1000)
         return
     if args.client:
-        gpudoctor_client(args.client, args.rate, args.count)
+        gpudoctor_client(args.client, args.rate, args.count, args.tokens)
         return
     cores = sorted(os.sched_getaffinity(0))
     server_core, client_core = (cores[-1], cores[0]) if len(cores) > 1 else (cores[0], cores[0])
     exes = {"gpudoctor": "", "aiperf": args.aiperf, "guidellm": args.guidellm}
     tools = [t for t in args.tools.split(",") if t == "gpudoctor" or exes.get(t)]
+    if args.agree:
+        agree(exes["aiperf"], args.tokenizer, server_core, client_core)
+        return
     rows = []
     for rate in (float(r) for r in args.rates.split(",")):
         for tool in tools:

@@ -212,7 +212,8 @@ def parse(text: str, source: str = "plan.toml", base_dir: Path | None = None) ->
     name = r.typed(data, "name", "name", (str,), Path(source).stem)
     model = _parse_model(r, r.table(data, "model", "model", required=True), base_dir)
     engine = _parse_engine(r, r.table(data, "engine", "engine", required=True))
-    workload = _parse_workload(r, r.table(data, "workload", "workload"), base_dir)
+    workload_table = r.table(data, "workload", "workload")
+    workload = _parse_workload(r, workload_table, base_dir)
     slo_table = r.table(data, "slo", "slo")
     r.check_keys(slo_table, {"ttft_ms", "tpot_ms", "e2el_ms"}, "slo")
     slo = None
@@ -228,7 +229,9 @@ def parse(text: str, source: str = "plan.toml", base_dir: Path | None = None) ->
         raise r.error("repeats", f"must be at least 1, got {repeats}")
     search = parse_search(r, r.table(data, "search", "search"), slo, configs)
     hardware = _parse_hardware(r, r.table(data, "hardware", "hardware"))
-    for problem in rejected_fields(engine.name, workload):  # before any server starts
+    if "ignore_eos" not in workload_table and rejected_fields(engine.name, workload):
+        workload = dataclasses.replace(workload, ignore_eos=False)  # the engine's own default
+    for problem in rejected_fields(engine.name, workload):  # set in the plan: refused now
         raise r.error(problem.key, problem.message())
     return Plan(name, source, text, model, engine, workload, slo, limits, preflight, configs,
                 repeats, search, hardware)  # fmt: skip

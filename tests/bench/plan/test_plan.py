@@ -160,9 +160,11 @@ def test_a_request_field_the_engine_rejects_is_a_plan_error_naming_engine_and_fi
     transformers = (BASE.replace('name = "sglang"', 'name = "transformers"')
                     .replace("tp = [1, 4]", "tp = [1]").replace("concurrency = { 1 = [1], 4 = [1, 8, 2] }",
                                                               "concurrency = [1]"))  # fmt: skip
+    assert not parse_plan(transformers).workload.ignore_eos  # unset: the engine's default
+    explicit = transformers.replace("[workload]", "[workload]\nignore_eos = true")
     with pytest.raises(PlanError, match=r"workload.ignore_eos: the transformers engine rejects "
                        r"the request field 'ignore_eos'.*set ignore_eos = false in \[workload\]"):  # fmt: skip
-        parse_plan(transformers)
+        parse_plan(explicit)
     assert parse_plan(transformers.replace("[workload]", "[workload]\nignore_eos = false"))
     assert parse_plan(BASE).workload.ignore_eos  # sglang takes it
     assert parse_plan(BASE.replace('name = "sglang"', 'name = "vllm"'))

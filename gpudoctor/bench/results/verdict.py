@@ -90,7 +90,7 @@ def judge(
     if requests == 0:
         return Verdict("failed", "no request was measured", 0, 0, errors, first)
     if completed == 0:
-        why = f"all {requests} requests failed ({_kinds(errors)}): {first}"
+        why = f"all {requests} requests failed ({_kinds(errors)})" + (f": {first}" if first else "")
         return Verdict("failed", why, requests, failed, errors, first)
     output = (measurement.get("metrics") or {}).get("total_output_tokens") or 0
     if output <= 0:
@@ -98,7 +98,8 @@ def judge(
         return Verdict("failed", why, requests, failed, errors, first)
     if failed and failed > max_failed_fraction * requests:
         why = (f"{failed} of {requests} requests failed ({failed / requests:.1%} >"
-               f" max_failed_fraction {max_failed_fraction:g}; {_kinds(errors)}): {first}")  # fmt: skip
+               f" max_failed_fraction {max_failed_fraction:g}; {_kinds(errors)})"
+               + (f": {first}" if first else ""))  # fmt: skip
         return Verdict("failed", why, requests, failed, errors, first)
     note = f"{failed} of {requests} requests failed ({_kinds(errors)})" if failed else ""
     return Verdict("ok", note, requests, failed, errors, first)

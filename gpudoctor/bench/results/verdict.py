@@ -135,7 +135,9 @@ def suspect(measurement: Mapping[str, Any]) -> str | None:
         reasons.append("GPU slowed down: " + ", ".join(seen))
     xids = tel.get("xids") or []
     if xids:
-        reasons.append("Xid " + ", ".join(str(x) for x in xids))
+        reasons.append(", ".join(
+            f"Xid {x.get('xid')} on GPU {x.get('gpu')} at {x.get('t')} s" if isinstance(x, dict)
+            else f"Xid {x}" for x in xids) + " during the cell")  # fmt: skip
     return "; ".join(reasons) or None
 
 

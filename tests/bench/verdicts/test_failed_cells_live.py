@@ -6,6 +6,7 @@ the reports saying so; a clean server stays ok, exit 0."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -79,6 +80,16 @@ def test_half_failed_requests_fail_the_cell_and_a_retry_reruns_only_it(
     again = _bench("run", str(out / "plan.toml"), "--out", str(out), "--no-preflight")
     assert again.returncode == 3  # resumed: the failed cells are kept once, not rerun
     assert len(read_records(out / "results.jsonl")[0]) == 2
+    plan = str(out / "plan.toml")
+    dry = _bench("run", plan, "--out", str(out), "--dry-run", "--no-validate", "--json")
+    assert {c["action"] for c in json.loads(dry.stdout)["cells"]} == {"done"}
+    dry = _bench("run", plan, "--out", str(out), "--dry-run", "--no-validate", "--json",
+                 "--retry-failed")  # fmt: skip
+    assert {c["action"] for c in json.loads(dry.stdout)["cells"]} == {"run"}
+    retry = _bench("run", plan, "--out", str(out), "--no-preflight", "--retry-failed")
+    assert retry.returncode == 3 and "2 cells: 0 done before" in retry.stdout
+    assert len(read_records(out / "results.jsonl")[0]) == 2  # still once each
+    assert len(read_records(out / "superseded.jsonl")[0]) == 2  # the earlier records kept
 
 
 def test_a_tolerated_failure_fraction_keeps_the_cell_ok_with_the_count(

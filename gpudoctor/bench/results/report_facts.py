@@ -22,7 +22,7 @@ from gpudoctor.bench.cell_spec import WorkloadSpec
 from gpudoctor.bench.results.reader import CellResult
 from gpudoctor.bench.results.run_dir import RunDirError, read_run_file
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#~])")
 
 
 def md_escape(text: object) -> str:

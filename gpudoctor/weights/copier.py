@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from gpudoctor import fsio
 from gpudoctor.weights import pool as pools
 from gpudoctor.weights.localfs import INCOMPLETE_DIR, move_into, private_subdir
 from gpudoctor.weights.progress import Progress
@@ -170,7 +171,7 @@ def copy_files(
     """
     workers = workers or default_workers()
     chunk = chunk_size(sum(sizes.values()), workers)
-    dest.mkdir(parents=True, exist_ok=True)
+    fsio.make_missing_dirs(dest)  # 0755 whatever the umask (an existing one is kept)
     private_subdir(dest, INCOMPLETE_DIR)
     temps = {rel: prepare_destination(dest, rel, size) for rel, size in sizes.items()}
     jobs = plan_chunks(sizes, chunk)

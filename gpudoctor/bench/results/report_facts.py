@@ -4,14 +4,13 @@ attention (failed, suspect, client-bound first, then crashed and skipped) with t
 reasons, and the machine as a person reads it (no raw ``null`` / ``[]``).
 
 Pure functions over the run directory's plan.toml text, run.json facts and cells; the
-callers escape (``md_escape`` here for markdown, ``html.escape`` for the page).
+callers escape (``report.md_text`` for markdown, ``html.escape`` for the page).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,17 +20,6 @@ import tomllib
 from gpudoctor.bench.cell_spec import WorkloadSpec
 from gpudoctor.bench.results.reader import CellResult
 from gpudoctor.bench.results.run_dir import RunDirError, read_run_file
-
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#~])")
-
-
-def md_escape(text: object) -> str:
-    """Return ``text`` safe inside a markdown table cell or line: HTML-significant
-    characters as entities, markdown punctuation backslash-escaped, newlines as spaces
-    (a run directory's strings are data, never markup)."""
-    value = " ".join(str(text).split())
-    value = value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _MD_SPECIAL.sub(r"\\\1", value)
 
 
 def _plan_tables(run_dir: Path) -> dict[str, Any]:

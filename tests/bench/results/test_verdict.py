@@ -110,11 +110,3 @@ def test_suspect_names_a_slowdown_but_not_an_ordinary_power_cap() -> None:
     assert suspect({"telemetry": {"throttle_reasons": {"sw_power_cap": 1.0}}}) is None
     why = suspect({"telemetry": {"throttle_reasons": {"hw_thermal_slowdown": 0.25}}})
     assert why == "GPU slowed down: hw_thermal_slowdown 25% of samples"
-
-
-def test_md_escape_leaves_no_markup_from_a_run_dir() -> None:
-    from gpudoctor.bench.results.report_facts import md_escape
-
-    text = md_escape("a | <script>x</script> *b* [l](u) `c` a_b\n# ~~s~~")
-    assert text == r"a \| &lt;script&gt;x&lt;/script&gt; \*b\* \[l\](u) \`c\` a\_b \# \~\~s\~\~"
-    assert md_escape("GPU-0000-aaaa") == "GPU-0000-aaaa"  # plain ids stay readable

@@ -10,7 +10,9 @@ scheduling: a strategy (serial, packed, search) decides what runs where and asks
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from gpudoctor.bench.launch.steps import clamp_workload, keeps_text
 from gpudoctor.bench.plan import Cell, Plan, ServerConfig, load_fields
 
 MeasureFn = Callable[..., dict[str, Any]]
+EXIT_GRACE_S = 2.0  # a failed cell's server: how long its exit may take to be seen (s)
 
 
 @dataclass
@@ -143,11 +146,17 @@ class CellRunner:
         common = {"measurement": measurement, "clamp": clamp, "server": server.facts,
                   "timings": timings, "raw": str(raw.relative_to(rundir.path))}  # fmt: skip
         process = server.process
+        outcome = cell_outcome(measurement, plan.limits)
+        if outcome["status"] == "failed" and process.alive():
+            # a server dying as the requests failed: the kernel closes its sockets (the
+            # requests fail) before its exit can be reaped; give the exit a moment to land
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.proc.wait(timeout=EXIT_GRACE_S)
         if not process.alive():
             reason = f"server exited with code {process.proc.returncode} during the cell"
             self.record(cell, "crashed", reason=reason, server_log_tail=process.tail(), **common)
             return reason
-        self.record(cell, **cell_outcome(measurement, plan.limits), **common)
+        self.record(cell, **outcome, **common)
         return None
 
     def _measure(self) -> MeasureFn:

@@ -9,13 +9,14 @@
 # prometheus-node-exporter (the textfile collector) for tests/ops, debootstrap (the Debian 12
 # rootfs of the systemd-as-PID-1 drill, built from the apt mirror once and cached in
 # /var/cache/gpudoctor-tests), slurm-wlm + munge (a real one-node Slurm on 127.0.0.1 for
-# `bench submit --slurm`: tests/lab/slurm.py), chromium (report.html rendered headless). Python
+# `bench submit --slurm`: tests/lab/slurm.py), chromium (report.html rendered headless), strace
+# (the order of fsync and rename seen on a real process; a rename failed on purpose). Python
 # packages: the project with its [test] extra in .venv; olah in .venv-olah.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=(lxc uidmap busybox-static openssh-server openssh-client util-linux iproute2 procps git
-  systemd prometheus prometheus-node-exporter debootstrap chromium slurm-wlm munge)
+  systemd prometheus prometheus-node-exporter debootstrap chromium slurm-wlm munge strace)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

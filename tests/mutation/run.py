@@ -163,9 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--goal", type=float, default=90.0, help="percent killed per module")
     parser.add_argument("--logs", type=Path, help="folder for each module's mutmut output")
     parser.add_argument("--cap", type=int, help="time cap per module in seconds (overrides)")
-    parser.add_argument("modules", nargs="*", help="module names (default: all of modules.toml)")
+    parser.add_argument("--engine", choices=("mutmut", "own", "both"), default="mutmut",
+                        help="mutmut's operators, gpudoctor's own (tests/mutation/operators.py), "
+                        "or both, scored side by side")  # fmt: skip
+    parser.add_argument("--modules-file", type=Path, default=HERE / "modules.toml",
+                        help="the module list (default: modules.toml, the core CI scores)")  # fmt: skip
+    parser.add_argument("modules", nargs="*", help="module names (default: all of the file)")
     args = parser.parse_args(argv)
-    modules = load_modules(HERE / "modules.toml")
+    modules = load_modules(args.modules_file)
     unknown = set(args.modules) - {m.name for m in modules}
     if unknown:
         print(f"unknown module(s): {', '.join(sorted(unknown))}", file=sys.stderr)
@@ -178,6 +183,17 @@ def main(argv: list[str] | None = None) -> int:
     for module in chosen:
         if args.cap:
             module = Module(module.name, module.source, module.tests, module.mutants, args.cap)
+        if args.engine in ("own", "both"):
+            import own
+
+            own_log = logs / f"{module.name}.own.log"
+            mine = own.run_module(module, args.clone, equivalent, own_log, Score)
+            scores.append(mine)
+            print(mine.line(), flush=True)
+            for name in mine.survivors:
+                print(f"  survived: {name}"[:300])
+            if args.engine == "own":
+                continue
         score = run_module(module, args.clone, args.mutmut, equivalent, logs / f"{module.name}.log")
         scores.append(score)
         print(score.line(), flush=True)

@@ -211,3 +211,23 @@ def test_paths_ending_or_starting_with_x_keep_their_x() -> None:
     assert bind_mount_value("/Xdev/a", False) == "/Xdev/a Xdev/a none bind,optional,create=file"
     slash = read_entries(parse("lxc.mount.entry: /dev/dX/ dev/dX none bind\n"))
     assert host_path(slash, "/dev/dX") == "/dev/dX" and ct_path(slash, "/dev/dX/n") == "/dev/dX/n"
+
+
+@pytest.mark.parametrize(
+    ("text", "flavor", "opens_everything"),
+    [
+        ("lxc.rootfs.path = dir:/var/lib/lxc/a/rootfs\n", LXC, True),  # LXC: no rule, all open
+        ("lxc.rootfs.path = x\nlxc.cgroup2.devices.allow = c 1:3 rwm\n", LXC, False),
+        ("lxc.rootfs.path = x\nlxc.cgroup2.devices.deny = a\n", LXC, False),
+        ("lxc.include = /usr/share/lxc/config/common.conf\n", LXC, False),  # it may set rules
+        ("arch: amd64\n", "pve", False),  # Proxmox always writes its own deny-all + allows
+    ],
+)
+def test_a_plain_lxc_config_without_device_rules_lets_every_device_through(
+    text: str, flavor: str, opens_everything: bool
+) -> None:
+    """LXC with no ``lxc.cgroup2.devices.*`` line (and no include that could add one) allows
+    every device, so every node is covered; the first allow line makes it an allow list."""
+    entries = read_entries(parse(text, flavor))
+    assert entries.open_policy is opens_everything
+    assert entries.covered(10, 232) is opens_everything

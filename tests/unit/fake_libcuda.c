@@ -17,6 +17,10 @@
  *                                c MAJOR MINOR (the old minor), mode 0666; where mknod is
  *                                denied (a CT's cgroup) nothing takes the old node's place
  *   FAKE_CUDA_MKNOD_EPERM=1      that mknod fails with EPERM (a cgroup's denial, outside a CT)
+ *   FAKE_CUDA_CHMOD_NODES=/dev/nvidia0:0600:0:44,...
+ *                                cuInit sets each PATH's mode and owner uid:gid (octal mode),
+ *                                as the real driver does with ModifyDeviceFiles=1 when a
+ *                                node differs from NVreg_DeviceFileMode/UID/GID
  *   FAKE_CUDA_DEVICES=4          number of GPUs (default 2)
  *   FAKE_CUDA_NO_PEER=0-2,1-3    pairs (both directions) where cuDeviceCanAccessPeer = 0
  *   FAKE_CUDA_ZERO_COPY=0-1      directed pairs whose peer copy lands as zeros (IOMMU fault)
@@ -106,9 +110,23 @@ static void modify_device_files(void) {
     }
 }
 
+static void chmod_device_files(void) {
+    const char *spec = getenv("FAKE_CUDA_CHMOD_NODES");
+    if (!spec || !*spec) return;
+    char buf[4096], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", spec);
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char path[1024];
+        unsigned mode, uid, gid;
+        if (sscanf(item, "%1023[^:]:%o:%u:%u", path, &mode, &uid, &gid) != 4) continue;
+        if (chmod(path, mode) == 0) (void)chown(path, uid, gid);
+    }
+}
+
 int cuInit(unsigned flags) {
     (void)flags;
     modify_device_files();
+    chmod_device_files();
     const char *log = getenv("FAKE_CUDA_INIT_LOG");
     if (log && *log) {
         FILE *f = fopen(log, "a");

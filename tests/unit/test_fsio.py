@@ -256,6 +256,29 @@ def test_make_missing_dirs_makes_nothing_where_a_dangling_link_points(tmp_path: 
     exist yet: nothing is made there (os.path.realpath would have followed it)."""
     (tmp_path / "run").symlink_to(tmp_path / "elsewhere")
     fsio.make_missing_dirs(tmp_path / "run")  # the caller's lstat then refuses the link
-    with pytest.raises(OSError):
+    with pytest.raises(FsioError) as caught:
         fsio.make_missing_dirs(tmp_path / "run" / "a")
+    assert caught.value.errno == 2  # ENOENT: the caller's one-line error names it
+    assert str(caught.value) == (
+        f"{tmp_path}/run/a: a symlink on the way points where nothing exists"
+    )
     assert not (tmp_path / "elsewhere").exists()
+
+
+@as_root
+def test_make_missing_dirs_never_follows_another_users_link(tmp_path: Path) -> None:
+    """A link that nobody planted among the existing levels is refused, named with what
+    it is above, and nothing is made where it points."""
+    tmp_path.chmod(0o755)
+    (tmp_path / "target").mkdir()
+    planted = tmp_path / "planted"
+    planted.symlink_to(tmp_path / "target")
+    os.lchown(planted, NOBODY, NOBODY)
+    with pytest.raises(FsioError) as caught:
+        fsio.make_missing_dirs(planted / "a" / "b")
+    assert str(caught.value).startswith(
+        f"{planted} (above the directory) is a symlink of nobody (uid 65534) (to"
+        f" {tmp_path}/target): gpudoctor never follows another user's link; give the real"
+        " directory, or choose a the directory whose parents belong to you or root"
+    )
+    assert os.listdir(tmp_path / "target") == []

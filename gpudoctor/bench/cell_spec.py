@@ -12,6 +12,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 INF = float("inf")
+# Engine extensions of the OpenAI request a plan can make the client send (which engine
+# accepts which: gpudoctor.bench.engines.request_fields).
+EXTENSION_FIELDS = ("ignore_eos", "min_tokens")
 
 
 @dataclass(frozen=True)

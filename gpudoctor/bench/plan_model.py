@@ -104,6 +104,8 @@ class Limits:
         keep_text: keep the streamed text in raw records: True / False; None (default)
             = only for speculative configurations (``speculative-*`` args), whose
             multi-token chunks are re-tokenized for the ITL as SGLang's bench_serving.
+        max_failed_fraction: a cell with more failed requests than this fraction of its
+            requests is recorded ``failed`` (not ``ok``); 0.01 by default.
     """
 
     template_overhead: int = 32
@@ -111,6 +113,7 @@ class Limits:
     request_timeout_s: float = 600.0
     cell_timeout_s: float = 3600.0
     keep_text: bool | None = None
+    max_failed_fraction: float = 0.01
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,10 @@ class RequestRecord:
         error: a one-line error message.
         text_chunks: the streamed text of each content chunk, only with ``keep_text``
             (for re-tokenizing a speculative server's multi-token chunks).
+        intended_s: when the arrival schedule meant to send it, seconds after the cell's
+            start (None in a closed loop).
+        queued_s: seconds it waited for a concurrency slot (or its conversation's
+            previous turn) between its dispatch and its send.
     """
 
     index: int
@@ -73,6 +77,8 @@ class RequestRecord:
     error_kind: str | None = None
     error: str | None = None
     text_chunks: tuple[str, ...] = field(default=(), repr=False)
+    intended_s: float | None = None
+    queued_s: float | None = None
 
     @property
     def end_s(self) -> float:

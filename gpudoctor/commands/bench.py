@@ -86,6 +86,11 @@ def bench() -> None:
 @click.option(
     "--retry-crashed", is_flag=True, help="Rerun cells that crashed or were skipped by a quirk."
 )
+@click.option(
+    "--retry-failed",
+    is_flag=True,
+    help="Rerun cells recorded as failed (their requests failed); kept once otherwise.",
+)
 @click.option("--no-preflight", is_flag=True, help="Do not run `gpudoctor check` before the cells.")
 @click.option(
     "--quirks",
@@ -104,8 +109,8 @@ def bench() -> None:
     "--json", "as_json", is_flag=True, help="Print the summary (or the dry run) as JSON on stdout."
 )
 def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, resume: bool | None,
-        retry_crashed: bool, no_preflight: bool, quirks_path: Path | None, shard: str | None,
-        as_json: bool) -> None:  # fmt: skip
+        retry_crashed: bool, retry_failed: bool, no_preflight: bool, quirks_path: Path | None,
+        shard: str | None, as_json: bool) -> None:  # fmt: skip
     """Run (or resume) the benchmark matrix of PLAN.
 
     A plan runs the programs it names: run only plans you trust.
@@ -114,6 +119,10 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
     Before any server starts, every flag is checked against the engine's --help.
     Cells known to crash (shipped or local quirks) are skipped with the reason.
     A server that crashes is recorded (last 50 log lines) and the matrix goes on.
+    A cell is ok only when its requests succeeded: none succeeded, zero output
+    tokens, or more failed than [limits] max_failed_fraction (0.01) records it
+    FAILED with the server's first error; a warmup answered HTTP 4xx fails it at
+    once. Exit 3 when a cell of the run failed (--retry-failed reruns them).
     Ctrl-C / SIGTERM stop every server; run the same command again to resume.
     At the end, a table per cell: output tok/s, TTFT and TPOT p50/p99, errors.
 
@@ -158,6 +167,7 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
         out=out,
         resume=resume,
         retry_crashed=retry_crashed,
+        retry_failed=retry_failed,
         preflight=not no_preflight,
         quirks_path=quirks_path,
         shard=shard_pair,
@@ -193,19 +203,58 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
         )
         err.exit_code = ExitCode.INTERRUPTED
         raise err from exc
+    failed, failed_count = failed_cells(options.out)
     if as_json:
         import dataclasses
 
-        click.echo(preview.dumps({**dataclasses.asdict(summary), "out": str(options.out)}))
+        click.echo(preview.dumps({**dataclasses.asdict(summary), "out": str(options.out),
+                                  "failed_cells": failed_count, "failures": failed}))  # fmt: skip
     else:
         from gpudoctor.bench.results.summary_table import results_table
 
         click.echo(results_table(options.out, plan))
         click.echo(
             f"{options.out}: {summary.total} cells: {summary.already_done} done before, "
-            f"{summary.ok} ok, {summary.crashed} crashed, {summary.skipped} skipped now; "
-            f"{summary.server_starts} server start(s). Next: gpudoctor bench report {options.out}"
+            f"{summary.ok} ok, {summary.failed} failed, {summary.crashed} crashed, "
+            f"{summary.skipped} skipped now; {summary.server_starts} server start(s). "
+            f"Next: gpudoctor bench report {options.out}"
         )
+    if failed:
+        for line in failed[:5]:
+            click.echo(f"gpudoctor: FAILED: {line}", err=True)
+        click.echo(
+            f"gpudoctor: {failed_count} cell(s) failed: their requests failed, their numbers "
+            f"are not results; fix the cause above, then: gpudoctor bench {plan_path} --out "
+            f"{options.out} --retry-failed",
+            err=True,
+        )
+        click.get_current_context().exit(ExitCode.FAILED)
+
+
+def failed_cells(out: Path) -> tuple[list[str], int]:
+    """Return the failed cells of the run directory ``out``: one line per cell (``label
+    c=N: why``), a configuration whose every cell failed the same way in one line (a plan
+    problem, with the field to change when the server named one); and their count."""
+    from gpudoctor.bench.results.reader import ResultsError, read_run
+    from gpudoctor.bench.results.verdict import common_failure
+
+    try:
+        cells = list(read_run(out).cells)
+    except ResultsError:
+        return [], 0
+    by_config: dict[str, list] = {}
+    for cell in cells:
+        by_config.setdefault(f"{cell.config} (TP{cell.tp})", []).append(cell)
+    lines = []
+    for label, group in by_config.items():
+        failed = [c for c in group if c.status == "failed"]
+        records = [{"status": c.status, "verdict": {"first_error": c.first_error}} for c in group]
+        same = common_failure(records) if len(group) > 1 else None
+        if same:
+            lines.append(f"{label}, all {len(group)} cells: {same}")
+        else:
+            lines += [f"{label} {c.load_label}: {c.reason}" for c in failed]
+    return lines, sum(1 for c in cells if c.status == "failed")
 
 
 def _dry_run_text(result: dict) -> str:

@@ -12,7 +12,13 @@ the real tokenizer of ``--model`` (``tokenizer.json``); a prompt + ``max_tokens`
     python stream_server.py --model DIR --host 127.0.0.1 --port 8000
         [--max-model-len 2048] [--token-delay-ms 2] [--start-delay-s 0]
         [--exit-after-requests N] [--fail-start] [--max-running N] [--request-log PATH]
-        [--hold-gpus TP]
+        [--hold-gpus TP] [--reject-status CODE] [--stream-nothing] [--fail-every N]
+
+Faults a benchmark must not call a success (issue 31): ``--reject-status 422`` answers
+every completion request with that status and ``transformers serve``'s own message
+(``Unexpected fields in the request: {'ignore_eos'}``); ``--stream-nothing`` answers 200
+and an SSE stream with no content token (``[DONE]`` only); ``--fail-every N`` answers
+every N-th completion request with HTTP 500.
 
 ``--max-running N`` lets N requests generate at once (the others queue, as in a server
 with N sequence slots: latency then grows with the load); ``--request-log`` appends one
@@ -59,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--request-log", default="", help="append one JSON line per request here")
     p.add_argument("--hold-gpus", type=int, default=0, help="hold TP stand-in GPUs (see above)")
+    p.add_argument("--reject-status", type=int, default=0, help="answer every request with it")
+    p.add_argument("--stream-nothing", action="store_true", help="200 with no content token")
+    p.add_argument("--fail-every", type=int, default=0, help="HTTP 500 for every N-th request")
     return p
 
 
@@ -149,6 +158,21 @@ def main() -> None:
                 if args.exit_after_requests and served["n"] > args.exit_after_requests:
                     print("stream_server: injected crash", flush=True)
                     os._exit(3)
+                number = served["n"]
+            if args.reject_status:
+                unexpected = {k for k in body if k in ("ignore_eos", "min_tokens")} or {"x"}
+                self._json(args.reject_status,
+                           {"detail": f"Unexpected fields in the request: {unexpected}"})  # fmt: skip
+                return
+            if args.fail_every and number % args.fail_every == 0:
+                self._json(500, {"error": {"message": "injected failure", "type": "ServerError"}})
+                return
+            if args.stream_nothing:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                self.wfile.write(b"data: [DONE]\n\n")
+                return
             messages = body.get("messages") or [] if chat else []
             text = body.get("prompt", "")
             if chat:

@@ -48,6 +48,7 @@ from gpudoctor.bench.launch.steps import (
     Summary,
     decide,
     model_problems,
+    retried,
     run_id,
 )
 from gpudoctor.bench.plan import Cell, Plan, ServerConfig
@@ -141,7 +142,7 @@ class Campaign:
             search_run.run(config, runnable, search)
         counts = self.writer.counts
         return Summary(len(decisions), already, counts["ok"], counts["crashed"],
-                       counts["skipped"], servers.starts)  # fmt: skip
+                       counts["skipped"], servers.starts, failed=counts["failed"])  # fmt: skip
 
     def _plan_servers(
         self, decisions: list[Decision], runner: CellRunner, search_run: SearchRun
@@ -203,10 +204,8 @@ def run_campaign(plan: Plan, options: LaunchOptions, reporter: PlainReporter | N
                     f"warning: skipped {len(opened.corrupt_lines)} corrupt line(s) of "
                     f"results.jsonl (line {numbers}); their cells, if any, run again"
                 )
-            if options.retry_crashed:
-                retry = {
-                    k for k, r in done.items() if r.get("status") == "crashed" or r.get("retryable")
-                }
+            if options.retry_crashed or options.retry_failed:
+                retry = {k for k, r in done.items() if retried(r, options)}
                 rundir.drop_records(retry)
                 done = {k: r for k, r in done.items() if k not in retry}
             leftovers = reap(run_id(options.out))

@@ -1,7 +1,8 @@
 """The cell runner: one cell on one running server -> one record in results.jsonl.
 
 This is the one place a cell's record is produced (:meth:`CellRunner.record`): measured
-(``ok``), crashed, or skipped, whoever decided it (a quirk, a crash earlier in the sweep,
+(``ok``, or ``failed`` when its requests failed: :mod:`gpudoctor.bench.launch.outcome`),
+crashed, or skipped, whoever decided it (a quirk, a crash earlier in the sweep,
 a pool too small). A new field of every cell record goes in :meth:`CellRunner.record`; a
 new outcome of a measured cell in :meth:`CellRunner.run`. The runner knows nothing of
 scheduling: a strategy (serial, packed, search) decides what runs where and asks it.
@@ -9,7 +10,9 @@ scheduling: a strategy (serial, packed, search) decides what runs where and asks
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +21,7 @@ from typing import Any
 from gpudoctor.bench.cell_spec import CellTarget
 from gpudoctor.bench.engines import Engine
 from gpudoctor.bench.launch.live_state import LiveState
+from gpudoctor.bench.launch.outcome import cell_outcome
 from gpudoctor.bench.launch.progress import PlainReporter
 from gpudoctor.bench.launch.run_writer import RunWriter
 from gpudoctor.bench.launch.server import ServerProcess
@@ -25,6 +29,7 @@ from gpudoctor.bench.launch.steps import clamp_workload, keeps_text
 from gpudoctor.bench.plan import Cell, Plan, ServerConfig, load_fields
 
 MeasureFn = Callable[..., dict[str, Any]]
+EXIT_GRACE_S = 2.0  # a failed cell's server: how long its exit may take to be seen (s)
 
 
 @dataclass
@@ -64,7 +69,7 @@ class CellRunner:
         self.measure = measure
 
     def record(self, cell: Cell, status: str, **extra: Any) -> None:
-        """Append ``cell``'s record with ``status`` (ok, crashed, skipped) and ``extra``
+        """Append ``cell``'s record with ``status`` (ok, failed, crashed, skipped) and ``extra``
         fields (reason, measurement, server facts...); nothing once the launch is stopping."""
         if self.writer.stopping.is_set():
             return  # interrupted: the cell was not finished; a resume runs it
@@ -141,11 +146,17 @@ class CellRunner:
         common = {"measurement": measurement, "clamp": clamp, "server": server.facts,
                   "timings": timings, "raw": str(raw.relative_to(rundir.path))}  # fmt: skip
         process = server.process
+        outcome = cell_outcome(measurement, plan.limits)
+        if outcome["status"] == "failed" and process.alive():
+            # a server dying as the requests failed: the kernel closes its sockets (the
+            # requests fail) before its exit can be reaped; give the exit a moment to land
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.proc.wait(timeout=EXIT_GRACE_S)
         if not process.alive():
             reason = f"server exited with code {process.proc.returncode} during the cell"
             self.record(cell, "crashed", reason=reason, server_log_tail=process.tail(), **common)
             return reason
-        self.record(cell, "ok", **common)
+        self.record(cell, **outcome, **common)
         return None
 
     def _measure(self) -> MeasureFn:

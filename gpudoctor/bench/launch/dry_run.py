@@ -27,6 +27,7 @@ from gpudoctor.bench.launch.steps import (
     LaunchOptions,
     decide,
     model_problems,
+    retried,
 )
 from gpudoctor.bench.plan import Cell, Plan, ServerConfig, load_fields
 from gpudoctor.bench.plan import quirks as quirks_mod
@@ -68,6 +69,7 @@ def dry_run(plan: Plan, options: LaunchOptions, validate: bool = True) -> dict[s
     except RunDirError as exc:
         raise CampaignError(str(exc)) from exc
     done = {str(r["key"]): r for r in records if "key" in r} if options.resume is not False else {}
+    done = {k: r for k, r in done.items() if not retried(r, options)}  # --retry-*: run again
     decisions = [
         d
         for d in decide(plan, done, quirk_list, arch, version, options.retry_crashed)

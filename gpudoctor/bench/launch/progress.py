@@ -31,7 +31,7 @@ class PlainReporter:
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
-        self.total = self.done = self.ok = self.crashed = self.skipped = 0
+        self.total = self.done = self.ok = self.crashed = self.skipped = self.failed = 0
         self.started = time.monotonic()
         self.first_cell: float | None = None  # when this launch's first cell started
         self._lock = threading.Lock()
@@ -47,15 +47,15 @@ class PlainReporter:
         eta = self.eta()
         tail = f", {eta_text(eta)} left" if eta is not None else ""
         return (
-            f"[{self.done}/{self.total} done: {self.ok} ok, {self.crashed} crashed, "
-            f"{self.skipped} skipped; {time.monotonic() - self.started:.0f} s{tail}]"
+            f"[{self.done}/{self.total} done: {self.ok} ok, {self.failed} failed, {self.crashed} "
+            f"crashed, {self.skipped} skipped; {time.monotonic() - self.started:.0f} s{tail}]"
         )
 
     def eta(self, now: float | None = None) -> float | None:
         """Return the estimated seconds left: the mean wall time of the cells measured in
         this launch (from its first cell's start, servers' start-ups included; preflight
         and weights excluded) x the cells left; None before a cell was measured."""
-        measured = self.ok + self.crashed
+        measured = self.ok + self.failed + self.crashed
         if not measured or self.done >= self.total or self.first_cell is None:
             return None
         now = time.monotonic() if now is None else now
@@ -88,12 +88,15 @@ class PlainReporter:
         self.done += 1
         if status == "ok":
             self.ok += 1
+        elif status == "failed":
+            self.failed += 1
         elif status == "crashed":
             self.crashed += 1
         else:
             self.skipped += 1
         why = f" ({reason})" if reason else ""
-        self._line(f"bench: {label} concurrency {concurrency}: {status}{why} {self._counts()}")
+        shown = "FAILED" if status == "failed" else status
+        self._line(f"bench: {label} concurrency {concurrency}: {shown}{why} {self._counts()}")
 
     def note(self, text: str) -> None:
         """Print one line of information."""
@@ -136,7 +139,9 @@ class RichReporter(PlainReporter):
         self.console.print(printable(text), highlight=False, markup=False)
 
     def _refresh(self) -> None:
-        counts = f"{self.ok} ok · {self.crashed} crashed · {self.skipped} skipped"
+        counts = (
+            f"{self.ok} ok · {self.failed} failed · {self.crashed} crashed · {self.skipped} skipped"
+        )
         self.progress.update(self.cells, total=self.total, completed=self.done, counts=counts)
 
     def begin(self, total: int, already_done: int) -> None:

@@ -26,7 +26,7 @@ class RunWriter:
         self.rundir = rundir
         self.reporter = reporter
         self.done: dict[str, dict] = {}
-        self.counts = {"ok": 0, "crashed": 0, "skipped": 0}
+        self.counts = {"ok": 0, "failed": 0, "crashed": 0, "skipped": 0}
         self.stopping = threading.Event()  # set when interrupted: nothing more is recorded
         self._lock = threading.Lock()
 
@@ -39,9 +39,7 @@ class RunWriter:
         with self._lock:
             self.rundir.append(record)
             self.done[record["key"]] = record
-            self.counts[
-                "ok" if status == "ok" else "crashed" if status == "crashed" else "skipped"
-            ] += 1
+            self.counts[status if status in self.counts else "skipped"] += 1
         return True
 
     def append_result_line(self, line: dict[str, Any]) -> None:

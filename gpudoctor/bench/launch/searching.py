@@ -40,6 +40,8 @@ def search_key(plan: Plan, config: ServerConfig) -> str:
 
 
 def _outcome(record: dict[str, Any], goodput: float) -> bool | None:
+    if record.get("status") == "failed":  # its requests failed: the SLO is not met
+        return False
     if record.get("status") != "ok":
         return None
     return passes(record.get("measurement"), goodput)

@@ -66,7 +66,8 @@ def _plan(run: Path, unreadable: list[str]) -> Plan | None:
 def run_status(run: Path, shard: tuple[int, int] | None = None) -> dict[str, Any]:
     """Return the status of one run directory: ``preflight`` (last verdict, when),
     ``weights`` (restored from where), ``groups`` (per tp: cells done / running (GPUs,
-    since) / pending / skipped (reason) / crashed (last log line)), ``progress`` and
+    since) / pending / failed (reason: its requests failed) / skipped (reason) / crashed
+    (last log line)), ``progress`` and
     ``eta_s`` (seconds, from the cells measured so far; None when unknown)."""
     from gpudoctor.bench.launch.schedule import in_shard
 
@@ -86,7 +87,7 @@ def run_status(run: Path, shard: tuple[int, int] | None = None) -> dict[str, Any
 
     def group(tp: int) -> dict[str, Any]:
         return groups.setdefault(tp, {"tp": tp, "total": 0, "done": 0, "running": [], "pending": 0,
-                                      "skipped": [], "crashed": []})  # fmt: skip
+                                      "skipped": [], "crashed": [], "failed": []})  # fmt: skip
 
     for cell in cells:
         g = group(cell.config.tp)
@@ -103,6 +104,9 @@ def run_status(run: Path, shard: tuple[int, int] | None = None) -> dict[str, Any
                 g["pending"] += 1
         elif r.get("status") == "ok":
             g["done"] += 1
+        elif r.get("status") == "failed":
+            g["failed"].append({"config": label, "concurrency": cell.concurrency,
+                                "reason": r.get("reason")})  # fmt: skip
         elif r.get("status") == "crashed":
             tail = r.get("server_log_tail") or []
             g["crashed"].append({"config": label, "concurrency": cell.concurrency,
@@ -122,6 +126,8 @@ def run_status(run: Path, shard: tuple[int, int] | None = None) -> dict[str, Any
             }
             if r.get("status") == "ok":
                 g["done"] += 1
+            elif r.get("status") == "failed":
+                g["failed"].append(row)
             elif r.get("status") == "crashed":
                 g["crashed"].append({**row, "log_line": (r.get("server_log_tail") or [None])[-1]})
             else:
@@ -253,13 +259,16 @@ def _render(status: dict[str, Any]) -> str:
             f"  [!] GPU {gpu.get('index')} {gpu.get('uuid')} out of the pool: {gpu.get('reason')}"
         )
     for g in status["groups"]:
-        finished = g["done"] + len(g["skipped"]) + len(g["crashed"])
+        finished = g["done"] + len(g["failed"]) + len(g["skipped"]) + len(g["crashed"])
         mark = "x" if finished == g["total"] else ">" if g["running"] or finished else " "
-        lines.append(f"  [{mark}] TP{g['tp']}: {g['done']} done, {len(g['running'])} running, {g['pending']} pending, "
+        lines.append(f"  [{mark}] TP{g['tp']}: {g['done']} done, {len(g['failed'])} failed, "
+                     f"{len(g['running'])} running, {g['pending']} pending, "
                      f"{len(g['skipped'])} skipped, {len(g['crashed'])} crashed (of {g['total']})")  # fmt: skip
         for r in g["running"]:
             lines.append(f"        running {r['config']} c={r['concurrency']} on GPU "
                          f"{','.join(map(str, r['gpu_indices'])) or '-'} (slot {r['slot']}) since {r['since']}")  # fmt: skip
+        for f in g["failed"]:
+            lines.append(f"        FAILED {f['config']} c={f['concurrency']}: {f['reason']}")
         for s in g["skipped"]:
             lines.append(f"        skipped {s['config']} c={s['concurrency']}: {s['reason']}")
         for c in g["crashed"]:

@@ -32,6 +32,7 @@ class LaunchOptions:
         quirks_path: the local quirks table (default :func:`quirks.default_local_path`).
         help_cache: where engine ``--help`` outputs are cached (None = no cache).
         shard: ``(I, N)``: run only the cells of shard I of N (``--shard I/N``, 1-based).
+        retry_failed: rerun cells recorded as failed (their requests failed).
     """
 
     out: Path
@@ -41,6 +42,17 @@ class LaunchOptions:
     quirks_path: Path | None = None
     help_cache: Path | None = None
     shard: tuple[int, int] | None = None
+    retry_failed: bool = False
+
+
+def retried(record: dict[str, Any], options: LaunchOptions) -> bool:
+    """Return whether a recorded cell is measured again in this launch: crashed or skipped
+    by a crash (``--retry-crashed``), failed (``--retry-failed``); every other recorded
+    cell is kept exactly once."""
+    status = record.get("status")
+    if options.retry_crashed and (status == "crashed" or record.get("retryable")):
+        return True
+    return options.retry_failed and status == "failed"
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,7 @@ class Summary:
     skipped: int
     server_starts: int
     stopped: str | None = None
+    failed: int = 0  # cells whose requests failed (issue 31): ``bench run`` exits 3
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -340,16 +340,20 @@ async def run_requests(
     over = [asyncio.Event() for _ in prompts]
 
     async def limited(index: int, prompt: Prompt) -> RequestRecord:
+        entered = time.perf_counter()
         try:
             if prompt.after is not None:  # the previous turn of its conversation first
                 await over[prompt.after].wait()
             async with semaphore:
+                queued = time.perf_counter() - entered
                 if deadline is not None and time.perf_counter() >= deadline:
                     record = not_sent(prompt, index, t0)
                 else:
                     record = await send_request(client, options, prompt, index, t0, deadline)
         finally:
             over[index].set()
+        intended = offsets[index] if offsets is not None else None
+        record = replace(record, intended_s=intended, queued_s=queued)
         return on_record(record) if on_record is not None else record
 
     if offsets is None and request_rate is not None:

@@ -26,7 +26,13 @@ from gpudoctor.bench.load.telemetry import GpuSampler
 from gpudoctor.bench.load.workload import Prompt, load_tokenizer
 from gpudoctor.bench.load.workloads import build_prompts
 from gpudoctor.bench.request_record import RequestRecord
-from gpudoctor.bench.results.metrics import compute_metrics, count_errors, max_in_flight
+from gpudoctor.bench.results.metrics import (
+    client_audit,
+    compute_metrics,
+    count_errors,
+    max_in_flight,
+    token_truth,
+)
 
 WARMUP_MAX_TOKENS = 32  # as SGLang's warmup: min(output_len, 32)
 
@@ -51,6 +57,12 @@ def _trace_offsets(prompts: Sequence[Prompt]) -> list[float] | None:
     if prompts and all(p.at_s is not None for p in prompts):
         return [float(p.at_s or 0.0) for p in prompts]
     return None
+
+
+def _error_of(record: RequestRecord) -> dict[str, Any]:
+    """Return a failed request's error as the record's ``first_error`` (message verbatim)."""
+    return {"index": record.index, "kind": record.error_kind, "status_code": record.status_code,
+            "message": record.error}  # fmt: skip
 
 
 def _warmup_prompts(prompts: Sequence[Prompt], count: int) -> list[Prompt]:
@@ -86,6 +98,14 @@ async def _run_cell(
             out["warmup"] = {"sent": len(warm), "failed": len(failed)}
             if failed:
                 out["warmup"]["first_error"] = failed[0].error
+            rejected = [
+                r for r in failed if r.status_code is not None and 400 <= r.status_code < 500
+            ]
+            if rejected:  # fail fast: the measured requests would be rejected the same way
+                out["warmup"]["rejected"] = True
+                out["first_error"] = _error_of(rejected[0])
+                out.update(cpu_s=0.0, records=[], duration_s=0.0, telemetry={})
+                return out
         if target.flush_cache_path:
             try:
                 out["flush_error"] = await asyncio.wait_for(
@@ -144,7 +164,11 @@ def measure_cell(
     Returns ``{"concurrency", "num_prompts", "completed", "duration_s" (s), "metrics"
     (see ``metrics.compute_metrics``), "errors" (failed requests by kind), "accept_length"
     (float or None), "accept_length_source", "telemetry" (``{}`` without GPUs), "client"
-    (client-side facts: CPU seconds, chunks, observed peak in-flight requests, warmup)}``.
+    (client-side facts: CPU seconds, chunks, observed peak in-flight requests, warmup;
+    ``audit``: the pacing self-audit of ``metrics.client_audit``), "first_error" (the
+    first failed request's ``{index, kind, status_code, message}``, None when none)}``.
+    A warmup request answered HTTP 4xx ends the cell before measuring (``client.warmup
+    .rejected``): the measured requests would be rejected the same way.
     Server failures never raise: a server killed mid-cell gives a partial record.
     ``progress(done, total)`` is called as each measured request completes.
     ``timeout_s``: the longest one request may take (send -> end), seconds.
@@ -209,6 +233,9 @@ def measure_cell(
     metrics = compute_metrics(records, max(result["duration_s"], 1e-9), slo)
     metrics["itl_split_by_tokens"] = split_itl
     chunks = sum(len(r.chunk_times_s) for r in records)
+    failures = sorted((r for r in records if not r.ok), key=lambda r: r.send_s)
+    first_error = result.get("first_error") or (_error_of(failures[0]) if failures else None)
+    metrics.update(token_truth(records, forced=workload.ignore_eos))
     client = {
         "run_id": run_id,
         "api": workload.api,
@@ -226,6 +253,7 @@ def measure_cell(
         "timeout_s": timeout_s,
         "cell_timeout_s": cell_timeout_s,
         "deadline_hit": time.perf_counter() >= deadline,
+        "audit": client_audit(records, result["duration_s"], result["cpu_s"]),
     }
     return {
         "concurrency": concurrency,
@@ -234,6 +262,7 @@ def measure_cell(
         "duration_s": result["duration_s"],
         "metrics": metrics,
         "errors": count_errors(records),
+        "first_error": first_error,
         "accept_length": result["accept_length"],
         "accept_length_source": result["accept_source"],
         "prompts_cut": sum(1 for p in prompts if p.cut_from is not None),

@@ -133,6 +133,40 @@ class _Nvml:
         row.update({k: v for k, v in values.items() if v is not None})
         return row
 
+    def open_xid_events(self) -> Any:
+        """Register the sampled GPUs for Xid (critical error) events; return the NVML event
+        set, None when NVML cannot (an old driver, a container without the right)."""
+        nv = self.nvml
+        event_set = self._get(nv.nvmlEventSetCreate)
+        if event_set is None:
+            return None
+        kind = getattr(nv, "nvmlEventTypeXidCriticalError", 0x8)
+        registered = 0
+        for i in self.indices:
+            try:
+                nv.nvmlDeviceRegisterEvents(self.handles[i], kind, event_set)
+                registered += 1
+            except nv.NVMLError:
+                pass  # this GPU (or this container) gives no events
+        if not registered:
+            self._get(nv.nvmlEventSetFree, event_set)
+            return None
+        return event_set
+
+    def wait_xid(self, event_set: Any, timeout_s: float) -> tuple[int | None, int] | None:
+        """Wait up to ``timeout_s`` for an Xid event; return (GPU index, Xid) or None on a
+        timeout. Raises NVMLError when waiting itself fails (events are then unusable)."""
+        nv = self.nvml
+        wait = getattr(nv, "nvmlEventSetWait_v2", None) or nv.nvmlEventSetWait
+        try:
+            data = wait(event_set, max(int(timeout_s * 1000), 1))
+        except nv.NVMLError as exc:
+            if "timeout" in type(exc).__name__.lower() or "timeout" in str(exc).lower():
+                return None
+            raise
+        index = next((i for i in self.indices if self.handles[i] == data.device), None)
+        return index, int(data.eventData)
+
     def close(self) -> None:
         self._get(self.nvml.nvmlShutdown)
 
@@ -171,6 +205,7 @@ class GpuSampler:
         self.enabled = enabled
         self.gpus = gpus  # a slot's GPU UUIDs (None: every GPU of the host)
         self.samples: list[dict[str, Any]] = []
+        self.xids: list[dict[str, Any]] = []  # Xid events during the cell
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: _Nvml | None = None
@@ -191,14 +226,32 @@ class GpuSampler:
 
     def _loop(self) -> None:
         assert self._nvml is not None
+        nvml = self._nvml
         t0 = time.perf_counter()
+        events = nvml.open_xid_events()
         while True:
             now = time.perf_counter() - t0
-            for index in self._nvml.indices:
-                self.samples.append(self._nvml.sample(index, now))
-            if self._stop.wait(self.interval_s):
+            for index in nvml.indices:
+                self.samples.append(nvml.sample(index, now))
+            if events is not None:  # wait for an Xid between samples (nvmlEventSetWait)
+                try:
+                    seen = nvml.wait_xid(events, self.interval_s)
+                except nvml.nvml.NVMLError:
+                    events = None  # cannot wait on events here: plain sampling
+                    continue
+                if seen is not None:
+                    self.xids.append({"gpu": seen[0], "xid": seen[1],
+                                      "t": round(time.perf_counter() - t0, 3)})  # fmt: skip
+                if self._stop.is_set():
+                    break
+            elif self._stop.wait(self.interval_s):
                 break
 
     def summary(self) -> dict[str, Any]:
-        """Return the summary of the samples taken (``{}`` when no GPU was sampled)."""
-        return summarize_samples(self.samples, self.interval_s)
+        """Return the summary of the samples taken (``{}`` when no GPU was sampled), with
+        ``xids`` (``[{"gpu", "xid", "t"}]``, seconds into the cell) when an Xid event
+        arrived during the cell (NVML ``nvmlEventTypeXidCriticalError``)."""
+        summary = summarize_samples(self.samples, self.interval_s)
+        if self.xids:
+            summary["xids"] = list(self.xids)
+        return summary

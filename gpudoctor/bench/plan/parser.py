@@ -12,6 +12,7 @@ from typing import Any
 
 from gpudoctor.bench.cell_spec import SLO, WorkloadSpec, rate_from_json
 from gpudoctor.bench.engines import ENGINES
+from gpudoctor.bench.engines.request_fields import rejected_fields
 from gpudoctor.bench.plan.bounds import out_of_bounds
 from gpudoctor.bench.plan.search import parse_search
 from gpudoctor.bench.plan_model import (
@@ -211,7 +212,8 @@ def parse(text: str, source: str = "plan.toml", base_dir: Path | None = None) ->
     name = r.typed(data, "name", "name", (str,), Path(source).stem)
     model = _parse_model(r, r.table(data, "model", "model", required=True), base_dir)
     engine = _parse_engine(r, r.table(data, "engine", "engine", required=True))
-    workload = _parse_workload(r, r.table(data, "workload", "workload"), base_dir)
+    workload_table = r.table(data, "workload", "workload")
+    workload = _parse_workload(r, workload_table, base_dir)
     slo_table = r.table(data, "slo", "slo")
     r.check_keys(slo_table, {"ttft_ms", "tpot_ms", "e2el_ms"}, "slo")
     slo = None
@@ -227,6 +229,10 @@ def parse(text: str, source: str = "plan.toml", base_dir: Path | None = None) ->
         raise r.error("repeats", f"must be at least 1, got {repeats}")
     search = parse_search(r, r.table(data, "search", "search"), slo, configs)
     hardware = _parse_hardware(r, r.table(data, "hardware", "hardware"))
+    if "ignore_eos" not in workload_table and rejected_fields(engine.name, workload):
+        workload = dataclasses.replace(workload, ignore_eos=False)  # the engine's own default
+    for problem in rejected_fields(engine.name, workload):  # set in the plan: refused now
+        raise r.error(problem.key, problem.message())
     return Plan(name, source, text, model, engine, workload, slo, limits, preflight, configs,
                 repeats, search, hardware)  # fmt: skip
 
@@ -347,7 +353,7 @@ def _parse_workload(r: _Reader, t: dict, base_dir: Path | None) -> WorkloadSpec:
 
 def _parse_limits(r: _Reader, t: dict) -> Limits:
     keys = {"template_overhead", "min_input_len", "request_timeout_s", "cell_timeout_s",
-            "keep_text"}  # fmt: skip
+            "keep_text", "max_failed_fraction"}  # fmt: skip
     r.check_keys(t, keys, "limits")
     limits = Limits(
         template_overhead=r.typed(t, "template_overhead", "limits.template_overhead", (int,), 32),
@@ -359,7 +365,13 @@ def _parse_limits(r: _Reader, t: dict) -> Limits:
             r.typed(t, "cell_timeout_s", "limits.cell_timeout_s", (int, float), 3600)
         ),
         keep_text=r.typed(t, "keep_text", "limits.keep_text", (bool,), None),
+        max_failed_fraction=float(
+            r.typed(t, "max_failed_fraction", "limits.max_failed_fraction", (int, float), 0.01)
+        ),
     )
+    if not 0 <= limits.max_failed_fraction < 1:
+        raise r.error("limits.max_failed_fraction",
+                      f"must be in [0, 1), got {limits.max_failed_fraction:g}")  # fmt: skip
     for key in ("request_timeout_s", "cell_timeout_s"):
         if getattr(limits, key) <= 0:
             raise r.error(f"limits.{key}", f"must be > 0 seconds, got {getattr(limits, key):g}")

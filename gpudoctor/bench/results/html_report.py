@@ -20,9 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor import fsio
-from gpudoctor.bench.cell_spec import rate_label
 from gpudoctor.bench.results.reader import CellResult, RunResults, SearchLine
 from gpudoctor.bench.results.repeats import RepeatGroup, group_cells
+from gpudoctor.bench.results.report_facts import (
+    attention,
+    machine_rows,
+    slo_text,
+    status_counts,
+    workload_rows,
+)
+from gpudoctor.bench.results.summary_table import rate_text
 from gpudoctor.bench.results.svg import Series, line_chart, pareto_front
 
 _SCRIPT = """
@@ -132,8 +139,9 @@ def charts(run: RunResults, telemetry_rows: list[dict[str, Any]]) -> list[str]:
                     for i, r in enumerate(telemetry_rows) if isinstance(r.get(name), (int, float)))  # fmt: skip
         if pts:
             tele.append(Series(unit, pts, False, len(tele)))
-    out.append(line_chart("GPU telemetry over the campaign (mean per cell, in run order)",
-                          "cell (run order)", "value", tele))  # fmt: skip
+    if tele:  # a panel only where there is telemetry (a CPU run has none)
+        out.append(line_chart("GPU telemetry over the campaign (mean per cell, in run order)",
+                              "cell (run order)", "value", tele))  # fmt: skip
     return out
 
 
@@ -184,15 +192,27 @@ def _summary(groups: Sequence[RepeatGroup]) -> str:
             if tput and tput.rel_std is not None and len(tput.values) > 1
             else ""
         )
-        rows.append((f"{c.config} (TP{c.tp})", str(c.concurrency), rate_label(c.request_rate),
+        rows.append((f"{c.config} (TP{c.tp})", str(c.concurrency), rate_text(c),
                      g.status(), *("–" if v is None else f"{v:.4g}" for v in vals),
                      str(len(g.cells)), spread))  # fmt: skip
     return _table(("config", "c", "rate", "status", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50",
                    "TPOT p99", "goodput", "runs", "spread"), rows)  # fmt: skip
 
 
+def _attention(cells: Sequence[CellResult]) -> str:
+    rows = attention(cells)
+    if not rows:
+        return "<p>None: every cell is ok, its requests succeeded, no flag.</p>"
+    return _table(("cell", "what", "why"), rows)
+
+
+def _workload(run_dir: Path) -> str:
+    rows = workload_rows(run_dir) or [("workload", "unknown: plan.toml is missing or unreadable")]
+    return _table(("workload", "value"), [*rows, ("SLO", slo_text(run_dir))])
+
+
 def _failures(cells: Sequence[CellResult]) -> str:
-    bad = [c for c in cells if c.status in ("crashed", "skipped")]
+    bad = [c for c in cells if c.status in ("crashed", "skipped", "failed")]
     if not bad:
         return "<p>None.</p>"
     parts = []
@@ -212,9 +232,7 @@ def _machine(run_dir: Path) -> str:
         return "<p>No readable run.json.</p>"
     if not isinstance(facts, dict):
         return "<p>No readable run.json.</p>"
-    rows = [(str(k), v if isinstance(v, str) else json.dumps(v, default=str)[:400])
-            for k, v in facts.items() if k != "launches"]  # fmt: skip
-    return _table(("fact", "value"), rows)
+    return _table(("fact", "value"), machine_rows(facts))
 
 
 def render_html(run_dir: Path, run: RunResults, notes: Sequence[str] = ()) -> str:
@@ -224,19 +242,19 @@ def render_html(run_dir: Path, run: RunResults, notes: Sequence[str] = ()) -> st
     name = html.escape(Path(run_dir).name)
     svgs = charts(run, _telemetry_rows(cells))
     warn = "".join(f"<p><b>Warning:</b> {html.escape(n)}</p>" for n in notes)
-    ok = sum(1 for c in cells if c.ok)
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>Benchmark report: {name}</title><style>{_STYLE}</style>",
         f"<script>{_SCRIPT}</script></head><body>",
         f"<h1>Benchmark report: {name}</h1>", '<pre id="errors"></pre>', warn,
-        f"<p>{len(cells)} cells: {ok} ok, {sum(c.status == 'crashed' for c in cells)} crashed, "
-        f"{sum(c.status == 'skipped' for c in cells)} skipped. Definitions: docs/bench-metrics.md. "
+        f"<p>{html.escape(status_counts(cells))} Definitions: docs/bench-metrics.md. "
         "Click a line to fade it.</p>",
+        "<h2>Failed, suspect and client-bound cells</h2>", _attention(cells),
+        "<h2>Workload and SLO</h2>", _workload(run_dir),
         '<h2>Charts</h2><div class="charts">', *svgs, "</div>",
         "<h2>Cells</h2>", _summary(groups),
         "<h2>Search: the highest load that met the SLO</h2>", _searches(run.searches),
-        "<h2>Crashed and skipped cells</h2>", _failures(cells),
+        "<h2>Failed, crashed and skipped cells: server log tails</h2>", _failures(cells),
         "<h2>Machine</h2>", _machine(run_dir),
         "</body></html>",
     ])  # fmt: skip

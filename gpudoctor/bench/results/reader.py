@@ -14,6 +14,7 @@ from typing import Any
 
 from gpudoctor import fsio
 from gpudoctor.bench.cell_spec import INF, rate_from_json, rate_label
+from gpudoctor.bench.results.verdict import client_bound, judge, suspect
 
 RESULTS_FILE = "results.jsonl"
 
@@ -83,6 +84,25 @@ class CellResult:
         return int(value) if isinstance(value, int) else 0
 
     @property
+    def reason(self) -> str:
+        """Return why the cell is not ok, or the failures an ok cell tolerated ("" if none)."""
+        return str((self.extra or {}).get("reason") or "")
+
+    @property
+    def first_error(self) -> str | None:
+        """Return the first failed request's message, verbatim (None when none failed)."""
+        first = (self.measurement or {}).get("first_error")
+        if isinstance(first, dict) and first.get("message"):
+            return str(first["message"])
+        warm = ((self.measurement or {}).get("client") or {}).get("warmup") or {}
+        return str(warm["first_error"]) if warm.get("first_error") else None
+
+    def flag(self, name: str) -> str | None:
+        """Return why the cell is flagged ``client_bound`` or ``suspect``, None if not."""
+        value = (self.extra or {}).get(name)
+        return str(value) if value else None
+
+    @property
     def run_id(self) -> str | None:
         """Return the measurement's run id (tags its lines in the raw file)."""
         client = (self.measurement or {}).get("client")
@@ -140,6 +160,29 @@ class RunResults:
         )
 
 
+def _status(row: dict, measurement: dict | None) -> tuple[str, str]:
+    """Return the cell's status and reason; a record written before verdicts existed
+    (``ok`` without a ``verdict``) is judged from its measurement now, so an old run whose
+    requests all failed never reads as ok (issue 31)."""
+    status, reason = str(row["status"]), str(row.get("reason") or "")
+    legacy = not isinstance(row.get("verdict"), dict)
+    counted = measurement is not None and "completed" in measurement and "errors" in measurement
+    if status == "ok" and legacy and counted:
+        verdict = judge(measurement)
+        if verdict.status == "failed":
+            return "failed", verdict.reason
+    return status, reason
+
+
+def cell_flags(measurement: dict[str, Any] | None) -> dict[str, str]:
+    """Return what qualifies a measured cell's numbers: ``{"client_bound": why,
+    "suspect": why}``, only the flags that apply (empty for a clean cell)."""
+    if not measurement:
+        return {}
+    flags = {"client_bound": client_bound(measurement), "suspect": suspect(measurement)}
+    return {k: v for k, v in flags.items() if v}
+
+
 METRIC_BOUND = 1e18  # no measurement reaches it; a chart's axis arithmetic stays finite
 
 
@@ -177,20 +220,23 @@ def _cell(row: object) -> CellResult:
     key = str(row["key"])
     group = row.get("group")
     tail = row.get("server_log_tail")
+    measurement = row.get("measurement") if isinstance(row.get("measurement"), dict) else None
+    status, reason = _status(row, measurement)
     return CellResult(
         key=key,
         config=str(row["config"]),
         tp=int(row["tp"]),
         concurrency=int(row["concurrency"]),
-        status=str(row["status"]),
-        measurement=row.get("measurement") if isinstance(row.get("measurement"), dict) else None,
+        status=status,
+        measurement=measurement,
         raw=row.get("raw") if isinstance(row.get("raw"), str) else None,
         request_rate=rate_from_json(row.get("request_rate")),
         repeat=int(row.get("repeat") or 0),
         group=group if isinstance(group, str) else key,
         search=row.get("search") if isinstance(row.get("search"), str) else None,
-        extra={"reason": str(row.get("reason") or ""),
-               "server_log_tail": [str(x) for x in tail] if isinstance(tail, list) else []},
+        extra={"reason": reason,
+               "server_log_tail": [str(x) for x in tail] if isinstance(tail, list) else [],
+               **cell_flags(measurement)},
         gpus=tuple(str(g) for g in row.get("gpus") or () if isinstance(g, str)),
         slot=row["slot"] if isinstance(row.get("slot"), int) else None,
     )  # fmt: skip

@@ -18,6 +18,12 @@ from pathlib import Path
 from gpudoctor import fsio
 from gpudoctor.bench.results.html_report import render_html
 from gpudoctor.bench.results.reader import CellResult, ResultsError, read_run
+from gpudoctor.bench.results.report_facts import (
+    attention,
+    slo_text,
+    status_counts,
+    workload_rows,
+)
 from gpudoctor.terminal import printable
 
 FIGSIZE_IN = (8.0, 5.0)
@@ -71,14 +77,20 @@ def cell_text(cell: CellResult | None) -> str:
     if cell is None:
         return ""
     if not cell.ok:
-        return md_text(cell.status)
+        return "FAILED" if cell.status == "failed" else md_text(cell.status)
     text = (
         f"{_fmt(cell.value('output_throughput'))} · "
         f"{_fmt(cell.value('median_ttft_ms'))}/{_fmt(cell.value('p99_ttft_ms'))} · "
         f"{_fmt(cell.value('median_tpot_ms'), 1)} · {_fmt(cell.value('accept_length'), 2)}"
     )
     failed = cell.failed_requests()
-    return text + (f" ⚠ {failed} failed" if failed else "")
+    metrics = (cell.measurement or {}).get("metrics") or {}
+    marks = [f"⚠ {failed} failed" if failed else "",
+             f"⚠ {metrics['token_count_mismatches']} wrong length"
+             if metrics.get("token_count_mismatches") else "",
+             "⚠ suspect" if cell.flag("suspect") else "",
+             "⚠ client-bound" if cell.flag("client_bound") else ""]  # fmt: skip
+    return " ".join([text, *(m for m in marks if m)])
 
 
 def _ordered(values: Sequence[str]) -> list[str]:
@@ -192,14 +204,13 @@ def render_markdown(
     run_dir: Path, cells: Sequence[CellResult], plots: Sequence[Path], notes: Sequence[str] = ()
 ) -> str:
     """Return report.md's text (``notes``: warnings shown under the title)."""
-    ok = sum(1 for c in cells if c.ok)
     lines = [
         f"# Benchmark report: {md_text(Path(run_dir).name)}",
         "",
-        f"{len(cells)} cells: {ok} ok, "
-        f"{sum(1 for c in cells if c.status == 'crashed')} crashed, "
-        f"{sum(1 for c in cells if c.status == 'skipped')} skipped.",
+        status_counts(cells),
         "",
+        *attention_markdown(cells),
+        *workload_markdown(run_dir),
         "Each cell: **output tok/s · TTFT p50/p99 ms · TPOT p50 ms · accept length** "
         "(– = not available). Definitions: docs/bench-metrics.md.",
         "",
@@ -215,6 +226,27 @@ def render_markdown(
     if notes:
         lines[3:3] = [*(f"> **Warning:** {md_text(n)}" for n in notes), ""]
     return "\n".join(lines)
+
+
+def attention_markdown(cells: Sequence[CellResult]) -> list[str]:
+    """Return report.md's "Needs attention" section (failed, suspect, client-bound cells
+    first, then crashed and skipped, each with its reason); empty when every cell is clean."""
+    rows = attention(cells)
+    if not rows:
+        return []
+    lines = ["## Needs attention", "", "| cell | what | why |", "|---|---|---|"]
+    lines += [f"| {md_text(a)} | **{md_text(b)}** | {md_text(c)} |" for a, b, c in rows]
+    return [*lines, ""]
+
+
+def workload_markdown(run_dir: Path) -> list[str]:
+    """Return report.md's "Workload and SLO" section (from the run's plan.toml)."""
+    rows = workload_rows(run_dir)
+    lines = ["## Workload and SLO", ""]
+    lines += [f"- **{name}**: {md_text(value)}" for name, value in rows] or [
+        "- plan.toml is missing or unreadable: the workload is unknown"
+    ]
+    return [*lines, f"- **SLO**: {md_text(slo_text(run_dir))}", ""]
 
 
 def _check_out_dir(out_dir: Path, option: str) -> None:

@@ -349,6 +349,9 @@ def environment_facts(engine: str, engine_version: str | None, arch: str) -> dic
         "gpus": [],
         "driver": None,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpu_model": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "load_avg": [round(x, 2) for x in os.getloadavg()],  # 1, 5, 15 min: others' load
     }
     try:
         import pynvml
@@ -373,6 +376,18 @@ def environment_facts(engine: str, engine_version: str | None, arch: str) -> dic
     except Exception as exc:  # no driver, no GPU: recorded, not fatal
         facts["gpu_error"] = str(exc) or type(exc).__name__
     return facts
+
+
+def _cpu_model() -> str | None:
+    """Return the CPU's model name (``grep -m1 'model name' /proc/cpuinfo``), None if unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def _text(value: object) -> str:

@@ -31,14 +31,32 @@ def _num(value: float | None, digits: int) -> str:
 
 def row(cell: CellResult) -> tuple[str, ...]:
     """Return one table row (latencies in ms; ``errors`` = failed requests of the cell)."""
-    head = (cell.config, str(cell.tp), str(cell.concurrency), cell.status)
-    if not cell.ok:
-        return (*head, *("-",) * 6)
+    flags = [name.replace("_", "-") for name in ("suspect", "client_bound") if cell.flag(name)]
+    status = "FAILED" if cell.status == "failed" else cell.status
+    head = (cell.config, str(cell.tp), str(cell.concurrency), ",".join([status, *flags]))
     measurement = cell.measurement or {}
+    if not cell.ok:
+        verdict_errors = sum((measurement.get("errors") or {}).values())
+        total = measurement.get("num_prompts")
+        shown = f"{verdict_errors}/{total}" if cell.status == "failed" and total else "-"
+        return (*head, *("-",) * 5, shown)
     failed = cell.failed_requests()
     total = measurement.get("num_prompts")
     errors = f"{failed}/{total}" if failed and total else str(failed)
+    metrics = measurement.get("metrics") or {}
+    wrong = metrics.get("token_count_mismatches")
+    if wrong:
+        errors += f" ({wrong} wrong length)"
     return (*head, *(_num(cell.value(m), d) for m, d in _METRICS), errors)
+
+
+def rate_text(cell: CellResult) -> str:
+    """Return the cell's rate as asked and, when measured, as sent (``500 (sent 498)``):
+    the target alone would read as achieved."""
+    asked = rate_label(cell.request_rate)
+    audit = ((cell.measurement or {}).get("client") or {}).get("audit") or {}
+    sent = audit.get("achieved_rate")
+    return f"{asked} (sent {sent:.4g})" if isinstance(sent, (int, float)) else asked
 
 
 def group_row(group: RepeatGroup) -> tuple[str, ...]:
@@ -100,10 +118,7 @@ def results_table(run_dir: Path, plan: Plan | None = None) -> str:
     rows = [group_row(g) if repeated else row(g.first) for g in groups]
     if rated:
         header = (*header[:3], "rate", *header[3:])
-        rows = [
-            (*r[:3], rate_label(g.first.request_rate), *r[3:])
-            for r, g in zip(rows, groups, strict=True)
-        ]
+        rows = [(*r[:3], rate_text(g.first), *r[3:]) for r, g in zip(rows, groups, strict=True)]
     return "\n".join([title, format_table(header, rows), *search_lines(run.searches)])
 
 

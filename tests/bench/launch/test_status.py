@@ -72,7 +72,7 @@ def test_status_of_a_live_then_finished_campaign(
     text = _status(run, "--watch", "0.2")  # a finished run: --watch prints once and returns
     assert text.returncode == 0
     assert (
-        "TP1: 8 done, 0 running, 0 pending" in text.stdout
+        "TP1: 8 done, 0 failed, 0 running, 0 pending" in text.stdout
         and "crashed crashy@tp1 c=1" in text.stdout
     )
     assert "[x] TP2" in text.stdout and "preflight: not run" in text.stdout

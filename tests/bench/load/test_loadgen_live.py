@@ -134,11 +134,18 @@ def test_killed_server_gives_errors_by_kind_and_a_partial_record(
 def test_strict_server_rejects_ignore_eos_as_http_4xx(llm_server: LlmServer) -> None:
     spec = WorkloadSpec(input_len=16, output_len=4, num_prompts=3, ignore_eos=True, warmup=1)
     cell = measure_cell(_target(llm_server, flush_cache_path="/flush_cache"), spec, 2)
-    assert cell["completed"] == 0 and cell["errors"]["http_4xx"] == 3
+    # fail fast (issue 31): the warmup's 4xx ends the cell; no request bound to fail is sent
+    assert cell["completed"] == 0 and sum(cell["errors"].values()) == 0
+    assert cell["client"]["warmup"]["rejected"] is True
     assert "ignore_eos" in cell["client"]["warmup"]["first_error"]
-    assert cell["client"]["flush_cache_error"] == "HTTP 404"  # not an SGLang server
+    assert cell["first_error"]["status_code"] == 422
+    assert "Unexpected fields in the request" in cell["first_error"]["message"]
     assert cell["accept_length"] is None
     assert cell["metrics"]["mean_ttft_ms"] is None
+    spec = WorkloadSpec(input_len=16, output_len=4, num_prompts=3, ignore_eos=True, warmup=0)
+    cell = measure_cell(_target(llm_server, flush_cache_path="/flush_cache"), spec, 2)
+    assert cell["completed"] == 0 and cell["errors"]["http_4xx"] == 3  # no warmup: all sent
+    assert cell["client"]["flush_cache_error"] == "HTTP 404"  # not an SGLang server
 
 
 def test_poisson_arrivals_respect_the_drawn_intervals(

@@ -75,3 +75,100 @@ def test_sampler_on_a_real_gpu() -> None:
     assert 0 <= s["util_pct"]["mean"] <= s["util_pct"]["max"] <= 100
     assert s["mem_used_mib"]["max"] > 0 and s["power_w"]["max"] > 0
     assert s["sm_clock_mhz"]["max"] > 0 and 0 < s["temp_c"]["max"] < 120
+
+
+class _FakeXidNvml:
+    """Stands for nvidia-ml-py's ``pynvml`` on a host with one GPU that raises Xid 79 (this
+    CPU machine has no NVIDIA driver, and a real Xid cannot be provoked on purpose): only
+    the calls the sampler makes, with NVML's shapes (``nvmlEventSetWait_v2`` raising
+    ``NVMLError_Timeout`` when no event arrived, the event's ``device`` and ``eventData``)."""
+
+    nvmlEventTypeXidCriticalError = 0x8
+    NVML_CLOCK_SM = 1
+    NVML_TEMPERATURE_GPU = 0
+
+    class NVMLError(Exception):
+        pass
+
+    class NVMLError_Timeout(NVMLError):
+        pass
+
+    class NVMLError_NotSupported(NVMLError):
+        pass
+
+    def __init__(self, xid_after_waits: int = 2, events: bool = True) -> None:
+        self.handle = object()
+        self.waits = 0
+        self.xid_after_waits = xid_after_waits
+        self.events = events
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> object:
+        return self.handle
+
+    def nvmlDeviceGetUtilizationRates(self, h: object) -> object:
+        raise self.NVMLError_NotSupported()
+
+    nvmlDeviceGetMemoryInfo = nvmlDeviceGetPowerUsage = nvmlDeviceGetUtilizationRates
+
+    def nvmlDeviceGetClockInfo(self, h: object, kind: int) -> int:
+        return 1980
+
+    def nvmlDeviceGetTemperature(self, h: object, kind: int) -> int:
+        return 40
+
+    def nvmlEventSetCreate(self) -> str:
+        return "set"
+
+    def nvmlEventSetFree(self, s: str) -> None:
+        pass
+
+    def nvmlDeviceRegisterEvents(self, h: object, kind: int, s: str) -> None:
+        if not self.events:
+            raise self.NVMLError_NotSupported()
+
+    def nvmlEventSetWait_v2(self, s: str, timeout_ms: int) -> object:
+        import time
+        from types import SimpleNamespace
+
+        self.waits += 1
+        if self.waits == self.xid_after_waits:
+            return SimpleNamespace(device=self.handle, eventData=79)
+        time.sleep(timeout_ms / 1000)
+        raise self.NVMLError_Timeout()
+
+
+def _sample_with(monkeypatch: pytest.MonkeyPatch, nvml: _FakeXidNvml) -> dict:
+    import sys
+    import time
+
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    with GpuSampler(interval_s=0.01) as sampler:
+        deadline = time.monotonic() + 30
+        while nvml.waits < 4 and len(sampler.samples) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return sampler.summary()
+
+
+def test_an_xid_during_the_cell_is_recorded_and_marks_it_suspect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpudoctor.bench.results.verdict import suspect
+
+    summary = _sample_with(monkeypatch, _FakeXidNvml())
+    assert [(x["gpu"], x["xid"]) for x in summary["xids"]] == [(0, 79)]
+    why = suspect({"telemetry": summary})
+    assert why is not None and why.startswith("Xid 79 on GPU 0 at ") and "during the cell" in why
+
+
+def test_without_event_support_the_sampler_still_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    summary = _sample_with(monkeypatch, _FakeXidNvml(events=False))
+    assert "xids" not in summary and summary["samples"] >= 1 and summary["temp_c"]["max"] == 40

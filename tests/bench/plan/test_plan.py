@@ -152,3 +152,19 @@ def test_cell_keys_do_not_move_when_a_later_workload_field_is_unset() -> None:
     for later in ("prompts_per_concurrency = 4", "burstiness = 0.5"):
         changed = parse_plan(BASE.replace("[workload]", f"[workload]\n{later}"))
         assert changed.cells()[0].key != cell.key
+
+
+def test_a_request_field_the_engine_rejects_is_a_plan_error_naming_engine_and_fix() -> None:
+    """Issue 31: `transformers serve` answers HTTP 422 to `ignore_eos`; sglang and vllm
+    take it; the `command` engine is unknown (its warmup decides)."""
+    transformers = (BASE.replace('name = "sglang"', 'name = "transformers"')
+                    .replace("tp = [1, 4]", "tp = [1]").replace("concurrency = { 1 = [1], 4 = [1, 8, 2] }",
+                                                              "concurrency = [1]"))  # fmt: skip
+    assert not parse_plan(transformers).workload.ignore_eos  # unset: the engine's default
+    explicit = transformers.replace("[workload]", "[workload]\nignore_eos = true")
+    with pytest.raises(PlanError, match=r"workload.ignore_eos: the transformers engine rejects "
+                       r"the request field 'ignore_eos'.*set ignore_eos = false in \[workload\]"):  # fmt: skip
+        parse_plan(explicit)
+    assert parse_plan(transformers.replace("[workload]", "[workload]\nignore_eos = false"))
+    assert parse_plan(BASE).workload.ignore_eos  # sglang takes it
+    assert parse_plan(BASE.replace('name = "sglang"', 'name = "vllm"'))

@@ -60,11 +60,17 @@ def test_report_html_renders_in_chromium_without_errors(
     assert files.html is not None and files.html.is_file()
     page = files.html.read_text(encoding="utf-8")
     assert "<link" not in page and " src=" not in page and "@import" not in page  # no fetch at all
-    assert page.count('<svg class="chart"') == 5
+    assert page.count('<svg class="chart"') == 4  # no GPU telemetry panel on a CPU run
+    assert "GPU telemetry" not in page
     assert "fail-start given, refusing to start" in page  # the crashed config's log tail
+    # for a benchmarker (issues 31, 34.9): the workload and the SLO, no raw null / []
+    assert "32 in / 6 out tokens" in page and "TTFT ≤ 200 ms" in page
+    assert "open loop, 30, inf req/s, Poisson arrivals" in page
+    assert "<td>null</td>" not in page and "<td>[]</td>" not in page
+    assert "cpu model" in page and "load avg" in page
     dom = _chromium(tmp_path, "--enable-logging=stderr", "--v=0", "--dump-dom", files.html.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
-    assert 'data-rendered="5"' in dom.stdout, dom.stdout[:2000]
+    assert 'data-rendered="4"' in dom.stdout, dom.stdout[:2000]
     assert 'data-errors="yes"' not in dom.stdout
     assert "Uncaught" not in dom.stderr and "CONSOLE" not in dom.stderr, dom.stderr[-2000:]
     shot = tmp_path / "report.png"

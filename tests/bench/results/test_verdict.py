@@ -1,0 +1,112 @@
+"""The verdict as a pure function of a cell's measurement (issue 31): every branch, and
+the self-audit / token-truth numbers it reads, from real RequestRecords."""
+
+from __future__ import annotations
+
+from gpudoctor.bench.request_record import RequestRecord
+from gpudoctor.bench.results.metrics import client_audit, count_errors, token_truth
+from gpudoctor.bench.results.verdict import client_bound, common_failure, judge, suspect
+
+
+def _ok(i: int, tokens: int = 8, usage: int | None = 8) -> RequestRecord:
+    return RequestRecord(index=i, prompt_len=16, max_tokens=8, send_s=i * 0.01, ok=True,
+                         ttft_s=0.01, e2e_s=0.02, wall_s=0.02, chunk_times_s=(0.01,) * tokens,
+                         chunk_tokens=(1,) * tokens, output_tokens=usage or tokens,
+                         usage_completion_tokens=usage)  # fmt: skip
+
+
+def _bad(i: int, kind: str = "http_5xx", msg: str = "HTTP 500: boom") -> RequestRecord:
+    return RequestRecord(index=i, prompt_len=16, max_tokens=8, send_s=i * 0.01, ok=False,
+                         wall_s=0.001, status_code=500, error_kind=kind, error=msg)  # fmt: skip
+
+
+def _measurement(records: list[RequestRecord], **extra: object) -> dict:
+    failed = [r for r in records if not r.ok]
+    return {"completed": sum(r.ok for r in records), "errors": count_errors(records),
+            "metrics": {"total_output_tokens": sum(r.output_tokens for r in records if r.ok)},
+            "first_error": {"message": failed[0].error} if failed else None, **extra}  # fmt: skip
+
+
+def test_all_ok_is_ok_with_no_reason() -> None:
+    v = judge(_measurement([_ok(i) for i in range(10)]))
+    assert (v.status, v.reason, v.failed, v.requests) == ("ok", "", 0, 10)
+
+
+def test_no_successful_request_fails_with_the_first_error_verbatim() -> None:
+    v = judge(_measurement([_bad(i) for i in range(4)]))
+    assert v.status == "failed" and v.first_error == "HTTP 500: boom"
+    assert v.reason == "all 4 requests failed (http_5xx 4): HTTP 500: boom"
+    assert v.errors == {"http_5xx": 4}
+
+
+def test_zero_output_tokens_fail_the_cell() -> None:
+    records = [_ok(i, usage=0) for i in range(3)]
+    m = _measurement(records)
+    m["metrics"]["total_output_tokens"] = 0
+    assert judge(m).status == "failed" and "zero output tokens" in judge(m).reason
+
+
+def test_the_failed_fraction_decides_and_is_configurable() -> None:
+    records = [_ok(i) for i in range(99)] + [_bad(99)]
+    assert judge(_measurement(records)).status == "ok"  # 1 % is not over 1 %
+    assert "1 of 100 requests failed" in judge(_measurement(records)).reason
+    records = [_ok(i) for i in range(98)] + [_bad(98), _bad(99)]
+    v = judge(_measurement(records))
+    assert (
+        v.status == "failed"
+        and "2 of 100 requests failed (2.0% > max_failed_fraction 0.01" in v.reason
+    )
+    assert judge(_measurement(records), max_failed_fraction=0.05).status == "ok"
+
+
+def test_a_rejected_warmup_fails_with_the_servers_message() -> None:
+    m = _measurement([], client={"warmup": {"rejected": True}})
+    m["first_error"] = {"message": "HTTP 422: {'detail': \"Unexpected fields: {'ignore_eos'}\"}"}
+    v = judge(m)
+    assert v.status == "failed" and "rejected the warmup request" in v.reason
+    assert "Unexpected fields" in v.reason
+
+
+def test_common_failure_names_the_field_to_change() -> None:
+    msg = "HTTP 422: Unexpected fields in the request: {'ignore_eos'}"
+    rows = [{"status": "failed", "verdict": {"first_error": msg}}] * 3
+    line = common_failure(rows)
+    assert line is not None and "change ignore_eos in [workload]" in line
+    assert common_failure([*rows, {"status": "ok", "verdict": {}}]) is None
+    other = {"status": "failed", "verdict": {"first_error": "HTTP 500: x"}}
+    assert common_failure([*rows, other]) is None
+
+
+def test_token_truth_counts_wrong_lengths_and_empty_replies() -> None:
+    records = [_ok(0), _ok(1, usage=5), _ok(2, tokens=3, usage=None), _bad(3, "empty", "no token")]
+    assert token_truth(records, forced=True) == {"token_count_mismatches": 2, "empty_replies": 1}
+    assert token_truth(records, forced=False)["token_count_mismatches"] is None
+
+
+def test_the_client_audit_sees_a_late_pacer_and_flags_client_bound() -> None:
+    on_time = [RequestRecord(index=i, prompt_len=1, max_tokens=1, send_s=i * 0.01 + 0.0005, ok=True,
+                             wall_s=0.001, intended_s=i * 0.01, queued_s=0.0) for i in range(100)]  # fmt: skip
+    audit = client_audit(on_time, 1.0, 0.2)
+    assert abs(audit["rate_ratio"] - 1.0) < 1e-6 and audit["schedule_delay_ms_p99"] < 0.6
+    assert audit["cpu_busy"] == 0.2
+    assert client_bound({"client": {"audit": audit}}) is None
+    late = [RequestRecord(index=i, prompt_len=1, max_tokens=1, send_s=i * 0.02, ok=True,
+                          wall_s=0.001, intended_s=i * 0.01, queued_s=0.0) for i in range(100)]  # fmt: skip
+    audit = client_audit(late, 2.0, 1.0)
+    assert abs(audit["rate_ratio"] - 0.5) < 1e-6 and audit["schedule_delay_ms_max"] > 900
+    why = client_bound({"client": {"audit": audit}})
+    assert why is not None and "0.50 of the schedule's rate" in why and "schedule delay p99" in why
+
+
+def test_waiting_for_a_concurrency_slot_is_not_client_lag() -> None:
+    capped = [RequestRecord(index=i, prompt_len=1, max_tokens=1, send_s=i * 0.02, ok=True,
+                            wall_s=0.001, intended_s=i * 0.01, queued_s=i * 0.01) for i in range(100)]  # fmt: skip
+    audit = client_audit(capped, 2.0, 0.1)
+    assert audit["schedule_delay_ms_p99"] < 1e-6 and audit["rate_ratio"] == 1.0
+    assert audit["slot_wait_ms_p99"] > 900
+
+
+def test_suspect_names_a_slowdown_but_not_an_ordinary_power_cap() -> None:
+    assert suspect({"telemetry": {"throttle_reasons": {"sw_power_cap": 1.0}}}) is None
+    why = suspect({"telemetry": {"throttle_reasons": {"hw_thermal_slowdown": 0.25}}})
+    assert why == "GPU slowed down: hw_thermal_slowdown 25% of samples"

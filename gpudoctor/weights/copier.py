@@ -38,6 +38,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from gpudoctor.weights import pool as pools
+from gpudoctor.weights.complete import FileProblem
+from gpudoctor.weights.copy_hash import FrontierHash
 from gpudoctor.weights.localfs import INCOMPLETE_DIR, move_into, private_subdir
 from gpudoctor.weights.progress import Progress
 
@@ -159,14 +161,19 @@ def copy_files(
     progress: Progress,
     workers: int | None = None,
     sync: bool = False,
-) -> None:
+    expected: dict[str, str | None] | None = None,
+) -> list[FileProblem]:
     """Copy ``sizes``' files (relative paths) from ``source`` to ``dest`` in parallel.
 
     ``workers``: threads (default: :func:`default_workers`). ``sync``: flush each
-    file to disk (``fsync``) before it is renamed into place.
-    Returns None; raises OSError on the first failure and KeyboardInterrupt at once on
-    Ctrl-C. Either way every file already renamed into ``dest`` is complete, and the
-    rest are temp files in ``DEST/.gpudoctor-incomplete`` (deleted by the next run).
+    file to disk (``fsync``) before it is renamed into place. ``expected``: the sha256
+    of files ({path: hex}): each such file is hashed as it is written
+    (:class:`~gpudoctor.weights.copy_hash.FrontierHash`) and renamed into place only
+    when it matches; a file that does not is left out (its temp file removed).
+    Returns the files left out that way (empty: every byte proven or nothing to prove);
+    raises OSError on the first failure and KeyboardInterrupt at once on Ctrl-C. Either
+    way every file already renamed into ``dest`` is complete, and the rest are temp
+    files in ``DEST/.gpudoctor-incomplete`` (deleted by the next run).
     """
     workers = workers or default_workers()
     chunk = chunk_size(sum(sizes.values()), workers)
@@ -179,6 +186,22 @@ def copy_files(
     stop = threading.Event()
     src_flags = os.O_RDONLY | os.O_CLOEXEC
     dst_flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    wanted = {rel: sha for rel, sha in (expected or {}).items() if sha and rel in sizes}
+    hashes = {rel: FrontierHash(temps[rel], sizes[rel]) for rel in wanted}
+    mismatched: list[FileProblem] = []
+
+    def finish(rel: str) -> None:
+        got = hashes[rel].hexdigest() if rel in hashes else None
+        if got is not None and got != wanted[rel]:
+            os.unlink(temps[rel])
+            detail = f"copied bytes have sha256 {got[:12]}…, the manifest says {wanted[rel][:12]}…"
+            with lock:
+                mismatched.append(FileProblem(rel, "sha256", detail))
+            return
+        if sync:
+            _fsync(temps[rel])
+        move_into(temps[rel], dest, rel)
+        progress.file_done(rel)
 
     def run(job: CopyJob) -> None:
         if stop.is_set():
@@ -193,16 +216,16 @@ def copy_files(
                     os.close(out_fd)
             finally:
                 os.close(in_fd)
-        with lock:
-            remaining[job.rel] -= job.length
-            finished = remaining[job.rel] == 0
-            if finished:
-                remaining[job.rel] = -1  # report once
+        if job.rel in hashes:
+            finished = hashes[job.rel].chunk_done(job.offset, job.length)
+        else:
+            with lock:
+                remaining[job.rel] -= job.length
+                finished = remaining[job.rel] == 0
+                if finished:
+                    remaining[job.rel] = -1  # report once
         if finished:
-            if sync:
-                _fsync(temps[job.rel])
-            move_into(temps[job.rel], dest, job.rel)
-            progress.file_done(job.rel)
+            finish(job.rel)
 
     pool = pools.new_pool(workers, "copy")
     error: BaseException | None = None
@@ -215,6 +238,7 @@ def copy_files(
         pools.shutdown(pool, error)
     with contextlib.suppress(OSError):
         os.rmdir(dest / INCOMPLETE_DIR)
+    return mismatched
 
 
 def _fsync(path: Path) -> None:

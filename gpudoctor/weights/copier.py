@@ -33,6 +33,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -217,25 +218,35 @@ def copy_files(
             finally:
                 os.close(in_fd)
         if job.rel in hashes:
-            finished = hashes[job.rel].chunk_done(job.offset, job.length)
-        else:
-            with lock:
-                remaining[job.rel] -= job.length
-                finished = remaining[job.rel] == 0
-                if finished:
-                    remaining[job.rel] = -1  # report once
+            if hashes[job.rel].chunk_done(job.offset, job.length):
+                with lock:
+                    drains.append(hash_pool.submit(drain, job.rel))
+            return
+        with lock:
+            remaining[job.rel] -= job.length
+            finished = remaining[job.rel] == 0
+            if finished:
+                remaining[job.rel] = -1  # report once
         if finished:
             finish(job.rel)
 
+    def drain(rel: str) -> None:
+        if not stop.is_set() and hashes[rel].drain():
+            finish(rel)
+
     pool = pools.new_pool(workers, "copy")
+    hash_pool = pools.new_pool(max(1, min(len(hashes), workers)), "sha256")
+    drains: list[Future] = []
     error: BaseException | None = None
     try:
         pools.wait_all([pool.submit(run, job) for job in jobs], stop)
+        pools.wait_all(list(drains), stop)  # no drain starts once every chunk is in
     except BaseException as exc:
         error = exc
         raise
     finally:
         pools.shutdown(pool, error)
+        pools.shutdown(hash_pool, error)
     with contextlib.suppress(OSError):
         os.rmdir(dest / INCOMPLETE_DIR)
     return mismatched

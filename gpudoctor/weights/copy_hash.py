@@ -2,12 +2,12 @@
 bytes it wrote).
 
 The copier writes a file's chunks in parallel and in any order. :class:`FrontierHash`
-follows the write frontier: when a chunk is in, the thread that finished it hashes the
-part of the file that has just become contiguous from the start (read back from the
-destination, ``pread``), unless another thread is already doing so for that file (then
-that thread picks it up before it lets go). Hashing runs on the copy threads beside the
-copy (``hashlib`` releases the GIL), so a cold restore, which waits on the disk, hashes
-in the time it would spend waiting. Equivalent shell: ``cp SRC DST && sha256sum DST``.
+follows the write frontier: when a chunk is in, a drain hashes the part of the file that
+has just become contiguous from the start (read back from the destination, ``pread``),
+unless a drain of that file is already running (it picks the chunk up before it lets
+go). Drains run on their own threads, one per file at most, beside the copy threads
+(``hashlib`` releases the GIL), so the copy keeps every read in flight that it had
+without hashing. Equivalent shell: ``cp SRC DST && sha256sum DST``.
 """
 
 from __future__ import annotations
@@ -34,13 +34,18 @@ class FrontierHash:
         self._reported = False
 
     def chunk_done(self, offset: int, length: int) -> bool:
-        """Record that bytes ``[offset, offset + length)`` are written and hash what became
-        contiguous; return True exactly once, to the call that hashed the last byte."""
+        """Record that bytes ``[offset, offset + length)`` are written; return True when the
+        caller must schedule :meth:`drain` (no drain is running for this file now)."""
         with self._lock:
             self._finished[offset] = length
             if self._busy:
-                return False  # the hashing thread takes this chunk before it lets go
+                return False  # the running drain takes this chunk before it lets go
             self._busy = True
+            return True
+
+    def drain(self) -> bool:
+        """Hash every byte that is contiguous from the start; return True exactly once, to
+        the drain that hashed the file's last byte."""
         while True:
             with self._lock:
                 start = end = self._hashed

@@ -517,6 +517,7 @@ def run_campaign(plan: Plan, options: LaunchOptions, reporter: PlainReporter | N
                 **environment_facts(plan.engine.name, campaign.version, campaign.arch),
                 "tag": campaign.tag,
                 "plan": plan.name,
+                "plan_dir": str(Path(plan.source).resolve().parent),  # bench status: keys
                 "shard": list(options.shard) if options.shard else None,
             }
             campaign.facts = facts

@@ -27,9 +27,16 @@ def _json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _plan(run: Path) -> Plan | None:
+def _plan(run: Path, facts: dict[str, Any]) -> Plan | None:
+    """Return the run's plan with its relative paths resolved as the launcher resolved
+    them (against the plan file's directory, ``plan_dir`` in run.json or merge.json), so
+    its cell keys are the keys the records carry wherever the run dir now lies."""
+    recorded = facts.get("plan_dir") or _json(run / "merge.json").get("plan_dir")
+    base_dir = Path(recorded) if isinstance(recorded, str) and recorded.startswith("/") else run
     try:
-        return parse_plan((run / PLAN).read_text(encoding="utf-8"), str(run / PLAN), base_dir=run)
+        return parse_plan(
+            (run / PLAN).read_text(encoding="utf-8"), str(run / PLAN), base_dir=base_dir
+        )
     except (OSError, PlanError):
         return None
 
@@ -41,10 +48,10 @@ def run_status(run: Path, shard: tuple[int, int] | None = None) -> dict[str, Any
     ``eta_s`` (seconds, from the cells measured so far; None when unknown)."""
     from gpudoctor.bench.launch.schedule import in_shard
 
-    plan = _plan(run)
+    facts = _json(run / "run.json")
+    plan = _plan(run, facts)
     records = {str(r.get("key")): r for r in read_records(run / RESULTS)[0] if "key" in r}
     preflight = read_records(run / "preflight.jsonl")[0]
-    facts = _json(run / "run.json")
     state = _json(run / STATE)
     alive = launcher_alive(state)
     running = {r.get("label"): r for r in state.get("running", [])} if alive else {}

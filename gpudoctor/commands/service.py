@@ -143,6 +143,12 @@ def install(
     root = os.path.abspath(root)
     if not os.path.isdir(root):
         raise click.BadParameter(f"{root} is not a directory", param_hint="--root")
+    if root != "/" and not os.path.isabs(out):
+        raise click.BadParameter(
+            f"{out} is relative: with --root give the run directory as the system under"
+            f" {root} sees it (--out /var/lib/runs/{os.path.basename(out.rstrip('/')) or 'q'})",
+            param_hint="--out",
+        )
     plan = os.path.abspath(plan) if root == "/" else os.path.join("/", plan)
     loaded = _load_plan_in_root(root, plan)
     try:

@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import json
 import re
-import signal
 import threading
 import time
 import uuid
@@ -33,9 +32,9 @@ from typing import Any
 
 from gpudoctor.bench.cell_spec import CellTarget
 from gpudoctor.bench.engines import engine_for
+from gpudoctor.bench.launch import interrupts, searching
 from gpudoctor.bench.launch import prep as launch_prep
 from gpudoctor.bench.launch import schedule as sched
-from gpudoctor.bench.launch import searching
 from gpudoctor.bench.launch import slots as slots_mod
 from gpudoctor.bench.launch.packed import STATE, LiveState, PackedRun, Slot, now_utc
 from gpudoctor.bench.launch.progress import PlainReporter
@@ -71,17 +70,10 @@ __all__ = [
 
 @contextmanager
 def _signals_raise() -> Iterator[None]:
-    """Turn SIGTERM/SIGHUP into KeyboardInterrupt so cleanup runs (SIGINT already does)."""
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
+    """Turn SIGINT/SIGTERM/SIGHUP into KeyboardInterrupt so cleanup runs, each one also
+    recorded so that one Python drops is raised again (:mod:`interrupts`)."""
+    with interrupts.catching():
         yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 class Campaign:
@@ -367,6 +359,7 @@ class Campaign:
         self, cell: Cell, server: ServerProcess, base_url: str, server_facts: dict
     ) -> bool:
         """Measure one cell; return False when the server crashed."""
+        interrupts.raise_if_interrupted()  # a Ctrl-C Python dropped stops here
         started = time.monotonic()
         workload, clamp = clamp_workload(
             self.plan.workload, server_facts.get("max_context"), self.plan.limits

@@ -4,6 +4,7 @@ across shards, hosts and a Slurm cluster, and its state at a glance."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -150,6 +151,12 @@ def status(run: Path, as_json: bool, watch: float | None) -> None:
     """
     from gpudoctor.bench.launch.status import campaign_status, render
 
+    marks = ("plan.toml", "results.jsonl", "run.json", "shards", "merge.json")
+    if not any(os.path.lexists(run / name) for name in marks):
+        raise click.ClickException(
+            f"{run} is not a bench run directory (no plan.toml, results.jsonl or shards/);"
+            " give the --out of a `gpudoctor bench` run"
+        )
     while True:
         result = campaign_status(run)
         if as_json:

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from gpudoctor import fsio
+from gpudoctor import errors, fsio
 from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
     COUNT_MAX,
@@ -363,7 +363,15 @@ def emit(reports: list[Report], fmt: Format, output: str | None, verbose: bool) 
         render(reports, fmt, buffer, verbose=verbose)
         write_atomically(output, buffer.getvalue())
     else:
-        render(reports, fmt, sys.stdout, verbose=verbose)
+        try:
+            render(reports, fmt, sys.stdout, verbose=verbose)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `check | head -1`: the reader took what it wanted; the
+            errors.silence_stdout()  # verdict (the exit code) stands, as `check > FILE`'s
+        except SystemExit as exc:  # rich's Console ends a broken pipe with SystemExit(1)
+            if not isinstance(exc.__context__, BrokenPipeError):
+                raise
+            errors.silence_stdout()
 
 
 def progress_printer():  # type: ignore[no-untyped-def]

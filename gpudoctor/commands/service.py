@@ -323,8 +323,9 @@ def rules(output: str | None) -> None:
     """Print (or write) the Prometheus alerting rules over gpudoctor's metrics.
 
     Alerts: GpudoctorCtGpuUnusable, GpudoctorHostDriverMissing, GpudoctorResultStale,
-    GpudoctorTargetUnreachable, GpudoctorFragileConfig. Add the file to `rule_files:`
-    in prometheus.yml and reload Prometheus.
+    GpudoctorTargetUnreachable, GpudoctorFragileConfig, GpudoctorGpuXid,
+    GpudoctorNextKernelWithoutDriver. Add the file to `rule_files:` in prometheus.yml
+    and reload Prometheus.
     """
     from gpudoctor.commands.options import require_writable_file
     from gpudoctor.service import alert_rules_text

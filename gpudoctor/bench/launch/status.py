@@ -65,6 +65,7 @@ def run_status(run: Path, shard: tuple[int, int] | None = None) -> dict[str, Any
         return groups.setdefault(tp, {"tp": tp, "total": 0, "done": 0, "running": [], "pending": 0,
                                       "skipped": [], "crashed": []})  # fmt: skip
 
+    measuring: set[str] = set()  # a server measures one cell at a time: its first unrecorded one
     for cell in cells:
         g = group(cell.config.tp)
         g["total"] += 1
@@ -72,7 +73,9 @@ def run_status(run: Path, shard: tuple[int, int] | None = None) -> dict[str, Any
         label = cell.config.label
         if r is None:
             live = running.get(label)
-            if live is not None and live.get("concurrency") == cell.concurrency:
+            if (live is not None and live.get("concurrency") == cell.concurrency
+                    and label not in measuring):  # fmt: skip
+                measuring.add(label)
                 g["running"].append({"config": label, "concurrency": cell.concurrency,
                                      "gpus": live.get("gpus", []), "gpu_indices": live.get("gpu_indices", []),
                                      "slot": live.get("slot"), "since": live.get("cell_since") or live.get("since")})  # fmt: skip

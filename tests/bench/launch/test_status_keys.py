@@ -50,3 +50,27 @@ def test_status_counts_a_finished_run_wherever_it_lies(
     merged = tmp_path / "merged"
     assert _cli("merge", str(copied), "--out", str(merged), cwd=tmp_path).returncode == 0
     assert _progress(merged, tmp_path) == {"recorded": 2, "total": 2}
+
+
+def test_one_running_server_is_one_running_line(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """34.8: a server sweeping `repeats = 3` at c=8 was listed as three identical lines
+    ("running cb@tp1 c=8 on GPU 0 (slot 1) since ...") and "3 running". A server measures
+    one cell at a time: one line, the other two pending. The launcher is a real process."""
+    run = tmp_path / "run"
+    run.mkdir()
+    text = stub_plan(tiny_model_dir, configs='[[configs]]\nname = "cb"\n', concurrency="[8]")
+    (run / "plan.toml").write_text("repeats = 3\n" + text)
+    launcher = subprocess.Popen(["sleep", "300"])
+    try:
+        entry = {"label": "cb@tp1", "slot": 1, "gpus": ["GPU-0"], "gpu_indices": [0],
+                 "concurrency": 8, "since": "2026-01-01T00:00:00Z",
+                 "cell_since": "2026-01-01T00:01:00Z"}  # fmt: skip
+        state = {"pid": launcher.pid, "running": [entry], "pool": {"gpus": ["GPU-0"]}}
+        (run / "state.json").write_text(json.dumps(state))
+        shown = _cli("status", str(run), cwd=tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.count("running cb@tp1 c=8") == 1, shown.stdout
+        assert "1 running, 2 pending" in shown.stdout, shown.stdout
+    finally:
+        launcher.kill()
+        launcher.wait()

@@ -10,6 +10,7 @@ up and to the left is better).
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,9 +151,11 @@ def _save(fig: object, legend_ax: object, path: Path, has_data: bool) -> Path:
 
     if has_data:
         legend_ax.legend(fontsize=7)  # type: ignore[attr-defined]
-    fig.tight_layout()  # type: ignore[attr-defined]
     png = io.BytesIO()
-    fig.savefig(png, format="png")  # type: ignore[attr-defined]
+    with warnings.catch_warnings():  # an emoji in a config name: a box in the PNG, not a
+        warnings.filterwarnings("ignore", "Glyph .* missing from font")  # source-path warning
+        fig.tight_layout()  # type: ignore[attr-defined]
+        fig.savefig(png, format="png")  # type: ignore[attr-defined]
     fsio.atomic_replace(path, png.getvalue(), mode=0o644, require_trusted_dir=True)  # no link
     plt.close(fig)  # type: ignore[arg-type]
     return path

@@ -57,3 +57,20 @@ def test_a_report_of_an_earlier_version_is_still_replaced(tmp_path: Path) -> Non
     done = _report(str(run))
     assert done.returncode == 0, done.stderr
     assert "old" not in (run / "report.md").read_text()
+
+
+def test_an_emoji_config_name_prints_no_matplotlib_warning(tmp_path: Path) -> None:
+    """34.8: an emoji in a configuration's name made matplotlib print a glyph UserWarning
+    with a source path on every `bench report`."""
+    import json
+
+    run = tmp_path / "run"
+    run.mkdir()
+    record = {"config": "🚀fast", "tp": 1, "status": "ok",
+              "measurement": {"output_throughput": 1.0, "duration_s": 1.0}}  # fmt: skip
+    (run / "results.jsonl").write_text("".join(
+        json.dumps({**record, "key": f"k{c}", "concurrency": c}) + "\n" for c in (1, 2)))  # fmt: skip
+    done = _report(str(run))
+    assert done.returncode == 0, done.stderr
+    assert "3 plots" in done.stdout, done.stdout
+    assert "Warning" not in done.stderr and "Glyph" not in done.stderr, done.stderr

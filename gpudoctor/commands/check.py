@@ -19,6 +19,7 @@ from gpudoctor.commands.options import (
     cluster_option,
     exclusive,
     inventory_option,
+    non_empty_host,
     require_writable_file,
 )
 from gpudoctor.context import CheckOptions, DeviceRequest
@@ -141,6 +142,7 @@ def validate_selection(only: tuple[str, ...], ct: str | None, flavor: str, fleet
     "host_spec",
     metavar="HOST",
     help="Check a remote host over SSH (root@pve1, an ~/.ssh/config alias), or 'local'.",
+    callback=non_empty_host,
 )
 @click.option(
     "--ct",

@@ -46,3 +46,12 @@ def test_report_of_a_launch_that_has_measured_nothing_yet(tmp_path: Path) -> Non
     assert "bench run directory?" not in done.stderr
     assert f"{run}: no cell has finished yet" in done.stderr
     assert f"gpudoctor bench status {run}" in done.stderr
+
+
+def test_an_empty_host_is_refused_not_taken_for_this_machine() -> None:
+    """`--host ''` (an unset shell variable) silently checked the local machine."""
+    for command in (["check"], ["fix", "--ct", "200", "--dry-run"]):
+        done = subprocess.run([*GD, *command, "--host", ""], capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+        assert done.returncode == 2, (command, done.returncode, done.stdout[-500:])
+        assert "'--host': is empty" in done.stderr and done.stdout == ""

@@ -27,3 +27,19 @@ def test_lock_file_removed_after_ensure_and_held_while_it_runs(
         assert_one_line_error(busy, f"another gpudoctor run is working on {other}")
         assert localfs.lock_path(other).exists()
     assert not localfs.lock_path(other).exists()
+
+
+def test_a_target_only_root_can_read_is_said(hub, cli: WeightsCli, tmp_path: Path) -> None:
+    """34.8: weights targets end up 0700 and a server running as another user cannot read
+    them: `ensure` says so and how to open it; once opened, nothing is said."""
+    import os
+
+    publish(hub, make_model_files())
+    target = tmp_path / "model"
+    done = cli.run("ensure", REPO, "--to", str(target))
+    assert done.returncode == 0, done.output
+    assert f"note: {target} is mode 0700" in done.stderr
+    assert f"chmod -R go+rX {target}" in done.stderr
+    os.chmod(target, 0o755)
+    again = cli.run("ensure", REPO, "--to", str(target))
+    assert again.returncode == 0 and "note:" not in again.stderr, again.output

@@ -17,6 +17,7 @@ Every refusal is one :class:`FsioError` (an ``OSError``): one line with path, ow
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import os
 import secrets
@@ -79,28 +80,92 @@ def judge_owner(
         )
 
 
-def check_ancestors(directory: Path | str, option: str) -> Path:
-    """Check ``directory`` (resolved) and its ancestors; return the nearest one that exists.
+_MAX_LINKS = 40  # as the kernel's path walk (ELOOP)
 
-    Each must belong to the caller or root and, when others may write it, be sticky
-    (like /tmp); raise FsioError naming the directory, its owner or mode, and the fix.
-    """
-    existing = Path(os.path.realpath(directory))
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    for ancestor in (existing, *existing.parents):
-        st = os.lstat(ancestor)
+
+def _judge_ancestor(path: str, st: os.stat_result, option: str) -> None:
+    if stat.S_ISLNK(st.st_mode):
         if st.st_uid not in trusted_uids():
             raise FsioError(
-                f"{ancestor} (above {option}) belongs to {user_name(st.st_uid)}: that user could"
-                f" swap files under gpudoctor; choose a {option} whose parents belong to you or root"
+                f"{path} (above {option}) is a symlink of {user_name(st.st_uid)} (to"
+                f" {os.readlink(path)}): gpudoctor never follows another user's link; give the"
+                f" real directory, or choose a {option} whose parents belong to you or root"
             )
-        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-            raise FsioError(
-                f"{ancestor} (above {option}) is writable by others and not sticky (mode"
-                f" {stat.S_IMODE(st.st_mode):04o}); choose another {option} or chmod o-w,+t {ancestor}"
-            )
-    return existing
+        return  # a link's own mode means nothing; the directory holding it was judged
+    if st.st_uid not in trusted_uids():
+        raise FsioError(
+            f"{path} (above {option}) belongs to {user_name(st.st_uid)}: that user could"
+            f" swap files under gpudoctor; choose a {option} whose parents belong to you or root"
+        )
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise FsioError(
+            f"{path} (above {option}) is writable by others and not sticky (mode"
+            f" {stat.S_IMODE(st.st_mode):04o}); choose another {option} or chmod o-w,+t {path}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Walk:
+    """Where a path leads, walked one level at a time (:func:`walk_path`).
+
+    existing: the real path of the longest part that exists.
+    missing: the names of ``path`` still missing (below ``existing`` unless ``dangling``).
+    dangling: True when a symlink on the way points where nothing exists; ``missing`` are
+        then the names of ``path`` below that link (never those of the link's target)."""
+
+    existing: Path
+    missing: tuple[str, ...]
+    dangling: bool
+
+
+def walk_path(path: Path | str, option: str, judge: bool = True) -> Walk:
+    """Walk ``path`` one level at a time as the kernel does and return where it leads.
+
+    Every symlink met on the way is judged before it is followed: one another user owns
+    (planted in ``/tmp`` or ``/dev/shm``) raises FsioError and is never followed. With
+    ``judge`` every directory walked must also belong to the caller or root and be sticky
+    when others may write it. ``..`` goes up from the real directory reached."""
+    pending = [(p, False) for p in reversed(os.path.join(os.getcwd(), path).split("/")) if p]
+    current, links = "/", 0
+    if judge:
+        _judge_ancestor(current, os.lstat(current), option)
+    while pending:
+        part, from_link = pending.pop()
+        if part in (".", ".."):
+            current = os.path.dirname(current) if part == ".." else current
+            continue
+        candidate = os.path.join(current, part)
+        try:
+            st = os.lstat(candidate)
+        except (FileNotFoundError, NotADirectoryError):
+            pending.append((part, from_link))  # the names of the link's target come first
+            names = tuple(p for p, linked in reversed(pending) if not linked)
+            return Walk(Path(current), names, from_link)
+        if stat.S_ISLNK(st.st_mode):
+            _judge_ancestor(candidate, st, option)  # whoever owns the link chooses its target
+            links += 1
+            if links > _MAX_LINKS:
+                raise FsioError(40, f"{path}: too many levels of symbolic links")
+            target = os.readlink(candidate)
+            current = "/" if target.startswith("/") else current
+            pending.extend((p, True) for p in reversed(target.split("/")) if p)
+            continue
+        if judge:
+            _judge_ancestor(candidate, st, option)
+        current = candidate
+    return Walk(Path(current), (), False)
+
+
+def check_ancestors(directory: Path | str, option: str) -> Path:
+    """Check ``directory`` and its ancestors, level by level as the kernel walks it; return
+    the real path of the nearest one that exists.
+
+    Each directory must belong to the caller or root and, when others may write it, be
+    sticky (like /tmp); a symlink on the way is followed only when the caller or root owns
+    it (another user's link in /tmp chooses where root writes: refused, never followed).
+    Raise FsioError naming the directory or link, its owner or mode, and the fix.
+    """
+    return walk_path(directory, option).existing
 
 
 def open_dir(
@@ -467,14 +532,20 @@ def read_regular(
 def make_dirs(root: Path | str, rel_dir: str | Path, mode: int = 0o755) -> Path:
     """``mkdir -p root/rel_dir`` without passing through a symlink; return the directory.
 
-    Each part is created with ``mode`` or, when it exists, checked with ``lstat`` to be a
-    real directory; raise FsioError (a NotADirectoryError's errno) for anything else.
+    Each part is created with exactly ``mode`` (``fchmod`` after ``mkdir``: neither umask 0
+    nor 077 changes it) or, when it exists, checked with ``lstat`` to be a real directory;
+    raise FsioError (a NotADirectoryError's errno) for anything else.
     """
     current = Path(root)
     for part in Path(rel_dir).parts:
         current = current / part
         try:
-            os.mkdir(current, mode)
+            os.mkdir(current, mode & 0o700)  # nobody else may enter it before its mode is set
+            fd = os.open(current, _DIR_FLAGS | os.O_NOFOLLOW)
+            try:
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
         except FileExistsError:
             st = os.lstat(current)
             if not stat.S_ISDIR(st.st_mode):
@@ -488,8 +559,9 @@ def make_missing_dirs(path: Path | str, mode: int = 0o755) -> Path:
     0); return the directory (its existing part resolved). A link among the missing
     levels, dangling ones included, is never followed (nothing is made where it points);
     raise OSError (ENOTDIR, ENOENT) when a level is not a directory."""
-    absolute = Path(os.path.abspath(path))
-    existing = absolute
-    while not os.path.lexists(existing) and existing.parent != existing:
-        existing = existing.parent
-    return make_dirs(os.path.realpath(existing), absolute.relative_to(existing), mode)
+    walk = walk_path(path, "the directory", judge=False)
+    if walk.dangling:
+        if walk.missing:  # nothing is made where a link points, nor below it
+            raise FsioError(2, f"{path}: a symlink on the way points where nothing exists")
+        return Path(os.path.realpath(path))  # the dangling link itself: not a directory
+    return make_dirs(walk.existing, Path(*walk.missing) if walk.missing else Path(), mode)

@@ -100,21 +100,23 @@ def submit(plan_path: Path, slurm: bool, out: Path, shards: int | None, gpus_per
     Example:
       gpudoctor bench submit --slurm plan.toml --out /shared/runs/x --shards 8
     """
-    from gpudoctor.bench.launch.slurm import SlurmError, read_submissions
+    from gpudoctor.bench.launch.slurm import SlurmError, campaign_dir, read_submissions
     from gpudoctor.bench.launch.slurm import submit as do_submit
     from gpudoctor.bench.plan import PlanError, load_plan
+    from gpudoctor.bench.results.run_dir import RunDirError
 
     try:
         plan = load_plan(plan_path)
     except PlanError as exc:
         raise click.ClickException(str(exc)) from exc
-    earlier = read_submissions(out)
-    n = shards or (int(earlier[-1]["shards"]) if earlier else len(plan.configs))
     try:
+        campaign_dir(out)  # DIR and slurm/ judged before anything in them is read
+        earlier = read_submissions(out)
+        n = shards or (int(earlier[-1]["shards"]) if earlier else len(plan.configs))
         sub = do_submit(plan, plan_path, out, n, gpus_per_task, sbatch_args)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    except (SlurmError, OSError) as exc:
+    except (SlurmError, RunDirError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(json.dumps({**sub.to_json(), "shards": n, "out": str(out)}, indent=2))

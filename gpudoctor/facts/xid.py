@@ -93,6 +93,22 @@ XID_TABLE: dict[int, XidInfo] = {
 
 FALLEN = 79  # "fallen off the bus" lines count as Xid 79 (NVIDIA's catalog does too)
 
+# Only a line the NVIDIA driver itself printed counts: its message begins with "NVRM: ",
+# after nothing but the log's own header (journalctl's date/monotonic stamp, host and
+# "kernel:"; dmesg's [stamp] or -T date; a syslog <level>) or a continuation's blanks.
+# Anything else that quotes NVRM (a segfault line naming a program file called
+# "NVRM: Xid (PCI:...): 79, ...", which any user or any CT can make the host's kernel
+# print) is not the driver's word.
+_HEADER = (
+    r"(?:(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?"  # journalctl -o short
+    r"|\[\s*\d+\.\d+\]"  # -o short-monotonic
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?"  # -o short-iso
+    r") \S+ kernel: )?"
+)
+_DRIVER = re.compile(
+    r"^" + _HEADER + r"(?:<\d+>)?(?:\[\s*\d+\.\d+\]|\[[A-Z][a-z]{2} [A-Za-z0-9: ]{15,25}\])?\s*"
+    r"(?P<msg>NVRM: .*)$"
+)
 _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\):"
     r"\s*(?P<code>\d+),\s*(?P<rest>.*)$"
@@ -141,17 +157,30 @@ def _stamp(line: str) -> float | None:
     return float(match["t"]) if match else None
 
 
+def _driver_message(line: str) -> str | None:
+    """Return the driver's message (from ``NVRM: ``) when the NVIDIA driver printed
+    ``line``, else None (a line that only quotes NVRM: a forged segfault line)."""
+    if "NVRM: " not in line:
+        return None
+    match = _DRIVER.match(line)
+    return match["msg"] if match else None
+
+
 def parse_kernel_log(text: str) -> list[XidEvent]:
     """Return the Xid and fallen-off-the-bus events of a kernel log (``journalctl -k -b -o
-    short-monotonic`` or ``dmesg`` output), in log order. A fallen-off-the-bus message
+    short-monotonic`` or ``dmesg`` output), in log order. Only lines the driver printed
+    count (their message begins with ``NVRM: ``); a line that merely quotes one (a
+    segfault of a program named like an Xid) is not an event. A fallen-off-the-bus message
     within three lines of an Xid 79 of the same GPU is that event, not a second one."""
     found: list[tuple[int, XidEvent]] = []
     fallen: list[tuple[int, XidEvent]] = []
     lines = text.splitlines()
+    driver = [_driver_message(line) for line in lines]
     for i, line in enumerate(lines):
-        if "NVRM" not in line:
+        message = driver[i]
+        if message is None:
             continue
-        match = _XID.search(line)
+        match = _XID.match(message)
         if match:
             rest = match["rest"].strip()
             pid = _PID.search(rest)
@@ -165,10 +194,10 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
                 line.strip(),
             )))  # fmt: skip
             continue
-        hit = _FALLEN_ONE.search(line)
+        hit = _FALLEN_ONE.match(message)
         if hit is None:
-            head = _FALLEN_HEAD.search(line)
-            if head and "fallen off the bus" in " ".join(lines[i : i + 3]):
+            head = _FALLEN_HEAD.match(message)
+            if head and "fallen off the bus" in " ".join(m or "" for m in driver[i : i + 3]):
                 hit = head
         if hit:
             event = XidEvent(FALLEN, hit["pci"].lower(), "GPU has fallen off the bus",

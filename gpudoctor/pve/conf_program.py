@@ -3,8 +3,9 @@
 Stdlib only, no gpudoctor import: it is sent as ``-c`` text, so nothing needs to be
 installed on the host. ``write`` does, under the caller's ``flock``: compare the file's
 SHA-1 with the plan's (exit :data:`RC_CHANGED`), clear ``<conf>.tmp.*`` left by killed
-writers, back the old bytes up (``.part`` + rename), write ``<conf>.tmp.<pid>`` + fsync +
-rename, and read it back; a read-back that differs puts the old bytes back the same way
+writers, back the old bytes up (``.part`` + rename), write ``<conf>.tmp.<pid>``
+(``O_CREAT|O_EXCL|O_NOFOLLOW``: a name another user planted in a user-owned lxcpath after
+the sweep is an error, never written through) + fsync + rename, and read it back; a read-back that differs puts the old bytes back the same way
 (exit :data:`RC_VERIFY`, or :data:`RC_VERIFY_UNRESTORED` when even that failed).
 """
 
@@ -22,8 +23,11 @@ HOST_PROGRAM = r"""
 import base64, glob, hashlib, json, os, sys
 op, conf = sys.argv[1], sys.argv[2]
 def sha(b): return hashlib.sha1(b).hexdigest()
-def fsync_write(path, data, mode):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+def fsync_write(path, data, mode, fresh=False):
+    # never through a link another user planted (a user-owned --lxcpath); a temp file is
+    # created, never reused: O_EXCL (a name planted after the sweep below is an error)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_EXCL if fresh else os.O_TRUNC)
+    fd = os.open(path, flags, mode)
     try:
         view = memoryview(data)
         while view:
@@ -58,7 +62,7 @@ if backup != '-' and old is not None:
     os.rename(backup + '.part', backup)
 mode = os.stat(conf).st_mode & 0o7777 if old is not None else 0o644
 tmp = conf + '.tmp.' + str(os.getpid())
-fsync_write(tmp, new, mode)
+fsync_write(tmp, new, mode, fresh=True)
 os.rename(tmp, conf)
 check = open(conf, 'rb').read()
 reply = {'old_sha1': expected, 'new_sha1': sha(check), 'tmp': tmp}
@@ -66,7 +70,7 @@ if check != new:  # the read-back differs: put the old bytes back the same way
     restored = False
     if old is not None:
         try:
-            fsync_write(tmp, old, mode)
+            fsync_write(tmp, old, mode, fresh=True)
             os.rename(tmp, conf)
             restored = open(conf, 'rb').read() == old
         except OSError:

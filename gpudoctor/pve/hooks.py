@@ -185,7 +185,8 @@ def ct_node_path(name: str) -> str:
 
 def read_hooks(host: Host, config: Config) -> tuple[Hook, ...]:
     """Return every hook of the live config with its mknods, the script files read on
-    the CT's host (``cat FILE``, at most 256 KiB)."""
+    the CT's host (``cat FILE``, at most 256 KiB; only a regular file: a FIFO, device or
+    socket named as the script is an error of that hook, never waited on)."""
     hooks = []
     for index, key, value in hook_lines(config):
         script = inline_script(value)
@@ -198,6 +199,9 @@ def read_hooks(host: Host, config: Config) -> tuple[Hook, ...]:
         except (ValueError, IndexError):
             file = value.split()[0]
         try:
+            kind = host.stat(file).kind  # a FIFO named as the script would hold the read
+            if kind != "file":
+                raise OSError(22, f"it is a {kind}, not a script file")
             text = host.read_text(file, SCRIPT_LIMIT)
         except (OSError, UnicodeDecodeError) as exc:
             hooks.append(Hook(index, key, value, file, error=f"cannot read {file}: {exc}"))

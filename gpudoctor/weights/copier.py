@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from gpudoctor import fsio
 from gpudoctor.weights import pool as pools
 from gpudoctor.weights.complete import FileProblem
 from gpudoctor.weights.copy_hash import FrontierHash
@@ -184,7 +185,7 @@ def copy_files(
     workers = workers or default_workers()
     wanted = {rel: sha for rel, sha in (expected or {}).items() if sha and rel in sizes}
     chunk = chunk_size(sum(sizes.values()), workers, HASH_MAX_CHUNK if wanted else MAX_CHUNK)
-    dest.mkdir(parents=True, exist_ok=True)
+    fsio.make_missing_dirs(dest)  # 0755 whatever the umask (an existing one is kept)
     private_subdir(dest, INCOMPLETE_DIR)
     temps = {rel: prepare_destination(dest, rel, size) for rel, size in sizes.items()}
     jobs = plan_chunks(sizes, chunk)

@@ -241,19 +241,21 @@ def publish(partial: Path, target: Path) -> None:
 def link_or_copy_tree(source: Path, dest: Path, paths: Iterable[str], use_links: bool) -> None:
     """Fill ``dest`` with ``paths`` from ``source``: hard links (``cp -al``) or copies.
 
-    Copies are flushed to disk (``fsync``) so the mirror survives a power cut.
+    Directories are made 0755 whatever the umask (:func:`make_dirs`); copies are 0644
+    and flushed to disk (``fsync``) so the mirror survives a power cut.
     """
     for rel in paths:
         src, dst = source / rel, dest / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(dest, Path(rel).parent)  # 0755 whatever the umask, never through a link
         with contextlib.suppress(FileNotFoundError):
             dst.unlink()
         if use_links:
             os.link(src, dst)
         else:
             shutil.copyfile(src, dst)
-            fd = os.open(dst, os.O_RDONLY)
+            fd = os.open(dst, os.O_RDONLY | os.O_NOFOLLOW)
             try:
+                os.fchmod(fd, 0o644)  # copyfile leaves 0666 & ~umask: 0666 under umask 0
                 os.fsync(fd)
             finally:
                 os.close(fd)

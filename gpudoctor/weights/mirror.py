@@ -10,6 +10,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudoctor import fsio
 from gpudoctor.weights import localfs, trust
 from gpudoctor.weights.manifest import MANIFEST_NAME, Manifest
 from gpudoctor.weights.progress import Progress
@@ -76,7 +77,7 @@ def fill_mirror(target: Path, mirror_path: Path, manifest: Manifest, progress: P
     paths = [f.path for f in manifest.files]
     staging = localfs.partial_dir(mirror_path)
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    fsio.make_missing_dirs(staging, 0o755)  # every level 0755 whatever the umask
     if same_filesystem(target, staging):
         localfs.link_or_copy_tree(target, staging, paths, use_links=True)
     else:

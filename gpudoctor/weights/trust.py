@@ -103,7 +103,7 @@ def safe_location(target: Path) -> Path:
     a filesystem that cannot hold files (``/proc``) or a read-only one is refused here.
     """
     target = target.absolute()
-    existing = check_ancestors(Path(os.path.realpath(target.parent)), "--to")
+    existing = check_ancestors(target.parent, "--to")  # links judged, not followed blindly
     _check_filesystem(existing, target)
     try:
         # never through a link among the missing levels (a planted dangling one included)

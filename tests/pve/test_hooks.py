@@ -159,8 +159,40 @@ def test_check_names_the_hook_its_line_and_the_stale_major(tmp_path, monkeypatch
         finding.message
     )
     assert any("line 2: lxc.hook.autodev" in e for e in finding.evidence)
-    assert finding.fix_hint == "gpudoctor fix --host root@pve1 --ct 200"
+    # the --device it was checked with: without it fix would not pass /dev/null (issue 32)
+    assert finding.fix_hint == "gpudoctor fix --host root@pve1 --ct 200 --device /dev/null"
     # without --device /dev/null it is no GPU node: PASS
     report = run_checks(LocalHost(), CheckOptions(ct="200", flavor="pve"), ct_host=LocalHost(),
                         specs=validate([hooks]))  # fmt: skip
     assert [f.status for f in report.findings] == [Status.PASS]
+
+
+def test_a_fifo_named_as_the_hook_script_is_refused_not_waited_on(public_tmp_path) -> None:
+    """Attack (issue 33.12): the owner of an LXC dir (``--lxcpath``; here ``nobody`` through
+    ``setpriv``) names a FIFO as the hook script; ``fix --dry-run`` and ``check`` read it as
+    root and blocked for good (local reads had no deadline). Now the hook carries the
+    error; the same for a socket. Run in a child with a deadline: on the old code it hangs."""
+    import subprocess
+    import sys
+
+    lxcpath = public_tmp_path / "lxc"  # the user's own LXC dir
+    lxcpath.mkdir()
+    import os
+
+    os.chown(lxcpath, 65534, 65534)
+    fifo = lxcpath / "hook.sh"
+    subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+                    "mkfifo", str(fifo)], check=True)  # fmt: skip
+    code = ("import sys; from tests.pve.test_hooks import config_with_hook; "
+            "from gpudoctor.pve.hooks import read_hooks; from gpudoctor.hosts.local import LocalHost; "
+            "from gpudoctor.hosts.agent.server import op_read_text\n"
+            "[hook] = read_hooks(LocalHost(), config_with_hook(sys.argv[1], flavor='lxc'))\n"
+            "print(hook.error)\n"
+            "try:\n    op_read_text(sys.argv[1])\nexcept OSError as exc:\n    print(exc)\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"cannot read {fifo}: [Errno 22] it is a fifo, not a script file",
+        f"[Errno 22] fifo, not a file: refusing to read it: '{fifo}'",
+    ]

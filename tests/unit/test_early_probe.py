@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,14 @@ from tests.conftest import lab_unavailable
 from tests.unit.multigpu_host import build_fake_libcuda
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _probe_keeps_root(monkeypatch):
+    """These tests are about WHICH child runs; the fake driver lives in pytest's 0700 tmp
+    dirs, which the default unprivileged probe (uid 65534) cannot reach: keep root here
+    (tests/unit/test_node_changes.py covers the drop)."""
+    monkeypatch.setenv(early_probe.KEEP_ROOT_ENV, "1")
 
 
 @pytest.fixture(autouse=True)
@@ -82,8 +91,10 @@ def test_probe_argv_is_what_run_gpu_probe_runs():
         "-S",
         "-c",
         probe_source(),
-        *STAGES,
+        *early_probe.probe_stages(),
     ]
+    assert early_probe.probe_stages({}) == STAGES and STAGES[0] == "privilege"
+    assert "privilege" not in early_probe.probe_stages({early_probe.KEEP_ROOT_ENV: "1"})
 
 
 def child(code: str) -> list[str]:
@@ -267,6 +278,18 @@ def test_a_forked_probe_that_raises_exits_1_with_its_traceback():
     assert "RuntimeError: driver said no" in outcome["stderr"]
 
 
+def _cmdline_once_exec_is_done(pid: int) -> list[bytes]:
+    """Return /proc/PID/cmdline's arguments once the kernel has set them: posix_spawn returns
+    as the new program's exec begins, and the new arguments appear a moment later (an empty
+    cmdline in between)."""
+    for _ in range(10_000):
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if raw:
+            return raw.split(b"\0")
+        time.sleep(0.001)
+    raise AssertionError(f"/proc/{pid}/cmdline stayed empty")
+
+
 @pytest.mark.parametrize(("mode", "forked"), [(None, True), ("spawn", False)])
 def test_the_mode_picks_fork_or_a_new_interpreter(mode, forked, monkeypatch):
     """Default: fork; GPUDOCTOR_EARLY_PROBE=spawn: a new interpreter (the latency A/B)."""
@@ -275,10 +298,21 @@ def test_the_mode_picks_fork_or_a_new_interpreter(mode, forked, monkeypatch):
         monkeypatch.setenv("GPUDOCTOR_EARLY_PROBE", mode)
     else:
         monkeypatch.delenv("GPUDOCTOR_EARLY_PROBE", raising=False)
+    # a probe that waits to be killed: a probe that had already exited would be a zombie,
+    # whose /proc/PID/cmdline is empty and whose exe cannot be read (the test then raced)
+    waits = (
+        "import time\ndef main(stages):\n    time.sleep(120)\n"
+        "if __name__ == '__main__':\n    main([])"
+    )
+    monkeypatch.setattr(early_probe, "probe_argv", lambda python: [python, "-I", "-S", "-c", waits])
     early_probe.start(["gpudoctor", "check"])
     (pending,) = early_probe._PENDING
-    exe = os.path.realpath(f"/proc/{pending.pid}/exe")
-    cmdline = Path(f"/proc/{pending.pid}/cmdline").read_bytes().split(b"\0")
+    try:
+        cmdline = _cmdline_once_exec_is_done(pending.pid)
+        exe = os.path.realpath(f"/proc/{pending.pid}/exe")
+    finally:
+        os.kill(pending.pid, signal.SIGKILL)  # the group may not exist yet (setsid pending)
+        early_probe.adopt(pending.argv, timeout_s=60)
     assert exe == os.path.realpath(sys.executable)
     # a fork keeps this process's command line; a new interpreter has the probe's own
     assert (b"-S" not in cmdline) is forked

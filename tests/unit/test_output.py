@@ -184,3 +184,33 @@ def test_or_run_line_left_out_when_the_remedy_already_says_it() -> None:
     other = Finding("ct.device_rules", Status.WARN, "ct 200", "a rule pins major 508",
                     remediation="edit /etc/pve/lxc/200.conf", fix_hint=fix)  # fmt: skip
     assert any(line.plain.endswith(f"or run: {fix}") for line in finding_lines(other, False))
+
+
+PLUGIN_HOSTILE = """
+import os
+from gpudoctor.model import Severity
+from gpudoctor.registry import check
+
+@check(id="acme.motd", title="The CT's message of the day", severity=Severity.HIGH,
+       proves="the motd reads", remediation="None.")
+def acme_motd(ctx):
+    raise RuntimeError(ctx.host.read_text(os.environ["ACME_MOTD"]))
+"""
+
+
+def test_check_output_shows_a_cts_escape_sequences_escaped(tmp_path):
+    """Issue 33.6: text a CT chose (here a file its owner wrote, read through the host
+    layer by a real plug-in check in a real `gpudoctor check`) carried OSC 52 (clipboard),
+    OSC 0 (title) and clear-screen sequences to root's terminal: rich drops BEL and CR but
+    passes ESC. Every control character is now shown escaped; JSON escapes them anyway."""
+    (tmp_path / "acme_checks.py").write_text(PLUGIN_HOSTILE)
+    dist = tmp_path / "acme_checks-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-checks\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[gpudoctor.checks]\nacme = acme_checks\n")
+    motd = tmp_path / "motd"
+    motd.write_text("hi\x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;pwned\x07\x1b[2J\x1b[Hthere")
+    done = cli("check", "--only", "acme", env={"PYTHONPATH": str(tmp_path), "ACME_MOTD": str(motd)})
+    assert done.returncode == 3, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout, repr(done.stdout)
+    assert "hi\\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b]0;pwned" in done.stdout, done.stdout

@@ -63,3 +63,20 @@ def test_unknown_code_and_table_rows() -> None:
 
 def test_no_nvrm_no_events() -> None:
     assert parse_kernel_log("[ 1.0] usb 1-1: new device\n[ 2.0] EXT4-fs mounted\n") == []
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["", "[ 1225.232297] ", "Jan 16 14:04:39 pyrite kernel: ", "[ 1225.232297] pyrite kernel: ",
+     "2026-12-04T14:04:39+0000 pyrite kernel: ", "Jan 16 14:04:39 pyrite kernel: [44643.002792] "],
+)  # fmt: skip
+def test_only_the_drivers_own_lines_count(header: str) -> None:
+    """Issue 33.4: a segfault line quoting an Xid (a program file named like one; the comm
+    is its first 15 characters) is no event, in every log format read; the driver's is."""
+    forged = ("NVRM: Xid (PCI:[17725]: segfault at 0 ip 000000000040007a sp 00007ffe19edcd40"
+              " error 4 in NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off"
+              " the bus.[7a,400000+1000] likely on CPU 0 (core 0, socket 0)")  # fmt: skip
+    quoted = "a.out[9]: segfault at 0 ip 0 sp 0 error 4 in NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus"
+    assert parse_kernel_log(f"{header}{forged}\n{header}{quoted}\n") == []
+    real = f"{header}NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+    assert [(e.code, e.pci) for e in parse_kernel_log(real)] == [(79, "0000:3b:00")]

@@ -255,3 +255,61 @@ def test_group_writable_target_ancestor_and_manifest_are_refused_like_0777(
     run = cli.run("ensure", REPO, "--to", str(parent / "model"))
     assert_one_line_error(run, "writable by others and not sticky (mode 0775)")
     assert not (parent / "model").exists()
+
+
+def test_a_link_planted_as_an_existing_parent_of_to_is_refused_not_followed(
+    hub, cli: WeightsCli, shm: Path, tmp_path: Path
+) -> None:
+    """Attack (issue 33.3): nobody plants ``/dev/shm/models -> ROOT_ONLY_DIR`` before root
+    runs ``ensure --to /dev/shm/models/m``: the parent exists (it is a link), so nothing
+    was judged and root's model landed in the directory the attacker chose."""
+    files = make_model_files()
+    publish(hub, files)
+    chosen = tmp_path / "root-only"
+    chosen.mkdir(mode=0o700)  # root's, where nobody can write: only the link leads there
+    as_nobody(f"ln -s {chosen} {shm}/models")
+    run = cli.run("ensure", REPO, "--to", str(shm / "models" / "m"))
+    assert_one_line_error(run, "is a symlink of nobody (uid 65534)")
+    assert list(chosen.iterdir()) == []
+    # root's own link is followed as before (e.g. /var/run -> /run)
+    (shm / "mine").symlink_to(chosen)
+    assert cli.run("ensure", REPO, "--to", str(shm / "mine" / "m"), "-q").returncode == 0
+    assert (chosen / "m" / "config.json").is_file()
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o002])
+@pytest.mark.parametrize("same_fs", [True, False], ids=["hard-links", "copies"])
+def test_mirror_from_gives_explicit_modes_whatever_the_umask(
+    hub, cli: WeightsCli, shm: Path, tmp_path: Path, umask: int, same_fs: bool
+) -> None:
+    """Attack (issue 33.9): root runs ``weights mirror --from`` under umask 0 (a boot unit)
+    or 002: the mirror's directories came out 0777 / 0775, nobody swapped a file in, and
+    the next ``ensure --mirror`` refused the mirror. Every directory is 0755, every file
+    writable by its owner only, nobody's write fails, and the mirror restores."""
+    files = make_model_files()
+    publish(hub, files)
+    local = (tmp_path if same_fs else shm) / "local"
+    assert cli.run("ensure", REPO, "--to", str(local), "-q").returncode == 0
+    mirror = tmp_path / "mirror"
+    old = os.umask(umask)
+    try:
+        run = cli.run("mirror", REPO, "--to", str(mirror), "--from", str(local))
+    finally:
+        os.umask(old)
+    assert run.returncode == 0, run.output
+    model = mirror / "acme" / "tiny-27b"
+    made = [mirror, mirror / "acme", model, *(p for p in model.rglob("*") if p.is_dir())]
+    assert {str(p): oct(p.stat().st_mode & 0o7777) for p in made} == {str(p): "0o755" for p in made}
+    writable = [str(p) for p in model.rglob("*") if p.stat().st_mode & 0o022]
+    assert writable == []
+    planted = subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", "sh", "-c",
+         f"echo evil > {model}/tokenizer/evil && mv -f {model}/tokenizer/evil {model}/tokenizer/tokenizer_config.json"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert planted.returncode != 0 and "Permission denied" in planted.stderr, planted
+    restored = cli.run(
+        "ensure", REPO, "--to", str(tmp_path / "again"), "--mirror", str(mirror), "--json"
+    )
+    assert restored.returncode == 0, restored.output
+    assert json.loads(restored.stdout)["source"] == "mirror"

@@ -337,3 +337,31 @@ def test_a_dangling_link_planted_as_the_parent_of_to_creates_nothing(tmp_path: P
         " a directory that does not exist; choose another --to"
     )
     assert not (tmp_path / "victim" / "made").exists()
+
+
+@needs_root
+def test_check_ancestors_judges_each_link_on_the_way(tmp_path: Path) -> None:
+    """Issue 33.3: the path is walked level by level; a link another user owns is refused
+    (never followed), one of root's is followed and its target judged; ``..`` goes up from
+    where the link led; a loop is ELOOP."""
+    tmp_path.chmod(0o755)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "theirs").symlink_to(tmp_path / "real")
+    os.lchown(tmp_path / "theirs", NOBODY, NOBODY)
+    with pytest.raises(fsio.FsioError, match=r"theirs \(above --to\) is a symlink of nobody"):
+        fsio.check_ancestors(tmp_path / "theirs" / "m", "--to")
+    with pytest.raises(fsio.FsioError, match="is a symlink of nobody"):
+        fsio.make_missing_dirs(tmp_path / "theirs" / "m")
+    assert not (tmp_path / "real" / "m").exists()
+    (tmp_path / "mine").symlink_to("real")
+    assert fsio.check_ancestors(tmp_path / "mine" / "m", "--to") == tmp_path / "real"
+    (tmp_path / "real" / "sub").mkdir()
+    (tmp_path / "up").symlink_to(tmp_path / "real" / "sub")
+    assert fsio.check_ancestors(tmp_path / "up" / ".." / "x", "--to") == tmp_path / "real"
+    (tmp_path / "real" / "open").mkdir(mode=0o777)
+    (tmp_path / "real" / "open").chmod(0o777)
+    with pytest.raises(fsio.FsioError, match="writable by others and not sticky"):
+        fsio.check_ancestors(tmp_path / "mine" / "open" / "m", "--to")
+    (tmp_path / "loop").symlink_to("loop")
+    with pytest.raises(fsio.FsioError, match="too many levels"):
+        fsio.check_ancestors(tmp_path / "loop" / "m", "--to")

@@ -12,6 +12,8 @@ import threading
 import time
 from typing import TextIO
 
+from gpudoctor.terminal import printable
+
 
 def eta_text(seconds: float) -> str:
     """Return a time left in words: ``~12 s`` below a minute (never ``~0 min``), ``~3 min``
@@ -36,7 +38,9 @@ class PlainReporter:
 
     def _line(self, text: str) -> None:
         with self._lock:
-            self.stream.write(text + "\n")
+            self.stream.write(
+                printable(text) + "\n"
+            )  # a server's reason: no escape reaches the tty
             self.stream.flush()
 
     def _counts(self) -> str:
@@ -129,7 +133,7 @@ class RichReporter(PlainReporter):
         self.current = self.progress.add_task("", total=1, counts="", visible=False)
 
     def _line(self, text: str) -> None:
-        self.console.print(text, highlight=False, markup=False)
+        self.console.print(printable(text), highlight=False, markup=False)
 
     def _refresh(self) -> None:
         counts = f"{self.ok} ok · {self.crashed} crashed · {self.skipped} skipped"
@@ -145,7 +149,7 @@ class RichReporter(PlainReporter):
         """Show the current cell as the second bar."""
         self.progress.update(
             self.current,
-            description=f"{label} c={concurrency}",
+            description=printable(f"{label} c={concurrency}"),
             completed=0,
             total=1,
             visible=True,

@@ -12,6 +12,14 @@ runs ``gpudoctor bench merge DIR/shards/* --out DIR/merged``. Each submission is
 to ``DIR/slurm/submissions.jsonl``. A later ``bench submit`` on the same DIR resubmits
 only the shards whose cells are not all recorded and whose task is not queued or running
 (a resumed shard runs only its missing cells).
+
+DIR is checked like every run directory (``check_run_dir``: no link, the caller's or
+root's, writable by nobody else, nor its parents), and so are ``slurm/`` and
+``slurm/logs/`` (made with ``mkdir``, never through a link): Slurm opens the task logs as
+the job's user, root, following links. The scripts are written for the record and handed
+to ``sbatch`` on its standard input, so what runs is what gpudoctor wrote, whatever
+happens to ``array.sh`` afterwards. Job ids read back from ``submissions.jsonl`` are
+digits or are not used.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ from typing import Any
 from gpudoctor import fsio
 from gpudoctor.bench.launch.schedule import in_shard
 from gpudoctor.bench.plan import Plan
-from gpudoctor.bench.results.run_dir import RESULTS, read_records
+from gpudoctor.bench.results.run_dir import RESULTS, check_run_dir, read_records
+from gpudoctor.terminal import printable
 
 SUBMISSIONS = "submissions.jsonl"
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"}
@@ -54,10 +63,11 @@ class Submission:
         return vars(self) | {"tasks": list(self.tasks)}
 
 
-def _run(argv: list[str], timeout_s: float = 60.0) -> str:
-    """Run a Slurm client command; return its stdout (SlurmError with its stderr)."""
+def _run(argv: list[str], timeout_s: float = 60.0, stdin: str | None = None) -> str:
+    """Run a Slurm client command (``stdin``: its standard input); return its stdout
+    (SlurmError with its stderr)."""
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, input=stdin)
     except FileNotFoundError as exc:
         raise SlurmError(
             f"{argv[0]} not found: is this a Slurm login node? (apt install slurm-client)"
@@ -91,8 +101,42 @@ def missing_cells(plan: Plan, out: Path, n: int) -> dict[int, int]:
 
 
 def read_submissions(out: Path) -> list[dict[str, Any]]:
-    """Return the submissions recorded in ``DIR/slurm/submissions.jsonl`` (oldest first)."""
-    return read_records(out / "slurm" / SUBMISSIONS)[0]
+    """Return the submissions recorded in ``DIR/slurm/submissions.jsonl`` (oldest first);
+    a line whose ``array_job`` is not a Slurm job id (digits) is left out, so nothing but a
+    job id reaches ``squeue``, ``scontrol`` or ``sacct``."""
+    records = read_records(out / "slurm" / SUBMISSIONS, limit=64 << 20)[0]
+    return [
+        r for r in records if _job_id(r.get("array_job")) and isinstance(r.get("shards", 1), int)
+    ]
+
+
+def _job_id(value: object) -> bool:
+    return isinstance(value, str | int) and not isinstance(value, bool) and str(value).isascii() \
+        and str(value).isdigit() and len(str(value)) <= 20  # fmt: skip
+
+
+def campaign_dir(out: Path) -> Path:
+    """Check (and make) the campaign directory ``out`` and its ``slurm/logs/``; return the
+    ``slurm/`` directory. Raise RunDirError (one line) when another user owns or can write
+    one of them or a parent, or one is a link."""
+    from gpudoctor.bench.results.run_dir import RunDirError
+
+    check_run_dir(out, "--out", create=True)
+    for rel in ("slurm", "slurm/logs"):
+        path = out / rel
+        try:
+            fsio.make_dirs(out, rel)
+            fsio.judge_owner(path, os.lstat(path), f"the campaign's {rel}/",
+                             f"remove it (rm -rf --one-file-system {path}) and submit again")  # fmt: skip
+        except OSError as exc:
+            raise RunDirError(str(exc)) from None
+    return out / "slurm"
+
+
+def job_name(plan: Plan) -> str:
+    """Return the plan's name as one printable line (a newline in it cannot add a line to
+    ``array.sh``, nor a control character reach ``squeue``'s output)."""
+    return printable(plan.name)
 
 
 def task_states(array_jobs: list[str]) -> dict[str, dict[int, str]]:
@@ -140,6 +184,7 @@ def submit(plan: Plan, plan_path: Path, out: Path, shards: int, gres: int | None
     the plan's largest tp). Raises SlurmError (sbatch failed) or ValueError (bad input)."""
     if shards < 1:
         raise ValueError("--shards must be >= 1")
+    slurm_dir = campaign_dir(out)
     earlier = read_submissions(out)
     if earlier and int(earlier[-1].get("shards", shards)) != shards:
         raise ValueError(
@@ -155,12 +200,10 @@ def submit(plan: Plan, plan_path: Path, out: Path, shards: int, gres: int | None
     missing = missing_cells(plan, out, shards)
     todo = [i for i in range(1, shards + 1) if missing[i] and i not in live]
     skipped = {i: live.get(i, "all cells recorded") for i in range(1, shards + 1) if i not in todo}
-    slurm_dir = out / "slurm"
-    slurm_dir.mkdir(parents=True, exist_ok=True)
     exe = gpudoctor or shlex.join([sys.executable, "-m", "gpudoctor"])
     plan_abs, out_abs = plan_path.resolve(), out.resolve()
     array = _script([
-        f"# gpudoctor bench submit: one task per shard of {plan.name}",
+        f"# gpudoctor bench submit: one task per shard of {job_name(plan)}",
         'shard="$SLURM_ARRAY_TASK_ID"',
         f"exec {exe} bench run {shlex.quote(str(plan_abs))} --shard \"$shard/{shards}\" "
         f"--out {shlex.quote(str(out_abs / 'shards'))}/\"$shard\" --resume",
@@ -175,21 +218,21 @@ def submit(plan: Plan, plan_path: Path, out: Path, shards: int, gres: int | None
     ])  # fmt: skip
     for name, text in (("array.sh", array), ("merge.sh", merge)):
         fsio.atomic_replace(slurm_dir / name, text, mode=0o755, keep_mode=False,
-                            refuse_non_regular=True, follow_dir_link=True)  # fmt: skip
+                            refuse_non_regular=True, require_trusted_dir=True)  # fmt: skip
     if not todo:
         return Submission("", (), "", gres, skipped)
     logs = out_abs / "slurm" / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    # the scripts go to sbatch on stdin: a file swapped after it was written never runs
     array_job = _run(["sbatch", "--parsable", f"--array={','.join(map(str, todo))}",
-                      f"--gres=gpu:{gres}", f"--job-name=gdb-{plan.name}",
-                      f"--output={logs}/shard-%a-%A.log", *sbatch_args,
-                      str(slurm_dir.resolve() / "array.sh")]).strip().split(";")[0]  # fmt: skip
+                      f"--gres=gpu:{gres}", f"--job-name=gdb-{job_name(plan)}",
+                      f"--output={logs}/shard-%a-%A.log", *sbatch_args],
+                     stdin=array).strip().split(";")[0]  # fmt: skip
     merge_job = _run(["sbatch", "--parsable", f"--dependency=afterany:{array_job}",
-                      f"--job-name=gdb-{plan.name}-merge", f"--output={logs}/merge-%j.log",
-                      *sbatch_args, str(slurm_dir.resolve() / "merge.sh")]).strip().split(";")[0]  # fmt: skip
+                      f"--job-name=gdb-{job_name(plan)}-merge", f"--output={logs}/merge-%j.log",
+                      *sbatch_args], stdin=merge).strip().split(";")[0]  # fmt: skip
     line = {"array_job": array_job, "tasks": todo, "merge_job": merge_job, "shards": shards,
             "gres": gres, "plan": str(plan_abs), "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "host": os.uname().nodename}  # fmt: skip
     fsio.durable_append(slurm_dir / SUBMISSIONS, (json.dumps(line, sort_keys=True) + "\n").encode(),
-                        follow_dir_link=True)  # fmt: skip
+                        require_trusted_dir=True)  # fmt: skip
     return Submission(array_job, tuple(todo), merge_job, gres, skipped)

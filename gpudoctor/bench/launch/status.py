@@ -5,6 +5,13 @@ Read-only: it reads ``plan.toml``, ``results.jsonl``, ``preflight.jsonl``, ``run
 takes the run's lock and writes nothing. A directory of shards (``RUN/shards/I``, what
 ``bench submit --slurm`` makes) is shown shard by shard with the Slurm tasks' states
 (``squeue``/``scontrol``/``sacct``) and the merged totals; a merged run like any run.
+
+Whoever made the run directory chose its files: each is read as a regular file only
+(never through a link, never a FIFO or device: ``fsio.read_regular``), at most
+:data:`FILE_LIMIT` (plan, state) or :data:`RECORDS_LIMIT` (jsonl) bytes; one that is not
+is listed under ``unreadable`` and shown as ``[!] not read``. Every string shown on a
+terminal goes through :func:`gpudoctor.terminal.printable` (a crash reason or a server's
+log line cannot write the clipboard, retitle or clear the terminal).
 """
 
 from __future__ import annotations
@@ -14,30 +21,50 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.bench.launch.packed import STATE, launcher_alive
+from gpudoctor.bench.launch.live_state import STATE, launcher_alive
 from gpudoctor.bench.plan import Plan, PlanError, parse_plan
-from gpudoctor.bench.results.run_dir import PLAN, RESULTS, read_records
+from gpudoctor.bench.results.run_dir import PLAN, RESULTS, RunDirError, read_records, read_run_file
+from gpudoctor.terminal import printable
+
+FILE_LIMIT = 4 << 20  # plan.toml, run.json, state.json: bytes
+RECORDS_LIMIT = 256 << 20  # results.jsonl and the other jsonl files: bytes
 
 
-def _json(path: Path) -> dict[str, Any]:
+def _text(path: Path, unreadable: list[str]) -> str | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_run_file(path, FILE_LIMIT)
+    except (RunDirError, OSError) as exc:
+        unreadable.append(str(exc))
+        return None
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def _json(path: Path, unreadable: list[str]) -> dict[str, Any]:
+    try:
+        data = json.loads(_text(path, unreadable) or "{}")
+    except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def _plan(run: Path, facts: dict[str, Any]) -> Plan | None:
+def _records(path: Path, unreadable: list[str]) -> list[dict[str, Any]]:
+    try:
+        return read_records(path, limit=RECORDS_LIMIT)[0]
+    except (RunDirError, OSError) as exc:
+        unreadable.append(str(exc))
+        return []
+
+
+def _plan(run: Path, facts: dict[str, Any], unreadable: list[str]) -> Plan | None:
     """Return the run's plan with its relative paths resolved as the launcher resolved
     them (against the plan file's directory, ``plan_dir`` in run.json or merge.json), so
     its cell keys are the keys the records carry wherever the run dir now lies."""
-    recorded = facts.get("plan_dir") or _json(run / "merge.json").get("plan_dir")
+    recorded = facts.get("plan_dir") or _json(run / "merge.json", unreadable).get("plan_dir")
     base_dir = Path(recorded) if isinstance(recorded, str) and recorded.startswith("/") else run
+    text = _text(run / PLAN, unreadable)
     try:
-        return parse_plan(
-            (run / PLAN).read_text(encoding="utf-8"), str(run / PLAN), base_dir=base_dir
-        )
-    except (OSError, PlanError):
+        return None if text is None else parse_plan(text, str(run / PLAN), base_dir=base_dir)
+    except PlanError:
         return None
 
 
@@ -48,11 +75,12 @@ def run_status(run: Path, shard: tuple[int, int] | None = None) -> dict[str, Any
     ``eta_s`` (seconds, from the cells measured so far; None when unknown)."""
     from gpudoctor.bench.launch.schedule import in_shard
 
-    facts = _json(run / "run.json")
-    plan = _plan(run, facts)
-    records = {str(r.get("key")): r for r in read_records(run / RESULTS)[0] if "key" in r}
-    preflight = read_records(run / "preflight.jsonl")[0]
-    state = _json(run / STATE)
+    unreadable: list[str] = []
+    facts = _json(run / "run.json", unreadable)
+    plan = _plan(run, facts, unreadable)
+    records = {str(r.get("key")): r for r in _records(run / RESULTS, unreadable) if "key" in r}
+    preflight = _records(run / "preflight.jsonl", unreadable)
+    state = _json(run / STATE, unreadable)
     alive = launcher_alive(state)
     running = {r.get("label"): r for r in state.get("running", [])} if alive else {}
     if shard is None and isinstance(facts.get("shard"), list) and len(facts["shard"]) == 2:
@@ -118,11 +146,12 @@ def run_status(run: Path, shard: tuple[int, int] | None = None) -> dict[str, Any
         "shard": list(shard) if shard else None,
         "preflight": _preflight(preflight),
         "weights": facts.get("weights"),
-        "gpus_out": read_records(run / "gpus.jsonl")[0],
+        "gpus_out": _records(run / "gpus.jsonl", unreadable),
         "groups": [groups[tp] for tp in sorted(groups)],
         "progress": {"recorded": recorded, "total": len(cells) or len(records)},
         "eta_s": _eta(cells, records, gpus),
         "stopped": facts.get("stopped"),
+        "unreadable": unreadable,
     }
 
 
@@ -159,12 +188,18 @@ def campaign_status(run: Path) -> dict[str, Any]:
         return run_status(run)
     from gpudoctor.bench.launch.slurm import SlurmError, read_submissions, task_states
 
-    subs = read_submissions(run)
+    try:
+        subs = read_submissions(run)
+    except RunDirError as exc:
+        subs, unreadable = [], [str(exc)]
+    else:
+        unreadable = []
     n = int(subs[-1]["shards"]) if subs else None
     dirs = sorted(
-        (p for p in shards_dir.iterdir() if p.is_dir() and p.name.isdigit()),
+        (p for p in shards_dir.iterdir()
+         if p.name.isdigit() and not p.is_symlink() and p.is_dir()),
         key=lambda p: int(p.name),
-    )
+    )  # fmt: skip
     shards = [run_status(d, (int(d.name), n) if n else None) for d in dirs]
     slurm: dict[str, Any] | None = None
     if subs:
@@ -180,11 +215,18 @@ def campaign_status(run: Path) -> dict[str, Any]:
     etas = [s["eta_s"] for s in shards if s["eta_s"] is not None]
     return {"run": str(run), "shards": shards, "slurm": slurm, "merged": merged,
             "progress": {"recorded": recorded, "total": total},
-            "eta_s": max(etas) if etas else None}  # fmt: skip
+            "eta_s": max(etas) if etas else None, "unreadable": unreadable}  # fmt: skip
 
 
 def render(status: dict[str, Any]) -> str:
-    """Return the status as text (the todo-list view)."""
+    """Return the status as text (the todo-list view), every control character of the
+    run's strings shown escaped (:func:`gpudoctor.terminal.printable`)."""
+    lines = _render(status).split("\n")  # not splitlines: \x85, \u2028 must be escaped, not lines
+    lines += [f"  [!] not read: {why}" for why in status.get("unreadable") or []]
+    return "\n".join(printable(line) for line in lines)
+
+
+def _render(status: dict[str, Any]) -> str:
     if "shards" in status:
         p = status["progress"]
         lines = [f"{status['run']}: {len(status['shards'])} shard(s), {p['recorded']}/{p['total']} cells recorded"

@@ -3,7 +3,7 @@ refused (issue 34.8)."""
 
 from __future__ import annotations
 
-from gpudoctor.bench.plan.model import Plan
+from gpudoctor.bench.plan_model import Plan
 
 
 def plan_warnings(plan: Plan) -> list[str]:

@@ -141,9 +141,40 @@ class RunResults:
         )
 
 
+METRIC_BOUND = 1e18  # no measurement reaches it; a chart's axis arithmetic stays finite
+
+
+def _finite(value: object) -> bool:
+    """Return True for a number a chart and a table can show: finite (``1e400`` parses as
+    inf) and below :data:`METRIC_BOUND` in size."""
+    try:
+        return _number(value) and abs(float(value)) < METRIC_BOUND  # type: ignore[arg-type]
+    except OverflowError:  # an integer beyond any float
+        return False
+
+
+def _check_numbers(row: dict) -> None:
+    """Raise ValueError naming the field when the matrix place (``tp``, ``concurrency``) is
+    not a whole finite number, or a metric or ``accept_length`` is a non-finite number."""
+    for name in ("tp", "concurrency"):
+        value = row.get(name)
+        if not _finite(value) or float(value) != int(value) or not 0 <= value < 1 << 31:  # type: ignore[arg-type]
+            raise ValueError(f"{name} {str(value)[:40]} is not a whole number in range")
+    measurement = row.get("measurement")
+    if not isinstance(measurement, dict):
+        return
+    metrics = measurement.get("metrics") or {}
+    if not isinstance(metrics, dict):
+        raise TypeError("measurement metrics is not a table")
+    for name, value in (*metrics.items(), ("accept_length", measurement.get("accept_length"))):
+        if _number(value) and not _finite(value):
+            raise ValueError(f"metric {name} is {str(value)[:40]}, not a finite number below 1e18")
+
+
 def _cell(row: object) -> CellResult:
     if not isinstance(row, dict):
         raise TypeError(f"a JSON {type(row).__name__}, not an object")
+    _check_numbers(row)
     key = str(row["key"])
     group = row.get("group")
     tail = row.get("server_log_tail")
@@ -166,10 +197,24 @@ def _cell(row: object) -> CellResult:
     )  # fmt: skip
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _search(row: dict) -> SearchLine:
     data = row["search"]
     if not isinstance(data, dict):
         raise TypeError("a search record without its search table")
+    for name in ("met", "failed"):
+        if data.get(name) is not None and not _number(data[name]):
+            raise TypeError(f"search {name} {data[name]!r} is not a number")
+    slo = data.get("slo")
+    if slo is not None and not (
+        isinstance(slo, dict) and all(v is None or _number(v) for v in slo.values())
+    ):
+        raise TypeError("search slo is not a table of numbers")
+    if not isinstance(data.get("probes") or [], list):
+        raise TypeError("search probes is not a list")
     return SearchLine(str(row["key"]), str(row["config"]), int(row["tp"]), str(row["status"]),
                       data, str(row.get("reason") or ""))  # fmt: skip
 

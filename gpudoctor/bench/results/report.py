@@ -10,6 +10,7 @@ up and to the left is better).
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from gpudoctor import fsio
 from gpudoctor.bench.results.html_report import render_html
 from gpudoctor.bench.results.reader import CellResult, ResultsError, read_run
+from gpudoctor.terminal import printable
 
 FIGSIZE_IN = (8.0, 5.0)
 DPI = 100  # plots are FIGSIZE_IN * DPI pixels: 800 x 500
@@ -47,6 +49,20 @@ class ReportFiles:
     html: Path | None = None
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>&|~#])")  # what gives inline text a meaning
+
+
+def md_text(text: object) -> str:
+    """Return ``text`` (a config name, a GPU id, a status, a directory name: strings the run
+    directory's author chose) as literal Markdown inline text: every character CommonMark
+    or GFM gives a meaning inside a line (``<`` of raw HTML, ``|`` of a table, ``[`` of a
+    link, ``&`` of an entity, ``*``/``_`` of emphasis...) backslash-escaped, control characters shown
+    escaped (:func:`gpudoctor.terminal.printable`), so no renderer makes HTML of it.
+    ``-``, ``+``, ``.`` and ``!`` need nothing: they mean something only at a line's start
+    or before ``[``, and these strings never start a line."""
+    return _MD_SPECIAL.sub(r"\\\1", printable(text))
+
+
 def _fmt(value: float | None, digits: int = 0) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
@@ -56,7 +72,7 @@ def cell_text(cell: CellResult | None) -> str:
     if cell is None:
         return ""
     if not cell.ok:
-        return cell.status
+        return md_text(cell.status)
     text = (
         f"{_fmt(cell.value('output_throughput'))} · "
         f"{_fmt(cell.value('median_ttft_ms'))}/{_fmt(cell.value('p99_ttft_ms'))} · "
@@ -78,10 +94,10 @@ def markdown_tables(cells: Sequence[CellResult]) -> str:
         loads = [c.load_label for c in sorted(group, key=lambda c: c.load)]
         loads = list(dict.fromkeys(loads))
         by_place = {(c.config, c.load_label): c for c in group if c.repeat == 0}
-        header = "| config | " + " | ".join(loads) + " |"
+        header = "| config | " + " | ".join(md_text(n) for n in loads) + " |"
         rule = "|---|" + "---|" * len(loads)
         rows = [
-            f"| {config} | "
+            f"| {md_text(config)} | "
             + " | ".join(cell_text(by_place.get((config, n))) for n in loads)
             + " |"
             for config in _ordered([c.config for c in group])
@@ -170,8 +186,8 @@ def placement_table(cells: Sequence[CellResult]) -> list[str]:
     lines = ["## Where each cell ran", "", "| config | TP | c | slot | GPUs (UUID) |",
              "|---|---|---|---|---|"]  # fmt: skip
     for c in placed:
-        lines.append(f"| {c.config} | {c.tp} | {c.concurrency} | {c.slot if c.slot is not None else '–'} "
-                     f"| {', '.join(c.gpus)} |")  # fmt: skip
+        lines.append(f"| {md_text(c.config)} | {c.tp} | {c.concurrency} | {c.slot if c.slot is not None else '–'} "
+                     f"| {', '.join(md_text(g) for g in c.gpus)} |")  # fmt: skip
     return [*lines, ""]
 
 
@@ -181,7 +197,7 @@ def render_markdown(
     """Return report.md's text (``notes``: warnings shown under the title)."""
     ok = sum(1 for c in cells if c.ok)
     lines = [
-        f"# Benchmark report: {Path(run_dir).name}",
+        f"# Benchmark report: {md_text(Path(run_dir).name)}",
         "",
         f"{len(cells)} cells: {ok} ok, "
         f"{sum(1 for c in cells if c.status == 'crashed')} crashed, "
@@ -200,7 +216,7 @@ def render_markdown(
         *placement_table(cells),
     ]
     if notes:
-        lines[3:3] = [*(f"> **Warning:** {n}" for n in notes), ""]
+        lines[3:3] = [*(f"> **Warning:** {md_text(n)}" for n in notes), ""]
     return "\n".join(lines)
 
 

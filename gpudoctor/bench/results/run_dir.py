@@ -100,15 +100,21 @@ def check_run_dir(path: Path, option: str = "--out", create: bool = False) -> bo
     return True
 
 
-def read_run_file(path: Path) -> bytes | None:
+def read_run_file(path: Path, limit: int | None = None) -> bytes | None:
     """Return the bytes of a run file (``cat DIR/NAME``), None when it does not exist; never
-    through a symlink (RunDirError, one line, for a link, FIFO or device there)."""
+    through a symlink (RunDirError, one line, for a link, FIFO or device there, or for a
+    file over ``limit`` bytes: nothing more than ``limit`` + 1 bytes is read)."""
     try:
-        return fsio.read_regular(path)
+        data = fsio.read_regular(path, limit=None if limit is None else limit + 1)
     except FileNotFoundError:
         return None
     except fsio.FsioError as exc:
         raise RunDirError(str(exc)) from None
+    if limit is not None and len(data) > limit:
+        raise RunDirError(
+            f"{path} is larger than {limit / (1 << 20):g} MiB: not a file gpudoctor wrote; remove it (rm {path})"
+        )
+    return data
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -145,12 +151,12 @@ class RecordScan:
     corrupt_lines: tuple[int, ...] = ()
 
 
-def scan_records(path: Path, repair: bool = False) -> RecordScan:
+def scan_records(path: Path, repair: bool = False, limit: int | None = None) -> RecordScan:
     """Read a results file line by line: keep JSON objects, skip corrupt lines, and note a
     torn tail. With ``repair`` the torn tail (bytes after the last newline) is cut off;
     corrupt lines in the middle are left in place (never truncated: the lines after them
-    are finished cells)."""
-    data = read_run_file(path)
+    are finished cells). ``limit``: refuse (RunDirError) a file over that many bytes."""
+    data = read_run_file(path, limit)
     if data is None:
         return RecordScan([])
     good_end = data.rfind(b"\n") + 1
@@ -176,10 +182,12 @@ def scan_records(path: Path, repair: bool = False) -> RecordScan:
     return RecordScan(records, dropped, tuple(corrupt))
 
 
-def read_records(path: Path, repair: bool = False) -> tuple[list[dict[str, Any]], int]:
+def read_records(
+    path: Path, repair: bool = False, limit: int | None = None
+) -> tuple[list[dict[str, Any]], int]:
     """Return the JSON records of a results file and the byte count of a torn tail
-    (:func:`scan_records`, corrupt lines skipped)."""
-    scan = scan_records(path, repair)
+    (:func:`scan_records`, corrupt lines skipped; ``limit``: its size bound in bytes)."""
+    scan = scan_records(path, repair, limit)
     return scan.records, scan.dropped_bytes
 
 
@@ -305,6 +313,14 @@ class RunDir:
     def append_preflight(self, record: dict[str, Any]) -> None:
         """Append one preflight verdict to preflight.jsonl."""
         self._append_lines(self.path / "preflight.jsonl", [record])
+
+    def append_server(self, record: dict[str, Any]) -> None:
+        """Append one stopped server's facts to servers.jsonl."""
+        self._append_lines(self.path / "servers.jsonl", [record])
+
+    def append_gpu_out(self, record: dict[str, Any]) -> None:
+        """Append one GPU that failed its check (and left the pool) to gpus.jsonl."""
+        self._append_lines(self.path / "gpus.jsonl", [record])
 
     def write_run_json(self, facts: dict[str, Any]) -> None:
         """Write run.json (the environment of this launch; earlier launches kept in ``launches``)."""

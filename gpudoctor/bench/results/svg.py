@@ -28,6 +28,8 @@ class Series:
 
 
 def _ticks(low: float, high: float, count: int = 5) -> list[float]:
+    if not math.isfinite(high - low):  # values the reader refuses; never a crash here
+        return [low, high] if math.isfinite(low) and math.isfinite(high) else [0.0]
     if high <= low:
         return [low]
     step = 10 ** math.floor(math.log10((high - low) / count))

@@ -53,8 +53,14 @@ _KINDS = (
 
 
 def op_read_text(path, limit=1 << 20):
-    """Return at most ``limit`` bytes of the file, decoded as UTF-8 (``cat PATH``)."""
-    with open(path, "rb") as fh:
+    """Return at most ``limit`` bytes of the file, decoded as UTF-8 (``cat PATH``). A FIFO or
+    socket is refused (OSError), never waited on: its open is non-blocking and checked."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if stat_mod.S_ISFIFO(mode) or stat_mod.S_ISSOCK(mode):
+            raise OSError(22, f"{file_kind(mode)}, not a file: refusing to read it", path)
+        os.set_blocking(fd, True)
         return fh.read(limit).decode("utf-8", "replace")
 
 

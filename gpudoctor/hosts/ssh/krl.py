@@ -14,7 +14,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from gpudoctor.hosts.ssh.certificates import Certificate, plain_key_blob
+from gpudoctor.hosts.ssh.certificates import Certificate
+from gpudoctor.hosts.ssh.matching import plain_key_blob
 from gpudoctor.hosts.ssh.wire import Reader, WireError
 
 MAGIC = b"SSHKRL\n\0"
@@ -37,11 +38,14 @@ class RevokedCerts:
         ca_key: the CA's public key blob, ``b""`` for the wildcard section.
         ranges: revoked serials as inclusive ``(low, high)`` ranges.
         key_ids: revoked certificate key ids (``ssh-keygen -I``).
+        bitmaps: bitmap sections as ``(offset, bits)``: bit N revokes serial offset + N
+            (kept as one integer, never expanded: at most 2 KiB each, as in OpenSSH).
     """
 
     ca_key: bytes
     ranges: list[tuple[int, int]] = field(default_factory=list)
     key_ids: set[str] = field(default_factory=set)
+    bitmaps: list[tuple[int, int]] = field(default_factory=list)  # (offset, bits): kept packed
 
     def revokes(self, cert: Certificate) -> str | None:
         """Return why ``cert`` is revoked here (``key id 'x'``, ``serial 7``), else None.
@@ -49,6 +53,9 @@ class RevokedCerts:
         if cert.key_id in self.key_ids:
             return f"key id {cert.key_id!r}"
         if cert.serial and any(lo <= cert.serial <= hi for lo, hi in self.ranges):
+            return f"serial {cert.serial}"
+        if cert.serial and any(cert.serial >= off and (bits >> (cert.serial - off)) & 1
+                               for off, bits in self.bitmaps):  # fmt: skip
             return f"serial {cert.serial}"
         return None
 
@@ -188,7 +195,7 @@ def _certificates(section: Reader, krl: Krl) -> None:
         elif kind == CERT_SERIAL_RANGE:
             _add_range(entry, sub.uint64(), sub.uint64())
         elif kind == CERT_SERIAL_BITMAP:
-            _bitmap(entry, sub.uint64(), sub.mpint_bytes())
+            _bitmap(entry, sub.uint64(), sub.string())
         elif kind == CERT_KEY_ID:
             while sub.remaining():
                 entry.key_ids.add(sub.text())
@@ -199,21 +206,31 @@ def _certificates(section: Reader, krl: Krl) -> None:
         sub.end(f"KRL certificate section {kind:#x}")
 
 
-def _bitmap(entry: RevokedCerts, offset: int, bitmap: bytes) -> None:
-    """Add the serials of a bitmap section: bit N (least significant first) revokes
-    serial ``offset + N``; runs of set bits become one range."""
-    run_start: int | None = None
-    total = len(bitmap) * 8
-    for index in range(total + 1):
-        byte = bitmap[len(bitmap) - 1 - index // 8] if index < total else 0
-        if (byte >> (index % 8)) & 1:
-            if run_start is None:
-                run_start = index
-        elif run_start is not None:
-            if offset + index - 1 >= 1 << 64:
-                raise KrlError("a serial bitmap runs past 2^64")
-            _add_range(entry, offset + run_start, offset + index - 1)
-            run_start = None
+# OpenSSH reads a bitmap with sshbuf_get_bignum2_bytes_direct: SSHBUF_MAX_BIGNUM
+# (16384 / 8 = 2048) bytes at most, 2049 with a leading zero byte; a longer one makes the
+# whole KRL unreadable (SSH_ERR_BIGNUM_TOO_LARGE) and ssh refuses to connect.
+MAX_BITMAP_BYTES = 16384 // 8
+
+
+def _bitmap(entry: RevokedCerts, offset: int, raw: bytes) -> None:
+    """Add a bitmap section (``raw``: the mpint as stored): bit N (least significant first)
+    revokes serial ``offset + N``. Refused as OpenSSH refuses it: over 2048 bytes, a
+    negative mpint, a serial past 2^64, or serial 0."""
+    if len(raw) > MAX_BITMAP_BYTES + 1 or (len(raw) == MAX_BITMAP_BYTES + 1 and raw[0]):
+        raise KrlError(
+            f"a serial bitmap of {len(raw)} bytes (OpenSSH reads at most {MAX_BITMAP_BYTES}:"
+            " SSHBUF_MAX_BIGNUM)"
+        )
+    if raw and raw[0] & 0x80:
+        raise KrlError("a negative mpint where a bitmap was expected")
+    bits = int.from_bytes(raw, "big")
+    if not bits:
+        return
+    if offset + bits.bit_length() - 1 >= 1 << 64:
+        raise KrlError("a serial bitmap runs past 2^64")
+    if offset == 0 and bits & 1:
+        raise KrlError("invalid revoked serial 0 in a bitmap")
+    entry.bitmaps.append((offset, bits))
 
 
 def _add_range(entry: RevokedCerts, low: int, high: int) -> None:

@@ -55,14 +55,6 @@ class Reader:
         except UnicodeDecodeError as exc:
             raise WireError(f"a text field is not UTF-8: {exc}") from None
 
-    def mpint_bytes(self) -> bytes:
-        """Return the next non-negative ``mpint``'s magnitude, big-endian, without the
-        leading zero byte (WireError for a negative one)."""
-        raw = self.string()
-        if raw and raw[0] & 0x80:
-            raise WireError("a negative mpint where a bitmap was expected")
-        return raw.lstrip(b"\0")
-
     def end(self, what: str) -> None:
         """Raise WireError when bytes are left after ``what`` was read."""
         if self.remaining():

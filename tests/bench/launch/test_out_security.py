@@ -140,6 +140,21 @@ def test_run_dir_under_a_directory_of_another_user_is_refused(
     assert not (public / "x" / "run").exists()
 
 
+def test_a_link_planted_as_an_existing_parent_of_out_is_refused_not_followed(
+    public: Path, tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Attack (issue 33.3): nobody plants /tmp/x/runs -> a root-only directory; root's
+    `bench --out /tmp/x/runs/r1` (the parent exists: it is a link) made its run there, and
+    `bench report --out` too. The link is judged (another user's: refused), not followed."""
+    chosen = tmp_path / "root-only"
+    chosen.mkdir(mode=0o700)
+    as_nobody(f"ln -s {chosen} {public}/runs")
+    plan = write(tmp_path, stub_plan(tiny_model_dir, concurrency="[1]"))
+    line = _one_line_error(_cli(str(plan), "--out", str(public / "runs" / "r1")), "is a symlink")
+    assert "nobody (uid 65534)" in line and "above --out" in line
+    assert list(chosen.iterdir()) == []
+
+
 @pytest.mark.parametrize("name", ["plan.toml", "run.json", "logs", "raw"])
 def test_a_link_inside_a_trusted_run_dir_is_never_followed(
     name: str, victim: Path, tmp_path: Path

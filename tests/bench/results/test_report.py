@@ -255,3 +255,42 @@ def test_a_single_request_a_side_is_never_called_a_real_difference(steady_run: P
     assert all(cell.within_noise[m] is None for m in noise.BOOTSTRAPPED)
     out = CliRunner().invoke(compare, [str(runs[0]), str(runs[1])])
     assert out.exit_code == 0 and "×1.30 ?" in out.output
+
+
+def test_non_finite_numbers_and_wrong_types_are_refused_per_record(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    """Attack (issue 33.7): results lines another user or a broken writer left with
+    ``"tp": 1e400`` (inf after parsing), a metric ``Infinity``, a metric of 1e300 and a
+    search whose ``"met"`` is ``"x"`` killed ``bench report`` and ``compare`` ("a gpudoctor
+    bug", no report). Each is skipped with the one-line warning; the report is written."""
+    good = (run_dir / "results.jsonl").read_text().splitlines()
+    first = json.loads(good[0])
+    inf_metric = {**first, "key": "inf-metric"}
+    inf_metric["measurement"] = {**first["measurement"],
+                                 "metrics": {**first["measurement"]["metrics"], "output_throughput": 1e400}}  # fmt: skip
+    huge = json.loads(json.dumps(inf_metric).replace("Infinity", "1e300"))
+    huge["key"] = "huge-metric"
+    search = {"key": "s", "record": "search", "config": "chat", "tp": 1, "status": "done",
+              "search": {"over": "concurrency", "met": "x", "failed": None, "probes": []}}  # fmt: skip
+    hostile = [
+        good[0].replace('"tp": 1', '"tp": 1e400').replace(first["key"], "inf-tp"),
+        json.dumps(inf_metric),  # json.dumps writes Infinity, as a careless writer would
+        json.dumps(huge),
+        json.dumps(search),
+    ]
+    assert "1e400" in hostile[0] and "Infinity" in hostile[1]
+    (tmp_path / "results.jsonl").write_text("\n".join([*good, *hostile]) + "\n")
+    run = read_run(tmp_path)
+    assert [s.number for s in run.skipped] == [len(good) + i for i in range(1, 5)]
+    assert {c.key for c in run.cells} == {json.loads(x)["key"] for x in good}
+    out = CliRunner().invoke(report, [str(tmp_path), "--json"])
+    assert out.exit_code == 0, out.output
+    warnings = [ln for ln in out.stderr.splitlines() if ln.startswith("gpudoctor: warning:")]
+    assert len(warnings) == 1 and "skipped 4 corrupt line(s)" in warnings[0], out.stderr
+    assert (tmp_path / "report.md").is_file() and (tmp_path / "report.html").is_file()
+    other = tmp_path / "b"
+    other.mkdir()
+    (other / "results.jsonl").write_text((tmp_path / "results.jsonl").read_text())
+    cmp = CliRunner().invoke(compare, [str(tmp_path), str(other)])
+    assert cmp.exit_code == 0, cmp.output

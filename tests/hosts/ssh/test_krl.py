@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.hosts.ssh.certificates import parse_certificate, plain_key_blob
+from gpudoctor.hosts.ssh.certificates import parse_certificate
 from gpudoctor.hosts.ssh.krl import KrlError, parse_krl
+from gpudoctor.hosts.ssh.matching import plain_key_blob
 from gpudoctor.hosts.ssh.revoked import RevocationError, revoked_by_file
 from gpudoctor.hosts.ssh.wire import Reader, string
 
@@ -183,3 +184,46 @@ def test_non_critical_extension_is_skipped(material: dict) -> None:
     body = header + bytes([255]) + string(string(b"x@y") + b"\0" + string(b"v"))
     body += bytes([2]) + string(string(plain_key_blob(blob(pub))))
     assert parse_krl(body).revokes(blob(pub)) == "the key is revoked (the key itself)"
+
+
+def _bitmap_krl(ca_pub: Path, sections: list[tuple[int, bytes]]) -> bytes:
+    """A KRL of certificate bitmap sections (offset, raw mpint bytes) for ``ca_pub``."""
+    header = b"SSHKRL\n\0" + struct.pack(">IQQQ", 1, 1, 0, 0) + string(b"") + string(b"")
+    subs = b"".join(bytes([0x22]) + string(struct.pack(">Q", off) + string(raw))
+                    for off, raw in sections)  # fmt: skip
+    return header + bytes([1]) + string(string(plain_key_blob(blob(ca_pub))) + string(b"") + subs)
+
+
+def test_a_serial_bitmap_over_openssh_limit_is_refused_as_ssh_refuses_it(material: dict) -> None:
+    """Attack (issue 33.10): a bitmap bigger than OpenSSH reads (SSHBUF_MAX_BIGNUM, 2048
+    bytes: krl.c reads it with sshbuf_get_bignum2_bytes_direct) made ssh refuse the KRL and
+    the connection while gpudoctor parsed it (~570 MB of RAM per MiB) and connected. At the
+    limit both read it and agree; one byte over, both refuse; many bitmaps stay packed."""
+    ca_pub = Path(f"{material['ca']}.pub")
+    serial, cert, _pub = next(c for c in material["certs"] if c[0] == 100)
+    offset = serial - 8  # bit 8 of the bitmap revokes ``serial``
+    at_limit = bytes([0x01]) + bytes(2045) + b"\x01\x00"  # 2048 bytes, bit 8 set
+    over = bytes([0x01]) + bytes(2046) + b"\x01\x00"  # 2049 bytes, no leading zero
+    for raw, readable in ((at_limit, True), (over, False), (b"\0" + at_limit, True)):
+        path = material["root"] / f"bitmap-{len(raw)}-{raw[0]}"
+        path.write_bytes(_bitmap_krl(ca_pub, [(offset, raw)]))
+        done = subprocess.run(["ssh-keygen", "-Q", "-f", str(path), str(cert)],
+                              capture_output=True, text=True)  # fmt: skip
+        if readable:
+            assert done.returncode == 1 and done.stdout.strip().endswith("REVOKED"), done
+            assert ours(path.read_bytes(), cert)
+        else:
+            assert done.returncode not in (0, 1), done  # ssh-keygen cannot read it
+            with pytest.raises(KrlError, match="at most 2048"):
+                parse_krl(path.read_bytes())
+            with pytest.raises(RevocationError):
+                revoked_by_file(str(path), blob(cert))
+    import tracemalloc
+
+    dense = bytes([0x55]) * 2048  # every other serial: the worst case for ranges
+    data = _bitmap_krl(ca_pub, [(1 + i * 20000, dense) for i in range(256)])  # 512 KiB
+    tracemalloc.start()
+    parse_krl(data)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 8 * len(data), peak  # packed; expanded ranges took ~200 MB here

@@ -15,7 +15,10 @@ copy differs):
 - ``sendfile``: the copier as it is (``sendfile(2)`` at the chunk's offset, 64 MiB a call);
 - ``sendfile + WILLNEED``: ``posix_fadvise(WILLNEED)`` on the chunk first, so the kernel
   queues the chunk's whole read at once instead of growing its read-ahead window;
-- ``pread/pwrite 8 MiB``: through a buffer, as ``dd bs=8M`` reads.
+- ``pread/pwrite 8 MiB``: through a buffer, as ``dd bs=8M`` reads;
+- ``sendfile + sha256``: what ``weights ensure --mirror`` does since issue 34.4, every
+  file hashed while it is copied (``copy_files(..., expected=)``, the running hash of
+  :mod:`gpudoctor.weights.copy_hash`) against digests computed before the trials.
 
 Also ``dd`` ranges copied into the same tmpfs (the copy's own limit when cold).
 """
@@ -23,6 +26,7 @@ Also ``dd`` ranges copied into the same tmpfs (the copy's own limit when cold).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -44,13 +48,13 @@ STREAMS = 16
 STEP = 8 << 20
 
 
-def chunk_willneed(in_fd: int, out_fd: int, job: copier.CopyJob, on_bytes) -> None:
+def chunk_willneed(in_fd: int, out_fd: int, job: copier.CopyJob, on_bytes, stop=None) -> None:
     """sendfile after posix_fadvise(WILLNEED) of the chunk's range."""
     os.posix_fadvise(in_fd, job.offset, job.length, os.POSIX_FADV_WILLNEED)
-    SENDFILE(in_fd, out_fd, job, on_bytes)
+    SENDFILE(in_fd, out_fd, job, on_bytes, stop)
 
 
-def chunk_pread(in_fd: int, out_fd: int, job: copier.CopyJob, on_bytes) -> None:
+def chunk_pread(in_fd: int, out_fd: int, job: copier.CopyJob, on_bytes, stop=None) -> None:
     """pread/pwrite through an 8 MiB buffer."""
     buf = bytearray(STEP)
     view = memoryview(buf)
@@ -66,7 +70,7 @@ def chunk_pread(in_fd: int, out_fd: int, job: copier.CopyJob, on_bytes) -> None:
 
 SENDFILE = copier._copy_chunk
 VARIANTS: dict[str, Callable] = {
-    "sendfile (as shipped)": SENDFILE,
+    "sendfile, no hash": SENDFILE,
     "sendfile + WILLNEED": chunk_willneed,
     "pread/pwrite 8 MiB": chunk_pread,
 }
@@ -83,6 +87,36 @@ def copy_with(chunk_copy: Callable, src: Path, dest: Path, sizes: dict[str, int]
         return time.perf_counter() - start
     finally:
         copier._copy_chunk = SENDFILE
+
+
+def copy_hashed(src: Path, dest: Path, sizes: dict[str, int], digests: dict[str, str],
+                chunk: int | None = None) -> float:  # fmt: skip
+    """Return the seconds ``copy_files`` takes hashing every file as it copies it (cold;
+    ``chunk``: the largest chunk instead of the shipped ``HASH_MAX_CHUNK``); raise
+    SystemExit when a digest does not match (the figure would be no restore)."""
+    drop_caches()
+    shipped = copier.HASH_MAX_CHUNK
+    copier.HASH_MAX_CHUNK = chunk or shipped
+    try:
+        start = time.perf_counter()
+        bad = copier.copy_files(src, dest, sizes, Progress(), expected=digests)
+        seconds = time.perf_counter() - start
+    finally:
+        copier.HASH_MAX_CHUNK = shipped
+    if bad:
+        raise SystemExit(f"hashed copy disagrees with the source: {bad[0]}")
+    return seconds
+
+
+def source_digests(src: Path, sizes: dict[str, int]) -> dict[str, str]:
+    """Return {path: sha256} of the source files (``sha256sum``, in parallel)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpudoctor.weights.verify import sha256_of
+
+    with ThreadPoolExecutor(16) as pool:
+        found = pool.map(lambda rel: sha256_of(src / rel, Progress(), rel), sizes)
+        return dict(zip(sizes, found, strict=True))
 
 
 def main() -> None:
@@ -122,6 +156,16 @@ def main() -> None:
     }
     for name, chunk_copy in VARIANTS.items():
         runs[name] = lambda c=chunk_copy: copy_with(c, src, shm / "copy", sizes)
+    digests = source_digests(src, sizes)
+    block = bytes(1 << 30)
+    start = time.perf_counter()
+    hashlib.sha256(block).hexdigest()
+    print(f"sha256 on one core: {len(block) / (time.perf_counter() - start) / 1e9:.2f} GB/s",
+          file=sys.stderr)  # fmt: skip
+    runs["sendfile + sha256 (as shipped)"] = lambda: copy_hashed(src, shm / "copy", sizes, digests)
+    runs["sendfile + sha256, 16 MiB chunks"] = lambda: copy_hashed(
+        src, shm / "copy", sizes, digests, 16 << 20
+    )
     times: dict[str, list[float]] = {name: [] for name in runs}
     try:
         for trial in range(args.trials):
@@ -136,10 +180,10 @@ def main() -> None:
     limit = statistics.median(times["16 parallel dd reads (limit)"])
     print(f"{len(sizes)} files, {total / 1e9:.2f} GB; {os.cpu_count()} CPUs; "
           f"medians of {args.trials} interleaved trials, page cache dropped before each run")  # fmt: skip
-    print(f"{'run':<36} {'median s':>9} {'GB/s':>7} {'vs dd reads':>12}")
+    print(f"{'run':<40} {'median s':>9} {'GB/s':>7} {'vs dd reads':>12}")
     for name, values in times.items():
         med = statistics.median(values)
-        print(f"{name:<36} {med:>9.3f} {total / med / 1e9:>7.2f} {limit / med:>11.2f}x")
+        print(f"{name:<40} {med:>9.3f} {total / med / 1e9:>7.2f} {limit / med:>11.2f}x")
     if args.json:
         args.json.write_text(json.dumps({"bytes": total, "files": len(sizes), "seconds": times},
                                         indent=1))  # fmt: skip

@@ -148,5 +148,28 @@ def stdout_failure(exc: BaseException) -> bool:
     EBADF on a closed stdout), as opposed to any other OSError."""
     import errno
 
-    return isinstance(exc, OSError) and getattr(exc, "filename", None) is None and exc.errno in (
-        errno.ENOSPC, errno.EIO, errno.EBADF, errno.EDQUOT)  # fmt: skip
+    if not (isinstance(exc, OSError) and getattr(exc, "filename", None) is None and exc.errno in (
+            errno.ENOSPC, errno.EIO, errno.EBADF, errno.EDQUOT)):  # fmt: skip
+        return False
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # another file's full disk is not stdout's
+        return not _stdout_has_room()
+    return True
+
+
+def _stdout_has_room() -> bool:
+    """Return True when stdout is a pipe, socket or terminal (no ENOSPC there) or a file on
+    a file system with free space (``df`` of stdout's file); False for /dev/full, a full
+    file system or a closed stdout."""
+    import stat
+
+    try:
+        fd = sys.stdout.fileno()
+        st = os.fstat(fd)
+        if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode) or os.isatty(fd):
+            return True
+        if stat.S_ISREG(st.st_mode):
+            vfs = os.fstatvfs(fd)
+            return vfs.f_bavail * vfs.f_frsize > 1 << 20
+    except (OSError, ValueError, AttributeError):
+        return False
+    return False

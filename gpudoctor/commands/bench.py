@@ -154,6 +154,10 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
         plan = load_plan(plan_path)
     except PlanError as exc:
         raise click.ClickException(str(exc)) from exc
+    from gpudoctor.bench.plan.advice import plan_warnings
+
+    for line in plan_warnings(plan):
+        click.echo(f"warning: {line}", err=True)
     out = out or Path("runs") / plan.name
     if not dry_run:
         require_writable_dir(out, "--out")

@@ -4,6 +4,7 @@ across shards, hosts and a Slurm cluster, and its state at a glance."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -17,7 +18,8 @@ _RUN_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
 @click.command("merge")
 @click.argument("inputs", nargs=-1, required=True, type=_RUN_DIR, metavar="RUN...")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="The merged run directory (new, or an earlier merge of the same inputs).")  # fmt: skip
+              help="The merged run directory: new or empty, or an earlier merge (merged into, "
+                   "keeping every cell it holds). Any other non-empty directory is refused.")  # fmt: skip
 @click.option(
     "--any-plan", is_flag=True, help="Merge runs of different plans (cells still match by key)."
 )
@@ -28,6 +30,8 @@ def merge(inputs: tuple[Path, ...], out: Path, any_plan: bool, as_json: bool) ->
     A cell recorded in several inputs is kept once (ok over crashed or skipped,
     then the newest) and every duplicate is listed, and kept in
     OUT/duplicates.jsonl: never silently twice. The inputs are only read.
+    A merge never replaces a run: OUT is new, or an earlier merge, whose cells
+    are all kept (say, shards merged as they finish).
     `bench report OUT` and `bench compare OUT OTHER` work on the result.
 
     \b
@@ -48,6 +52,9 @@ def merge(inputs: tuple[Path, ...], out: Path, any_plan: bool, as_json: bool) ->
     for d in result.duplicates:
         click.echo(f"duplicate: {d.config} c={d.concurrency} ({d.key}) recorded in {d.kept} and "
                    f"{', '.join(d.dropped)} ({'/'.join(d.statuses)}); kept {d.kept}'s")  # fmt: skip
+    if result.earlier is not None:
+        click.echo(f"{out} held an earlier merge ({result.earlier} cells): merged into it, "
+                   "every cell it held kept")  # fmt: skip
     per = ", ".join(f"{n}: {c}" for n, c in result.by_input.items())
     click.echo(f"{out}: {result.cells} cells ({per}); {len(result.duplicates)} duplicate(s). "
                f"Next: gpudoctor bench report {out}")  # fmt: skip
@@ -146,6 +153,12 @@ def status(run: Path, as_json: bool, watch: float | None) -> None:
     """
     from gpudoctor.bench.launch.status import campaign_status, render
 
+    marks = ("plan.toml", "results.jsonl", "run.json", "shards", "merge.json")
+    if not any(os.path.lexists(run / name) for name in marks):
+        raise click.ClickException(
+            f"{run} is not a bench run directory (no plan.toml, results.jsonl or shards/);"
+            " give the --out of a `gpudoctor bench` run"
+        )
     while True:
         result = campaign_status(run)
         if as_json:

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from gpudoctor import fsio
+from gpudoctor import errors, fsio
 from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
     COUNT_MAX,
@@ -19,6 +19,7 @@ from gpudoctor.commands.options import (
     cluster_option,
     exclusive,
     inventory_option,
+    non_empty_host,
     require_writable_file,
 )
 from gpudoctor.context import CheckOptions, DeviceRequest
@@ -141,6 +142,7 @@ def validate_selection(only: tuple[str, ...], ct: str | None, flavor: str, fleet
     "host_spec",
     metavar="HOST",
     help="Check a remote host over SSH (root@pve1, an ~/.ssh/config alias), or 'local'.",
+    callback=non_empty_host,
 )
 @click.option(
     "--ct",
@@ -363,7 +365,15 @@ def emit(reports: list[Report], fmt: Format, output: str | None, verbose: bool) 
         render(reports, fmt, buffer, verbose=verbose)
         write_atomically(output, buffer.getvalue())
     else:
-        render(reports, fmt, sys.stdout, verbose=verbose)
+        try:
+            render(reports, fmt, sys.stdout, verbose=verbose)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `check | head -1`: the reader took what it wanted; the
+            errors.silence_stdout()  # verdict (the exit code) stands, as `check > FILE`'s
+        except SystemExit as exc:  # rich's Console ends a broken pipe with SystemExit(1)
+            if not isinstance(exc.__context__, BrokenPipeError):
+                raise
+            errors.silence_stdout()
 
 
 def progress_printer():  # type: ignore[no-untyped-def]

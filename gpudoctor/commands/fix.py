@@ -18,6 +18,7 @@ from gpudoctor.commands.options import (
     cluster_option,
     exclusive,
     inventory_option,
+    non_empty_host,
     require_writable_dir,
 )
 from gpudoctor.exit_codes import ExitCode
@@ -62,6 +63,7 @@ def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: s
     metavar="HOST",
     help="The CT's host: root@pve1, root@10.0.0.5:2222, an ~/.ssh/config alias, "
     "or 'local' (the default) when running on the host itself.",
+    callback=non_empty_host,
 )
 @click.option("--ct", metavar="ID", help="Proxmox VMID (200) or plain LXC container name.")
 @FLAVOR

@@ -98,6 +98,17 @@ def _probe_directory(directory: str) -> str | None:
     return None
 
 
+def non_empty_host(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Return ``value`` (a --host spec) unless it is empty or blank (``--host ''``, an unset
+    shell variable), which would silently mean this machine: click.BadParameter then."""
+    if value is not None and not value.strip():
+        raise click.BadParameter(
+            "is empty: give user@host (an ~/.ssh/config alias, or 'local'), or leave --host"
+            " out for this machine"
+        )
+    return value
+
+
 def require_writable_file(path: str | os.PathLike[str] | None, option: str) -> None:
     """Check, before any work starts, that the output file ``path`` can be written (its
     directory exists and takes a new file; ``path`` itself is not a directory). Raise

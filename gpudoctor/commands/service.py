@@ -143,6 +143,12 @@ def install(
     root = os.path.abspath(root)
     if not os.path.isdir(root):
         raise click.BadParameter(f"{root} is not a directory", param_hint="--root")
+    if root != "/" and not os.path.isabs(out):
+        raise click.BadParameter(
+            f"{out} is relative: with --root give the run directory as the system under"
+            f" {root} sees it (--out /var/lib/runs/{os.path.basename(out.rstrip('/')) or 'q'})",
+            param_hint="--out",
+        )
     plan = os.path.abspath(plan) if root == "/" else os.path.join("/", plan)
     loaded = _load_plan_in_root(root, plan)
     try:
@@ -317,8 +323,9 @@ def rules(output: str | None) -> None:
     """Print (or write) the Prometheus alerting rules over gpudoctor's metrics.
 
     Alerts: GpudoctorCtGpuUnusable, GpudoctorHostDriverMissing, GpudoctorResultStale,
-    GpudoctorTargetUnreachable, GpudoctorFragileConfig. Add the file to `rule_files:`
-    in prometheus.yml and reload Prometheus.
+    GpudoctorTargetUnreachable, GpudoctorFragileConfig, GpudoctorGpuXid,
+    GpudoctorNextKernelWithoutDriver. Add the file to `rule_files:` in prometheus.yml
+    and reload Prometheus.
     """
     from gpudoctor.commands.options import require_writable_file
     from gpudoctor.service import alert_rules_text

@@ -185,14 +185,33 @@ def ensure(
         click.echo(f"complete: {what} ({size}; nothing to do, {result.seconds:.2f} s)")
     else:
         fetched = f"{result.files_fetched} files, {human_bytes(result.bytes_fetched)}"
+        hashed = "; every restored byte checked by sha256" if result.source == "mirror" else ""
         click.echo(
             f"{result.action} from {result.source}: {what} ({size}; fetched {fetched}"
-            f" in {result.seconds:.1f} s; verify {result.verify})"
+            f" in {result.seconds:.1f} s; verify {result.verify}{hashed})"
         )
     if result.mirror_updated:
         click.echo(f"mirror updated: {mirror}")
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
+    private = _private_note(Path(result.target))
+    if private:
+        click.echo(f"note: {private}", err=True)
+
+
+def _private_note(target: Path) -> str | None:
+    """Return a note when ``target`` is a directory other users cannot enter (``ensure``
+    builds it 0700): a server running as another user cannot load it. None otherwise."""
+    import stat
+
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        return None
+    if mode & 0o005 == 0o005:
+        return None
+    return (f"{target} is mode {mode:04o}: only its owner can read the model; for a server"
+            f" running as another user: chmod -R go+rX {target}")  # fmt: skip
 
 
 @weights.command()

@@ -43,7 +43,7 @@ def finding_lines(f: Finding, verbose: bool) -> list[Text]:
         lines += [Text(f"{INDENT}· {printable(e)}", style="dim") for e in f.evidence if e]
     if problem and f.remediation:
         lines.append(Text(f"{INDENT}remedy: {printable(f.remediation)}", style="cyan"))
-    if problem and f.fix_hint:
+    if problem and f.fix_hint and f.fix_hint not in (f.remediation or ""):  # never twice
         lines.append(Text(f"{INDENT}or run: {printable(f.fix_hint)}", style="cyan"))
     return lines
 

@@ -244,9 +244,12 @@ def _ensure_locked(
         bad = {p.path for p in suspects}
         fetch += [f for f in plan.hash_first if f.path in bad]
     snapshot = hub.RemoteSnapshot(req.repo_id, source.revision, source.files)
-    _fetch(req, source, snapshot, fetch, partial, mirror_path, progress)
+    copied_bad = _fetch(req, source, snapshot, fetch, partial, mirror_path, progress)
     warnings: list[str] = []
     problems = _problems(partial, source.files, req.verify, progress)
+    if copied_bad:  # proven wrong while restored: said as such, not as "missing"
+        bad_paths = {p.path for p in copied_bad}
+        problems = copied_bad + [p for p in problems if p.path not in bad_paths]
     if problems:
         warnings.append(f"{len(problems)} file(s) failed {req.verify} verify and were re-fetched")
         if req.mirror_only:
@@ -387,20 +390,23 @@ def _fetch(
     partial: Path,
     mirror_path: Path | None,
     progress: Progress,
-) -> None:
-    """Copy ``files`` from the mirror or download them from the Hub into ``partial``."""
+) -> list[FileProblem]:
+    """Copy ``files`` from the mirror or download them from the Hub into ``partial``;
+    return the mirror's files whose copied bytes do not hash to the mirror's sealed
+    manifest (left out of ``partial``; every restored file is hashed as it is written)."""
     from gpudoctor.weights import hub
     from gpudoctor.weights.copier import copy_files
 
     if not files:
-        return
+        return []
     sizes = {f.path: f.size for f in files}
     if source.kind == "mirror" and mirror_path is not None:
         with progress.phase("restore from mirror", sizes):
             try:
-                copy_files(mirror_path, partial, sizes, progress)
+                return copy_files(mirror_path, partial, sizes, progress,
+                                  expected={f.path: f.sha256 for f in files})  # fmt: skip
             except OSError as exc:
                 raise hub.translate_error(exc, req.repo_id, source.revision) from None
-        return
     with progress.phase("download", sizes):
         hub.download_files(snapshot, files, partial, progress, workers=req.max_workers)
+    return []

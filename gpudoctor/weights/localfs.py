@@ -195,22 +195,42 @@ def drop_hf_cache(directory: Path) -> None:
 
 @contextlib.contextmanager
 def locked(target: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``target``'s lock file; fail at once if another run has it."""
+    """Hold an exclusive ``flock`` on ``target``'s lock file; fail at once if another run has
+    it. The lock file is removed when the run ends (issue 34.8: one per target was left in
+    /run/gpudoctor forever): a run that locked a file its holder had just removed sees that
+    the path no longer names its file, and takes the path's new file instead."""
     path = lock_path(target)
-    try:
-        fd = fsio.open_lock(path, mode=0o600, follow_dir_link=True)
-    except PermissionError:
-        raise WeightsError(f"permission denied: cannot write in {path.parent}") from None
-    try:
+    while True:
+        try:
+            fd = fsio.open_lock(path, mode=0o600, follow_dir_link=True)
+        except PermissionError:
+            raise WeightsError(f"permission denied: cannot write in {path.parent}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
+            os.close(fd)
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 raise WeightsError(f"another gpudoctor run is working on {target}") from None
             raise
+        if _names_fd(path, fd):
+            break
+        os.close(fd)  # removed by the run before us between our open and our lock
+    try:
         yield
     finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # still held: nobody else can have locked this file meanwhile
         os.close(fd)
+
+
+def _names_fd(path: Path, fd: int) -> bool:
+    """Return True when ``path`` is (still) the file open as ``fd`` (same device and inode)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
 
 
 def publish(partial: Path, target: Path) -> None:

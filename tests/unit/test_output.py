@@ -170,6 +170,22 @@ def test_check_docs_are_generated_from_the_catalogue():
     assert (docs / "README.md").read_text() == index_page(specs)
 
 
+def test_or_run_line_left_out_when_the_remedy_already_says_it() -> None:
+    """Issue 34.8: a WARN whose remedy names the gpudoctor command printed it twice (the
+    remedy, then "or run:" with the same command)."""
+    from gpudoctor.model import Finding, Status
+    from gpudoctor.output.human import finding_lines
+
+    fix = "gpudoctor fix --host root@pve1 --ct 200"
+    same = Finding("ct.device_rules", Status.WARN, "ct 200", "a rule pins major 508",
+                   remediation=f"run `{fix}` to migrate to dev0..N", fix_hint=fix)  # fmt: skip
+    shown = [line.plain for line in finding_lines(same, verbose=False)]
+    assert sum(fix in line for line in shown) == 1, shown
+    other = Finding("ct.device_rules", Status.WARN, "ct 200", "a rule pins major 508",
+                    remediation="edit /etc/pve/lxc/200.conf", fix_hint=fix)  # fmt: skip
+    assert any(line.plain.endswith(f"or run: {fix}") for line in finding_lines(other, False))
+
+
 PLUGIN_HOSTILE = """
 import os
 from gpudoctor.model import Severity

@@ -23,14 +23,14 @@ A campaign, step by step (docs/architecture.md draws the same walk):
 from __future__ import annotations
 
 import contextlib
-import signal
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from gpudoctor.bench.engines import engine_for
-from gpudoctor.bench.launch import prep
+from gpudoctor.bench.launch import interrupts, prep
 from gpudoctor.bench.launch.cell_runner import CellRunner, EngineFacts, MeasureFn
 from gpudoctor.bench.launch.live_state import STATE, LiveState
 from gpudoctor.bench.launch.packed import PackedRun
@@ -60,17 +60,10 @@ __all__ = ["CampaignError", "LaunchOptions", "Summary", "run_campaign"]
 
 @contextmanager
 def _signals_raise() -> Iterator[None]:
-    """Turn SIGTERM/SIGHUP into KeyboardInterrupt so cleanup runs (SIGINT already does)."""
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
+    """Turn SIGINT/SIGTERM/SIGHUP into KeyboardInterrupt so cleanup runs, each one also
+    recorded so that one Python drops is raised again (:mod:`interrupts`)."""
+    with interrupts.catching():
         yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 class Campaign:
@@ -218,6 +211,7 @@ def run_campaign(plan: Plan, options: LaunchOptions, reporter: PlainReporter | N
                 **environment_facts(plan.engine.name, found.version, found.arch),
                 "tag": campaign.tag,
                 "plan": plan.name,
+                "plan_dir": str(Path(plan.source).resolve().parent),  # bench status: keys
                 "shard": list(options.shard) if options.shard else None,
             }
             campaign.facts = facts

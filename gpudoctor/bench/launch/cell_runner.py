@@ -20,6 +20,7 @@ from typing import Any
 
 from gpudoctor.bench.cell_spec import CellTarget
 from gpudoctor.bench.engines import Engine
+from gpudoctor.bench.launch import interrupts
 from gpudoctor.bench.launch.live_state import LiveState
 from gpudoctor.bench.launch.outcome import cell_outcome
 from gpudoctor.bench.launch.progress import PlainReporter
@@ -104,6 +105,7 @@ class CellRunner:
     def run(self, cell: Cell, server: RunningServer) -> str | None:
         """Measure ``cell`` on ``server`` and record it; return None, or why the server
         crashed during the cell (the cell is then recorded as crashed)."""
+        interrupts.raise_if_interrupted()  # a Ctrl-C Python dropped stops here
         started = time.monotonic()
         plan = self.plan
         workload, clamp = clamp_workload(

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpudoctor import fsio
+from gpudoctor.bench.launch import interrupts
 
 TAG_VAR = "GPUDOCTOR_BENCH_TAG"
 _PR_SET_PDEATHSIG = 1
@@ -130,6 +131,11 @@ class ServerProcess:
                 start_new_session=True,
                 preexec_fn=_set_pdeathsig,
             )
+        try:  # a Ctrl-C that landed in fork()'s at-fork callbacks was dropped: raised here
+            interrupts.raise_if_interrupted()
+        except KeyboardInterrupt:
+            self.stop(grace_s=5.0)
+            raise
         self._log_start = self._log_offset = os.lstat(log_path).st_size  # this server's output
         self._log_carry = ""  # the unfinished last line read so far (bounded)
         self.log_bytes_read = 0  # bytes read from the log by the readiness scan

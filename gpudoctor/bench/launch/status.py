@@ -55,10 +55,15 @@ def _records(path: Path, unreadable: list[str]) -> list[dict[str, Any]]:
         return []
 
 
-def _plan(run: Path, unreadable: list[str]) -> Plan | None:
+def _plan(run: Path, facts: dict[str, Any], unreadable: list[str]) -> Plan | None:
+    """Return the run's plan with its relative paths resolved as the launcher resolved
+    them (against the plan file's directory, ``plan_dir`` in run.json or merge.json), so
+    its cell keys are the keys the records carry wherever the run dir now lies."""
+    recorded = facts.get("plan_dir") or _json(run / "merge.json", unreadable).get("plan_dir")
+    base_dir = Path(recorded) if isinstance(recorded, str) and recorded.startswith("/") else run
     text = _text(run / PLAN, unreadable)
     try:
-        return None if text is None else parse_plan(text, str(run / PLAN), base_dir=run)
+        return None if text is None else parse_plan(text, str(run / PLAN), base_dir=base_dir)
     except PlanError:
         return None
 
@@ -72,10 +77,10 @@ def run_status(run: Path, shard: tuple[int, int] | None = None) -> dict[str, Any
     from gpudoctor.bench.launch.schedule import in_shard
 
     unreadable: list[str] = []
-    plan = _plan(run, unreadable)
+    facts = _json(run / "run.json", unreadable)
+    plan = _plan(run, facts, unreadable)
     records = {str(r.get("key")): r for r in _records(run / RESULTS, unreadable) if "key" in r}
     preflight = _records(run / "preflight.jsonl", unreadable)
-    facts = _json(run / "run.json", unreadable)
     state = _json(run / STATE, unreadable)
     alive = launcher_alive(state)
     running = {r.get("label"): r for r in state.get("running", [])} if alive else {}
@@ -89,6 +94,7 @@ def run_status(run: Path, shard: tuple[int, int] | None = None) -> dict[str, Any
         return groups.setdefault(tp, {"tp": tp, "total": 0, "done": 0, "running": [], "pending": 0,
                                       "skipped": [], "crashed": [], "failed": []})  # fmt: skip
 
+    measuring: set[str] = set()  # a server measures one cell at a time: its first unrecorded one
     for cell in cells:
         g = group(cell.config.tp)
         g["total"] += 1
@@ -96,7 +102,9 @@ def run_status(run: Path, shard: tuple[int, int] | None = None) -> dict[str, Any
         label = cell.config.label
         if r is None:
             live = running.get(label)
-            if live is not None and live.get("concurrency") == cell.concurrency:
+            if (live is not None and live.get("concurrency") == cell.concurrency
+                    and label not in measuring):  # fmt: skip
+                measuring.add(label)
                 g["running"].append({"config": label, "concurrency": cell.concurrency,
                                      "gpus": live.get("gpus", []), "gpu_indices": live.get("gpu_indices", []),
                                      "slot": live.get("slot"), "since": live.get("cell_since") or live.get("since")})  # fmt: skip

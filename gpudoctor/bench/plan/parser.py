@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import posixpath
 import re
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from gpudoctor.bench.cell_spec import SLO, WorkloadSpec, rate_from_json
@@ -201,7 +202,7 @@ def _kind_names(kinds: tuple[type, ...]) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def parse(text: str, source: str = "plan.toml", base_dir: Path | None = None) -> Plan:
+def parse(text: str, source: str = "plan.toml", base_dir: PurePath | None = None) -> Plan:
     """Parse plan ``text`` (relative paths resolve against ``base_dir``); return the Plan."""
     try:
         data = tomllib.loads(text)
@@ -258,7 +259,7 @@ def _parse_hardware(r: _Reader, t: dict) -> HardwareSpec:
     raise r.error("hardware.gpus", "expected a GPU count (4) or a list of GPU indices ([0, 1])")
 
 
-def _parse_model(r: _Reader, t: dict, base_dir: Path | None) -> ModelSpec:
+def _parse_model(r: _Reader, t: dict, base_dir: PurePath | None) -> ModelSpec:
     keys = {"path", "repo", "revision", "dir", "mirror", "served_name", "tokenizer"}
     r.check_keys(t, keys, "model")
     vals = {k: r.typed(t, k, f"model.{k}", (str,), None) for k in keys}
@@ -268,8 +269,19 @@ def _parse_model(r: _Reader, t: dict, base_dir: Path | None) -> ModelSpec:
         raise r.error("model.dir", "missing: where the repo's weights live (/dev/shm/NAME)")
     for key in ("path", "dir", "mirror", "tokenizer"):
         if vals[key] and base_dir is not None and not Path(vals[key]).is_absolute():
-            vals[key] = str((base_dir / vals[key]).resolve())
+            vals[key] = _joined(base_dir, vals[key])
     return ModelSpec(**vals)
+
+
+def _joined(base_dir: PurePath, relative: str) -> str:
+    """Return ``relative`` resolved against ``base_dir``: links followed (``realpath``) for a
+    concrete Path; for a PurePosixPath (a plan read inside another root, ``service install
+    --root``, whose links mean nothing here) joined and normalised without touching the
+    file system (``realpath -m`` as the other system would, ``..`` taken lexically)."""
+    joined = base_dir / relative
+    if isinstance(joined, Path):
+        return str(joined.resolve())
+    return posixpath.normpath(str(joined))
 
 
 def _parse_engine(r: _Reader, t: dict) -> EngineSpec:
@@ -314,7 +326,7 @@ def _parse_engine(r: _Reader, t: dict) -> EngineSpec:
     )
 
 
-def _parse_workload(r: _Reader, t: dict, base_dir: Path | None) -> WorkloadSpec:
+def _parse_workload(r: _Reader, t: dict, base_dir: PurePath | None) -> WorkloadSpec:
     fields = {f.name: f for f in dataclasses.fields(WorkloadSpec)}
     r.check_keys(t, set(fields), "workload")
     floats = ("range_ratio", "request_rate", "burstiness", "trace_slowdown")
@@ -344,7 +356,7 @@ def _parse_workload(r: _Reader, t: dict, base_dir: Path | None) -> WorkloadSpec:
         raise r.error("workload.range_ratio", f"must be in (0, 1], got {rr}")
     ds = values.get("dataset_path")
     if ds and base_dir is not None and not Path(ds).is_absolute():
-        values["dataset_path"] = str((base_dir / ds).resolve())
+        values["dataset_path"] = _joined(base_dir, ds)
     for key in floats:
         if values.get(key) is not None:
             values[key] = float(values[key])

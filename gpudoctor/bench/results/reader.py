@@ -8,6 +8,7 @@ is append-only and resumable: when a key appears again, the later line wins.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -276,6 +277,11 @@ def read_run(run_dir: Path) -> RunResults:
     try:  # never through a symlink (a planted results.jsonl -> /etc/shadow is refused)
         text = fsio.read_regular(path, follow_dir_link=True).decode("utf-8", "replace")
     except FileNotFoundError:
+        if os.path.lexists(Path(run_dir) / "plan.toml"):  # a launch that has measured nothing yet
+            raise ResultsError(
+                f"{run_dir}: no cell has finished yet (no {RESULTS_FILE}); run this again once"
+                f" one has (gpudoctor bench status {run_dir} shows the progress)"
+            ) from None
         raise ResultsError(f"{path}: no such file (is {run_dir} a bench run directory?)") from None
     except fsio.FsioError as exc:
         raise ResultsError(str(exc)) from None

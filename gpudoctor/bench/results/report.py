@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,9 +179,11 @@ def _save(fig: object, legend_ax: object, path: Path, has_data: bool) -> Path:
 
     if has_data:
         legend_ax.legend(fontsize=7)  # type: ignore[attr-defined]
-    fig.tight_layout()  # type: ignore[attr-defined]
     png = io.BytesIO()
-    fig.savefig(png, format="png")  # type: ignore[attr-defined]
+    with warnings.catch_warnings():  # an emoji in a config name: a box in the PNG, not a
+        warnings.filterwarnings("ignore", "Glyph .* missing from font")  # source-path warning
+        fig.tight_layout()  # type: ignore[attr-defined]
+        fig.savefig(png, format="png")  # type: ignore[attr-defined]
     fsio.atomic_replace(path, png.getvalue(), mode=0o644, require_trusted_dir=True)  # no link
     plt.close(fig)  # type: ignore[arg-type]
     return path
@@ -260,6 +263,34 @@ def _check_out_dir(out_dir: Path, option: str) -> None:
         raise ResultsError(str(exc)) from None
 
 
+REPORT_MARKER = "<!-- written by `gpudoctor bench report`: regenerate, do not edit -->"
+_OURS_BEFORE_MARKER = (b"# Benchmark report: ", b"<!DOCTYPE html>")  # reports of earlier versions
+
+
+def _foreign_page(path: Path) -> str | None:
+    """Return why ``path`` must not be replaced (it is not a regular file, or neither its
+    marker line nor an earlier version's first line says gpudoctor wrote it); None when it
+    is absent or gpudoctor's own (the rule of ``list --markdown``)."""
+    try:
+        head = fsio.read_regular(path, limit=4096)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return str(exc)
+    if REPORT_MARKER.encode() in head or head.startswith(_OURS_BEFORE_MARKER):
+        return None
+    return f"{path} exists and gpudoctor did not write it (no marker line)"
+
+
+def _refuse_foreign_pages(out_dir: Path, option: str) -> None:
+    """Raise ResultsError (one line) before anything is written when report.md or
+    report.html in ``out_dir`` is a file gpudoctor did not write."""
+    for name in ("report.md", "report.html"):
+        why = _foreign_page(out_dir / name)
+        if why:
+            raise ResultsError(f"{why}: never replaced; choose another {option} or move it away")
+
+
 def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     """Write ``report.md``, the PNG plots and ``report.html`` (self-contained, inline SVG)
     for ``run_dir`` into ``out_dir`` (default: run_dir).
@@ -271,7 +302,9 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     run = read_run(run_dir)
     cells = list(run.cells)
     out_dir = Path(out_dir or run_dir)
-    _check_out_dir(out_dir, "--out" if out_dir != Path(run_dir) else "RUN_DIR")
+    option = "--out" if out_dir != Path(run_dir) else "RUN_DIR"
+    _check_out_dir(out_dir, option)
+    _refuse_foreign_pages(out_dir, option)
     warnings = [w for w in (run.warning(),) if w]
     try:
         plots = write_plots(cells, out_dir)
@@ -281,8 +314,11 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     markdown = out_dir / "report.md"
     notes = warnings[:1] if run.skipped else []
     text = render_markdown(run_dir, cells, plots, notes)
-    fsio.atomic_replace(markdown, text, mode=0o644, require_trusted_dir=True)  # never a link
+    fsio.atomic_replace(markdown, f"{REPORT_MARKER}\n{text}", mode=0o644,
+                        require_trusted_dir=True)  # never a link  # fmt: skip
     page = out_dir / "report.html"
-    fsio.atomic_replace(page, render_html(run_dir, run, notes).encode("utf-8"), mode=0o644,
-                        require_trusted_dir=True)  # fmt: skip
+    html_text = render_html(run_dir, run, notes).replace(
+        "<!DOCTYPE html>", f"<!DOCTYPE html>\n{REPORT_MARKER}", 1
+    )
+    fsio.atomic_replace(page, html_text.encode("utf-8"), mode=0o644, require_trusted_dir=True)
     return ReportFiles(markdown, tuple(plots), len(cells), tuple(warnings), page)

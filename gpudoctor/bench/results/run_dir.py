@@ -125,6 +125,14 @@ def write_atomic(path: Path, text: str) -> None:
         fsio.atomic_replace(path, text, keep_mode=False, require_trusted_dir=True)
     except fsio.FsioError as exc:
         raise RunDirError(str(exc)) from None
+    except OSError as exc:  # ENOSPC, EDQUOT, EIO: name the file (never blamed on stdout)
+        raise RunDirError(_write_failed(path, exc)) from None
+
+
+def _write_failed(path: Path, exc: OSError) -> str:
+    """Return the one line for a failed write of a run file: which file, why, what to do."""
+    return (f"cannot write {path}: {exc.strerror or exc}; free space there (df -h {path.parent})"
+            " or choose another --out, then run the same command again")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -295,6 +303,8 @@ class RunDir:
             fsio.durable_append(path, blob, require_trusted_dir=True)
         except fsio.FsioError as exc:
             raise RunDirError(str(exc)) from None
+        except OSError as exc:
+            raise RunDirError(_write_failed(path, exc)) from None
 
     def append(self, record: dict[str, Any]) -> None:
         """Append one cell record to results.jsonl and fsync it (``echo JSON >> results.jsonl``)."""

@@ -124,13 +124,17 @@ def results_table(run_dir: Path, plan: Plan | None = None) -> str:
 
 def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     """Return a plain fixed-width table (first column left-aligned, the others right):
-    no escape sequences, whatever the terminal, so it pastes into notes and logs."""
+    no escape sequences, whatever the terminal, so it pastes into notes and logs. Widths
+    are terminal cells (an emoji or CJK character takes two), not characters."""
+    from rich.cells import cell_len
+
     table = [header, *rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    widths = [max(cell_len(r[i]) for r in table) for i in range(len(header))]
     lines = []
     for number, r in enumerate(table):
-        cells = (v.ljust(w) if i == 0 else v.rjust(w)
-                 for i, (v, w) in enumerate(zip(r, widths, strict=True)))  # fmt: skip
+        pads = (" " * (w - cell_len(v)) for v, w in zip(r, widths, strict=True))
+        cells = (v + pad if i == 0 else pad + v
+                 for i, (v, pad) in enumerate(zip(r, pads, strict=True)))  # fmt: skip
         lines.append("  ".join(cells).rstrip())
         if number == 0:
             lines.append("  ".join("-" * w for w in widths))

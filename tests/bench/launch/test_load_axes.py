@@ -70,7 +70,10 @@ def test_request_rate_axis_runs_each_rate_once_resumes_and_compares(
         assert request["send_s"] >= expected[request["index"]] - 1e-3
     assert max(r["send_s"] for r in paced) >= expected[-1] - 1e-3
     burst = _raw(out, records[1])
-    assert max(r["send_s"] for r in burst) < expected[-1]  # inf: nobody waits for a clock
+    # inf: nobody waits for a clock (every request's arrival is at 0 s; how soon it really
+    # left depends on the box, so the schedule is what is asserted, not a wall time)
+    assert [r["intended_s"] for r in burst] == [0.0] * len(burst)
+    assert [r["intended_s"] for r in sorted(paced, key=lambda r: r["index"])] == expected
     assert records[0]["measurement"]["client"]["burstiness"] == 2.0
     again = run_campaign(plan, LaunchOptions(out=out))
     assert (again.already_done, again.ok, again.server_starts) == (2, 0, 0)

@@ -64,13 +64,27 @@ def _wait_job_gone(cluster: SlurmCluster, job: str, timeout_s: float = 240) -> N
     )
 
 
+def plan_filling_every_shard(tmp_path: Path, model_dir: Path, configs: str, shards: int,
+                             delay_ms: float = 20) -> Path:  # fmt: skip
+    """Write a plan of ``configs`` whose cells fill each of ``shards`` shards. A cell's shard
+    follows from its key, which holds the (per-session) model path, so a small plan can
+    leave a shard empty by chance (no task for it then); a last config's ``max-model-len``
+    is varied until no shard is empty, so the test never depends on that chance."""
+    for salt in range(200):
+        extra = f'[[configs]]\nname = "fill"\nargs = {{ max-model-len = {4096 + salt} }}\n'
+        path = write(tmp_path, packed_plan(model_dir, configs + extra, delay_ms=delay_ms))
+        if {shard_of(c.key, shards) for c in load_plan(path).cells()} == set(range(1, shards + 1)):
+            return path
+    raise AssertionError(f"no plan of {configs!r} fills {shards} shards")
+
+
 def test_job_array_runs_every_shard_on_its_gres_and_merges(slurm: SlurmCluster, tmp_path: Path,
                                                             tiny_model_dir: Path) -> None:  # fmt: skip
     locks = tmp_path / "locks"
     locks.mkdir()
     env = _env(slurm, locks)
-    configs = tp1_configs(3) + '[[configs]]\nname = "wide"\ntp = [2]\n'
-    plan_path = write(tmp_path, packed_plan(tiny_model_dir, configs))
+    configs = tp1_configs(2) + '[[configs]]\nname = "wide"\ntp = [2]\n'
+    plan_path = plan_filling_every_shard(tmp_path, tiny_model_dir, configs, shards=3)
     plan = load_plan(plan_path)
     out = tmp_path / "campaign"
     done = _bench(
@@ -104,7 +118,7 @@ def test_a_cancelled_task_is_resubmitted_for_its_missing_cells_only(slurm: Slurm
     locks = tmp_path / "locks"
     locks.mkdir()
     env = _env(slurm, locks)
-    plan_path = write(tmp_path, packed_plan(tiny_model_dir, tp1_configs(4), delay_ms=120))
+    plan_path = plan_filling_every_shard(tmp_path, tiny_model_dir, tp1_configs(3), 2, delay_ms=120)
     plan = load_plan(plan_path)
     out = tmp_path / "campaign"
     sub = json.loads(_bench(env, "submit", "--slurm", str(plan_path), "--out", str(out),

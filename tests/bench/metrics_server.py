@@ -32,7 +32,7 @@ class MetricsServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 with outer._cond:
                     body = outer.texts[min(outer.count, len(outer.texts) - 1)]
                     status = outer.status if self.path == outer.path else 404

@@ -26,7 +26,9 @@ _AVERAGED = {"kv_cache_usage", "prefix_cache_hit_rate", "spec_accept_length"}
 Sample = tuple[float, dict[str, Any]]  # (seconds after start, name -> value | {pos: value})
 
 
-def parse_samples(text: str, keep: frozenset[str] | None = None) -> dict[str, list[tuple[dict[str, str], float]]]:
+def parse_samples(
+    text: str, keep: frozenset[str] | None = None
+) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Return ``name -> [(labels, value), ...]`` of a Prometheus text exposition (only
     ``keep``'s names when given); raise ValueError on text that is not one."""
     from prometheus_client.parser import text_string_to_metric_families

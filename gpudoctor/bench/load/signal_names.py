@@ -99,6 +99,4 @@ def dialect_of(names: set[str]) -> str | None:
 
 def wanted_names(dialect: str) -> frozenset[str]:
     """Return every sample name a dialect's signals read (what a scrape keeps)."""
-    return frozenset(
-        n for s in DIALECTS[dialect].values() for n in (s.name, s.denominator) if n
-    )
+    return frozenset(n for s in DIALECTS[dialect].values() for n in (s.name, s.denominator) if n)

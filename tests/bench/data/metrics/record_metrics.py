@@ -35,18 +35,36 @@ def vllm(step: int) -> bytes:
     def counter(name: str, doc: str, value: float) -> None:
         Counter(name, doc, VLLM_LABELS, registry=reg).labels(*lv).inc(value)
 
-    gauge("vllm:num_requests_running", "Number of requests in model execution batches.", [0, 7][step])
+    gauge(
+        "vllm:num_requests_running", "Number of requests in model execution batches.", [0, 7][step]
+    )
     gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", [0, 3][step])
-    gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", [0.0, 0.42][step])
-    counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", [1000, 9000][step])
-    counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", [100, 2100][step])
-    counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", [2, 5][step])
+    gauge(
+        "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", [0.0, 0.42][step]
+    )
+    counter(
+        "vllm:prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        [1000, 9000][step],
+    )
+    counter(
+        "vllm:prefix_cache_hits",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        [100, 2100][step],
+    )
+    counter(
+        "vllm:num_preemptions", "Cumulative number of preemption from the engine.", [2, 5][step]
+    )
     counter("vllm:prompt_tokens", "Number of prefill tokens processed.", [1000, 9000][step])
     counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", [10, 410][step])
     counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", [30, 1230][step])
     counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", [20, 820][step])
-    per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
-                      "Accepted tokens per draft position.", VLLM_LABELS + ["position"], registry=reg)
+    per_pos = Counter(
+        "vllm:spec_decode_num_accepted_tokens_per_pos",
+        "Accepted tokens per draft position.",
+        [*VLLM_LABELS, "position"],
+        registry=reg,
+    )
     for pos, (a, b) in enumerate([(9, 369), (7, 287), (4, 164)]):
         per_pos.labels(*lv, str(pos)).inc([a, b][step])
     return generate_latest(reg)
@@ -66,10 +84,22 @@ def sglang(step: int) -> bytes:
     gauge("sglang:gen_throughput", "The generation throughput (token/s).", [0.0, 950.5][step])
     gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", [0, 4][step])
     gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", [0.0, 0.37][step])
-    gauge("sglang:spec_accept_length", "The average acceptance length of speculative decoding.", [0.0, 3.1][step])
-    gauge("sglang:spec_accept_rate", "The average acceptance rate of speculative decoding (`accepted tokens / total draft tokens` in batch).", [0.0, 0.7][step])
-    Counter("sglang:num_retracted_requests_total", "Total number of retracted requests.",
-            SGL_LABELS, registry=reg).labels(*lv).inc([1, 4][step])
+    gauge(
+        "sglang:spec_accept_length",
+        "The average acceptance length of speculative decoding.",
+        [0.0, 3.1][step],
+    )
+    gauge(
+        "sglang:spec_accept_rate",
+        "The average acceptance rate of speculative decoding (`accepted tokens / total draft tokens` in batch).",
+        [0.0, 0.7][step],
+    )
+    Counter(
+        "sglang:num_retracted_requests_total",
+        "Total number of retracted requests.",
+        SGL_LABELS,
+        registry=reg,
+    ).labels(*lv).inc([1, 4][step])
     return generate_latest(reg)
 
 

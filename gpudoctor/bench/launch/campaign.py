@@ -55,6 +55,7 @@ from gpudoctor.bench.launch.steps import (
 from gpudoctor.bench.plan import Cell, Plan, ServerConfig, load_fields
 from gpudoctor.bench.plan import quirks as quirks_mod
 from gpudoctor.bench.results.run_dir import RunDir, environment_facts, read_records
+from gpudoctor.bench.results.trace import cell_label, trace_path
 
 MeasureFn = Callable[..., dict[str, Any]]
 _PORT_TAKEN = re.compile(r"address already in use|Errno 98|EADDRINUSE", re.IGNORECASE)
@@ -378,12 +379,18 @@ class Campaign:
             return True
         raw = self.rundir.raw_path(cell.key)
         raw.unlink(missing_ok=True)  # an unfinished earlier attempt; this cell reruns from scratch
+        metrics_url, metrics_note = self.engine.metrics_url(base_url)
+        label = cell_label(cell.config.label, cell.concurrency, cell.request_rate, cell.repeat)
         target = CellTarget(
             base_url=base_url,
             served_model=self.engine.served_model(self.plan.model),
             tokenizer_dir=self.plan.model.tokenizer or self.plan.model.local_dir,
             flush_cache_path=self.engine.flush_cache_path,
             raw_path=raw,
+            metrics_url=metrics_url,
+            metrics_note=metrics_note,
+            trace_path=trace_path(self.rundir.path, label),
+            label=label,
         )
         self.reporter.cell_start(cell.config.label, cell.concurrency)
         self.state.cell(str(server_facts.get("slot", 0)), cell.concurrency)

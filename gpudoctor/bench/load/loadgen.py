@@ -22,12 +22,16 @@ from gpudoctor import fsio
 from gpudoctor.bench.cell_spec import SLO, CellTarget, WorkloadSpec, rate_to_json
 from gpudoctor.bench.load import accept_length as spec
 from gpudoctor.bench.load.client import ClientOptions, make_client, run_requests
+from gpudoctor.bench.load.scraper import MetricsScraper
 from gpudoctor.bench.load.telemetry import GpuSampler
 from gpudoctor.bench.load.workload import Prompt, load_tokenizer
 from gpudoctor.bench.load.workloads import build_prompts
 from gpudoctor.bench.request_record import RequestRecord
 from gpudoctor.bench.results.metrics import compute_metrics, count_errors, max_in_flight
 
+# /metrics scrapes during a cell, seconds apart (AIPerf: 0.333 s); the cost on the client
+# is measured by benchmarks/scrape_overhead.py
+SCRAPE_INTERVAL_S = 0.5
 WARMUP_MAX_TOKENS = 32  # as SGLang's warmup: min(output_len, 32)
 
 
@@ -94,7 +98,8 @@ async def _run_cell(
             except asyncio.TimeoutError:
                 out["flush_error"] = "the cell's deadline passed"
         cpu0 = time.process_time()
-        with GpuSampler(enabled=telemetry, gpus=telemetry_gpus) as sampler:
+        scraper = MetricsScraper(target.metrics_url, SCRAPE_INTERVAL_S, target.metrics_note)
+        with GpuSampler(enabled=telemetry, gpus=telemetry_gpus) as sampler, scraper:
             records, duration = await run_requests(
                 client,
                 options,
@@ -110,6 +115,7 @@ async def _run_cell(
         out["cpu_s"] = time.process_time() - cpu0
         out["records"], out["duration_s"] = records, duration
         out["telemetry"] = sampler.summary()
+        out["server_signals"] = scraper.summary()
         from_meta = spec.from_records(records)
         if from_meta is not None:
             out["accept_length"], out["accept_source"] = from_meta, "meta_info"
@@ -203,6 +209,10 @@ def measure_cell(
         if raw_file is not None:
             raw_file.close()
     records: list[RequestRecord] = result["records"]
+    if target.trace_path is not None:
+        from gpudoctor.bench.results.trace import write_trace
+
+        write_trace(target.trace_path, target.label, records, result["server_signals"])
     split_itl = bool(result["accept_length"]) and keep_text
     if split_itl:  # outside the timed loop: tokenizing costs CPU per chunk
         records = [retokenize_chunks(r, tokenizer) for r in records]
@@ -238,5 +248,6 @@ def measure_cell(
         "accept_length_source": result["accept_source"],
         "prompts_cut": sum(1 for p in prompts if p.cut_from is not None),
         "telemetry": result["telemetry"],
+        "server_signals": result["server_signals"],
         "client": client,
     }

@@ -128,6 +128,29 @@ def html_panels(cells: Sequence[CellResult], x_of: Callable[[CellResult], float 
     return out
 
 
+TABLE_SIGNALS = ("kv_cache_usage", "waiting", "preemptions", "spec_accept_length")
+
+
+def table_columns(
+    cells: Sequence[CellResult],
+) -> tuple[tuple[str, ...], list[tuple[str, ...]], list[str]]:
+    """Return the closing table's server-signal columns: (header, one row of texts per
+    cell, footnotes). No columns when no cell has an available signal; then one footnote
+    says why they are not available (or nothing, for runs measured without a scraper)."""
+    reasons = unavailable_reasons(cells)
+    if not any(value(c, s) is not None for c in cells for s in TABLE_SIGNALS):
+        if not reasons:
+            return (), [() for _ in cells], []
+        why = next(iter(reasons.values()))
+        return (), [() for _ in cells], [f"server signals: not available ({why})"]
+    header = tuple(COLUMNS[s][0] for s in TABLE_SIGNALS)
+    rows = [tuple("n/a" if text(c, s) == NOT_AVAILABLE else text(c, s) for s in TABLE_SIGNALS)
+            for c in cells]  # fmt: skip
+    notes = [f"n/a: {COLUMNS[s][0]} not available ({why})" for s, why in reasons.items()
+             if s in TABLE_SIGNALS]  # fmt: skip
+    return header, rows, notes
+
+
 def compare_lines(a: CellResult, b: CellResult) -> list[str]:
     """Return ``bench compare``'s lines for one matched cell: each signal A -> B, "not
     available" where a side lacks it; nothing when neither side has signals."""

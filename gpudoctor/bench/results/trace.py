@@ -129,18 +129,33 @@ def trace_name(label: str) -> str:
     return f"{safe.strip('._') or 'cell'}.json"
 
 
+def cell_label(config: str, concurrency: int, request_rate: float | None, repeat: int) -> str:
+    """Return a cell's name in its trace and trace file (``fast-c8``, ``fast-c8-r30``,
+    ``fast-c8-rep1`` for a repeat after the first)."""
+    from gpudoctor.bench.cell_spec import rate_label
+
+    label = f"{config}-c{concurrency}"
+    if request_rate is not None:
+        label += f"-r{rate_label(request_rate)}"
+    return label + (f"-rep{repeat}" if repeat else "")
+
+
+def trace_path(run_dir: Path, label: str) -> Path:
+    """Return where a cell's trace goes: ``RUN/trace/<label>.json``."""
+    return Path(run_dir) / "trace" / trace_name(label)
+
+
 def write_trace(
-    run_dir: Path, label: str, records: Sequence[RequestRecord], signals: dict[str, Any] | None
+    path: Path, label: str, records: Sequence[RequestRecord], signals: dict[str, Any] | None
 ) -> Path:
-    """Write the cell's trace to ``RUN/trace/<label>.json`` (atomically, never through a
-    link); return its path."""
+    """Write the cell's trace to ``path`` (its folder made when missing; atomically, never
+    through a link); return ``path``."""
     from gpudoctor import fsio
 
-    folder = fsio.make_missing_dirs(Path(run_dir) / "trace")
-    path = Path(folder) / trace_name(label)
+    fsio.make_missing_dirs(Path(path).parent)
     text = json.dumps(trace_document(records, label, signals), separators=(",", ":"))
     fsio.write_output(path, text)
-    return path
+    return Path(path)
 
 
 def read_trace(path: Path) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gpudoctor.bench.request_record import RequestRecord
 from gpudoctor.bench.results.timeline_html import section
-from gpudoctor.bench.results.trace import MAX_REQUESTS, lanes, write_trace
+from gpudoctor.bench.results.trace import MAX_REQUESTS, lanes, trace_path, write_trace
 from tests.bench.results.test_html_report import _chromium, _png_size
 
 PHASES = {"M", "X", "i", "C"}
@@ -60,7 +60,7 @@ def check_trace_format(doc: dict) -> None:
 def test_trace_is_valid_and_marks_failures(tmp_path: Path) -> None:
     recs = records(60, fail_every=10)
     signals = {"signals": {"running": {"available": True, "series": [[0.0, 0], [1.5, 7]]}}}
-    path = write_trace(tmp_path, "fast tp1/c8", recs, signals)
+    path = write_trace(trace_path(tmp_path, "fast tp1/c8"), "fast tp1/c8", recs, signals)
     assert path == tmp_path / "trace" / "fast_tp1_c8.json"
     doc = json.loads(path.read_text())
     check_trace_format(doc)
@@ -87,7 +87,7 @@ def test_lanes_never_hold_two_requests_at_once() -> None:
 
 def test_a_long_cell_is_bounded_and_keeps_every_failure(tmp_path: Path) -> None:
     recs = records(50_000, concurrency=64, fail_every=100)
-    path = write_trace(tmp_path, "long", recs, None)
+    path = write_trace(trace_path(tmp_path, "long"), "long", recs, None)
     doc = json.loads(path.read_text())
     check_trace_format(doc)
     meta = doc["metadata"]
@@ -99,8 +99,13 @@ def test_a_long_cell_is_bounded_and_keeps_every_failure(tmp_path: Path) -> None:
 
 def test_timeline_renders_in_chromium(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    write_trace(run, "tp1-c8", records(120, fail_every=25), None)
-    write_trace(run, "tp1-c<script>alert(1)</script>", records(10), None)  # a hostile name
+    write_trace(trace_path(run, "tp1-c8"), "tp1-c8", records(120, fail_every=25), None)
+    write_trace(
+        trace_path(run, "tp1-c<script>alert(1)</script>"),
+        "tp1-c<script>alert(1)</script>",
+        records(10),
+        None,
+    )  # a hostile name
     body = section(run)
     assert "<script>alert(1)" not in body
     page = tmp_path / "timeline.html"

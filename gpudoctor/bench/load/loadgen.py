@@ -29,9 +29,10 @@ from gpudoctor.bench.load.workloads import build_prompts
 from gpudoctor.bench.request_record import RequestRecord
 from gpudoctor.bench.results.metrics import compute_metrics, count_errors, max_in_flight
 
-# /metrics scrapes during a cell, seconds apart (AIPerf: 0.333 s); the cost on the client
+# /metrics scrapes during a cell, seconds apart (AIPerf: 0.333 s; per-cell means need no
+# more); the cost on the client
 # is measured by benchmarks/scrape_overhead.py
-SCRAPE_INTERVAL_S = 0.5
+SCRAPE_INTERVAL_S = 1.0
 WARMUP_MAX_TOKENS = 32  # as SGLang's warmup: min(output_len, 32)
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gpudoctor.bench.load.signal_names import DIALECTS, SIGNALS, dialect_of, wanted_names
+from gpudoctor.bench.load.signal_names import DIALECTS, SIGNALS, dialect_of_text, wanted_names
 
 MAX_BODY = 8 << 20  # bytes of one /metrics reply read at most (vLLM's is ~100 KiB)
 SERIES_POINTS = 120  # samples kept per gauge's series in the record (evenly thinned)
@@ -33,6 +33,9 @@ def parse_samples(
     ``keep``'s names when given); raise ValueError on text that is not one."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    if keep is not None:  # only the wanted samples' lines reach the parser: ~20x less CPU
+        prefixes = tuple(keep)
+        text = "".join(line + "\n" for line in text.splitlines() if line.startswith(prefixes))
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -62,6 +65,57 @@ def reduce_samples(
     return out
 
 
+class Fetcher:
+    """GETs one URL over a kept-alive connection (stdlib ``http.client``: a scrape costs
+    a fraction of a millisecond of CPU, where a full HTTP client costs several); the
+    reply is read up to :data:`MAX_BODY` bytes. ``with Fetcher(url, timeout) as f:
+    f.get()`` (``curl -s URL``)."""
+
+    def __init__(self, url: str, timeout_s: float) -> None:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        self.url, self.timeout_s = url, timeout_s
+        self.https = parts.scheme == "https"
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port
+        self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self._conn: Any = None
+
+    def __enter__(self) -> Fetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+    def get(self) -> bytes:
+        """Return the body of ``GET url``; raise RuntimeError on a status other than 200
+        or a body over the cap, OSError/HTTPException on a broken connection (closed, so
+        the next call opens a new one)."""
+        import http.client
+
+        if self._conn is None:
+            kind = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
+            self._conn = kind(self.host, self.port, timeout=self.timeout_s)
+        try:
+            self._conn.request("GET", self.path, headers={"Accept": "text/plain"})
+            reply = self._conn.getresponse()
+            body = reply.read(MAX_BODY + 1)
+            if reply.will_close:
+                self._conn.close()
+                self._conn = None
+        except (OSError, http.client.HTTPException):
+            self._conn.close()
+            self._conn = None
+            raise
+        if reply.status != 200:
+            raise RuntimeError(f"GET {self.url}: HTTP {reply.status}")
+        if len(body) > MAX_BODY:
+            self._conn = self._conn and self._conn.close()
+            raise RuntimeError(f"GET {self.url}: reply over {MAX_BODY} bytes")
+        return body
+
+
 class MetricsScraper:
     """Scrapes ``url`` every ``interval_s`` seconds while in use; thread CPU time is
     counted in ``cpu_s`` (what the scrape costs the client)."""
@@ -81,6 +135,10 @@ class MetricsScraper:
 
     def __enter__(self) -> MetricsScraper:
         if self.url:
+            import http.client  # noqa: F401 - imported once here, not inside a timed scrape
+
+            import prometheus_client.parser  # noqa: F401
+
             self._thread = threading.Thread(target=self._loop, name="metrics-scraper", daemon=True)
             self._thread.start()
         return self
@@ -91,45 +149,35 @@ class MetricsScraper:
             self._thread.join(timeout=self.interval_s + 10)
 
     def _loop(self) -> None:
-        import httpx
-
         t0 = time.perf_counter()
-        with httpx.Client(timeout=max(self.interval_s, 2.0)) as client:
+        with Fetcher(self.url or "", max(self.interval_s, 2.0)) as fetcher:
             while True:
-                self.scrape_once(client, time.perf_counter() - t0)
+                self.scrape_once(fetcher, time.perf_counter() - t0)
                 if self._stop.wait(self.interval_s):
                     break
-            self.scrape_once(client, time.perf_counter() - t0)  # the cell's last counters
+            self.scrape_once(fetcher, time.perf_counter() - t0)  # the cell's last counters
 
-    def scrape_once(self, client: Any, t: float) -> None:
+    def scrape_once(self, fetcher: Fetcher, t: float) -> None:
         """GET the URL once and keep its wanted samples at time ``t`` (seconds); a failure
         is counted with its reason, never raised."""
         cpu0 = time.thread_time()
         try:
-            self._scrape(client, t)
+            self._scrape(fetcher, t)
         except Exception as exc:  # a hostile or broken server: say so, go on
             self.failures.append(f"{type(exc).__name__}: {exc}"[:200])
         finally:
             self.scrapes += 1
             self.cpu_s += time.thread_time() - cpu0
 
-    def _scrape(self, client: Any, t: float) -> None:
-        assert self.url is not None
-        with client.stream("GET", self.url) as reply:
-            if reply.status_code != 200:
-                raise RuntimeError(f"GET {self.url}: HTTP {reply.status_code}")
-            body = bytearray()
-            for chunk in reply.iter_bytes():
-                body += chunk
-                if len(body) > MAX_BODY:
-                    raise RuntimeError(f"GET {self.url}: reply over {MAX_BODY} bytes")
-        parsed = parse_samples(body.decode("utf-8", "replace"), self._keep)
+    def _scrape(self, fetcher: Fetcher, t: float) -> None:
+        body = fetcher.get()
+        text = body.decode("utf-8", "replace")
         if self.dialect is None:
-            self.dialect = dialect_of(set(parsed))
+            self.dialect = dialect_of_text(text)
             if self.dialect is None:
                 raise RuntimeError(f"{self.url} serves neither vllm: nor sglang: metrics")
             self._keep = wanted_names(self.dialect)
-            parsed = {k: v for k, v in parsed.items() if k in self._keep}
+        parsed = parse_samples(text, self._keep)
         self.samples.append((t, reduce_samples(parsed, self.dialect)))
 
     def summary(self) -> dict[str, Any]:

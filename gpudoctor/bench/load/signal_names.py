@@ -89,10 +89,12 @@ DIALECTS: dict[str, dict[str, Source]] = {
 }
 
 
-def dialect_of(names: set[str]) -> str | None:
-    """Return the dialect (``vllm``, ``sglang``) whose names a scrape serves, or None."""
+def dialect_of_text(text: str) -> str | None:
+    """Return the dialect (``vllm``, ``sglang``) whose samples a /metrics text serves (a
+    line starting ``vllm:`` / ``sglang:``), or None."""
+    lines = "\n" + text
     for dialect in DIALECTS:
-        if any(n.startswith(f"{dialect}:") for n in names):
+        if f"\n{dialect}:" in lines:
             return dialect
     return None
 

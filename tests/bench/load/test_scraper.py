@@ -5,19 +5,18 @@ definitions): every signal read with the engine's names, and "not available" (ne
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
-from gpudoctor.bench.load.scraper import MetricsScraper, parse_samples
+from gpudoctor.bench.load.scraper import Fetcher, MetricsScraper, parse_samples
 from tests.bench.metrics_server import MetricsServer, recorded
 
 
 def scrape_twice(texts: list[bytes], status: int = 200) -> dict:
     """Scrape the server once per text (start, end) without the thread; return the summary."""
-    with MetricsServer(texts, status) as srv, httpx.Client() as client:
+    with MetricsServer(texts, status) as srv, Fetcher(srv.url, 10.0) as fetcher:
         scraper = MetricsScraper(srv.url)
         for t in (0.0, 1.0):
-            scraper.scrape_once(client, t)
+            scraper.scrape_once(fetcher, t)
         return scraper.summary()
 
 

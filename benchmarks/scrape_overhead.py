@@ -27,11 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest  # noqa: E402
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from gpudoctor.bench.cell_spec import CellTarget, WorkloadSpec  # noqa: E402
-from gpudoctor.bench.load.loadgen import SCRAPE_INTERVAL_S, measure_cell  # noqa: E402
-from tests.bench.metrics_server import DATA  # noqa: E402
+from gpudoctor.bench.cell_spec import CellTarget, WorkloadSpec
+from gpudoctor.bench.load.loadgen import SCRAPE_INTERVAL_S, measure_cell
+from tests.bench.metrics_server import DATA
 
 LATENCY = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
            120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]  # fmt: skip

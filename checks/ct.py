@@ -100,7 +100,9 @@ def device_rules(ctx: CheckContext) -> Iterator[Finding]:
             fix_hint=ctx.options.fix_command(),
         )
     for warning in the_plan.warnings:
-        yield ctx.warn(target.config_path, warning, fix_hint=ctx.options.fix_command())
+        # fix removes a stale rule only with --prune; it leaves the other warnings' lines
+        hint = f"{ctx.options.fix_command()} --prune" if "--prune" in warning else ""
+        yield ctx.warn(target.config_path, warning, fix_hint=hint)
     for rule, major, driver in pinned_dynamic(read_entries(snap.config), facts):
         yield _fragile(ctx, target.config_path, rule, major, driver, is_pve, facts.pve_version)
     if not the_plan.missing:
@@ -137,7 +139,7 @@ def _fragile(
         f"load order). Fix: {todo}",
         evidence=(f"host: {driver} is char major {major} (dynamic: handed out at module load)",),
         remediation=todo,
-        fix_hint=migrate if devn_ok else ctx.options.fix_command(),
+        fix_hint=migrate if devn_ok else "",  # without devN, fix has nothing to change now
     )
 
 

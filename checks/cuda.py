@@ -73,6 +73,8 @@ def cuda_init(ctx: CheckContext) -> Iterator[Finding]:
         f"libcuda: {data.get('lib_path')}",
     ]
     evidence.append(f"cuDriverGetVersion = {data.get('driver_version')} (CUDA {version})")
+    if probe.ran_as():
+        evidence.append(probe.ran_as())
     if code == 0:
         devices = data.get("devices", [])
         names = ", ".join(

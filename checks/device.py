@@ -165,7 +165,8 @@ def stale(ctx: CheckContext, path: str, st: FileStat, major: int | None, driver:
             f"allow the new major in {ctx.options.config_path()}"
             + (f": lxc.cgroup2.devices.allow: c {major}:* rwm" if major is not None else "")
         ),
-        fix_hint=ctx.options.fix_command(),
+        # no driver has the node's family now: load it on the host; fix has nothing to pass
+        fix_hint=ctx.options.fix_command() if major is not None else "",
     )
 
 
@@ -379,8 +380,9 @@ def judge_open(
     "run as root can make the driver rewrite nodes (the nvidia module's ModifyDeviceFiles, on by "
     "default); the node checks report what was there before the probe",
     remediation="Make the node right at its source (device.nodes says how) and restart the CT "
-    "to get it back; to check without the driver touching nodes, run gpudoctor as a non-root "
-    "user, or load nvidia with NVreg_ModifyDeviceFiles=0.",
+    "to get it back (gpudoctor fix plans that restart); gpudoctor's probe drops root before the "
+    "driver library loads unless GPUDOCTOR_PROBE_AS_ROOT=1, so the library cannot rewrite "
+    "nodes; other CUDA programs run as root can (NVreg_ModifyDeviceFiles=0 stops that).",
     after=("driver.loaded", "cuda.init", "nvml.init"),
     fix="gpudoctor fix",
 )
@@ -406,8 +408,9 @@ def device_unchanged(ctx: CheckContext) -> Iterator[Finding]:
     for change in found:
         yield _node_changes.finding(ctx, change, before, probe)
     if not found:
+        how = f" ({probe.ran_as()})" if probe.ran_as() else ""
         yield ctx.passed(
             "nodes",
             f"cuInit and nvmlInit left the {len(after.paths)} device node(s) as they were "
-            "(stat before and after the probe).",
+            f"(stat before and after the probe){how}.",
         )

@@ -31,7 +31,8 @@ def nvml_init(ctx: CheckContext) -> Iterator[Finding]:
             "nvmlInit", f"{NO_PYTHON}: the NVML probe needs it (the device checks do not)."
         )
         return
-    stage = ctx.facts.gpu_probe().stage("nvml")
+    probe = ctx.facts.gpu_probe()
+    stage = probe.stage("nvml")
     if not stage.finished:
         yield ctx.fail(
             "nvmlInit",
@@ -59,6 +60,7 @@ def nvml_init(ctx: CheckContext) -> Iterator[Finding]:
             evidence=[
                 f"nvmlInit_v2 = {code} ({data.get('error_name')})",
                 f"lib: {data.get('lib_path')}",
+                *([probe.ran_as()] if probe.ran_as() else []),
             ],
             remediation=MISMATCH_REMEDY if code == 18 else "Fix the device checks first.",
             caused_by=causes,
@@ -72,5 +74,6 @@ def nvml_init(ctx: CheckContext) -> Iterator[Finding]:
         evidence=[
             f"lib: {data.get('lib_path')}",
             f"nvmlInit_v2 in {data.get('elapsed_s', 0):.3f} s",
+            *([probe.ran_as()] if probe.ran_as() else []),
         ],
     )

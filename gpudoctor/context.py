@@ -82,12 +82,15 @@ class CheckOptions:
         return f"/etc/pve/lxc/{ct}.conf"
 
     def fix_command(self) -> str:
-        """Return the ``gpudoctor fix`` command line for this target."""
+        """Return the ``gpudoctor fix`` command line for this target, with every flag the
+        findings need: a ``--device PATH`` per device checked with ``--device`` (without it
+        fix passes only the host's NVIDIA nodes and says "nothing to pass through")."""
         host = self.fix_host or "<proxmox-host>"
         flavor = " --flavor lxc" if self.flavor == "lxc" else ""
         if self.flavor == "lxc" and self.lxcpath:
             flavor += f" --lxcpath {self.lxcpath}"
-        return f"gpudoctor fix --host {host} --ct {self.ct or '<id>'}{flavor}"
+        devices = "".join(f" --device {d.path}" for d in self.devices)
+        return f"gpudoctor fix --host {host} --ct {self.ct or '<id>'}{flavor}{devices}"
 
 
 class FactCache:

@@ -31,7 +31,19 @@ from __future__ import annotations
 import os
 import sys
 
-STAGES = ("env", "nvml", "cuda")
+STAGES = ("privilege", "env", "nvml", "cuda")
+KEEP_ROOT_ENV = "GPUDOCTOR_PROBE_AS_ROOT"
+
+
+def probe_stages(env: dict | None = None) -> tuple:
+    """Return the probe's stages: ``privilege`` first (root drops to nobody before the
+    driver library loads, so it cannot rewrite device nodes), unless env
+    ``GPUDOCTOR_PROBE_AS_ROOT=1`` asks for the old behaviour (the library, as root, may
+    then remove and mknod nodes: that can leave a CT without them until its restart)."""
+    keep_root = (os.environ if env is None else env).get(KEEP_ROOT_ENV) == "1"
+    return STAGES[1:] if keep_root else STAGES
+
+
 # Options of `gpudoctor check` after which the whole catalogue does not run here.
 NOT_LOCAL = ("--host", "--ct", "--cluster", "--inventory", "--only", "-h", "--help")
 GLOBAL_FLAGS = ("--debug",)  # root-group flags allowed before the subcommand
@@ -141,7 +153,7 @@ def probe_argv(python: str) -> list[str]:
     ``python3 -I -S -c <gpu_probe.py source> env nvml cuda``."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probes", "gpu_probe.py")
     with open(path) as fh:
-        return [python, "-I", "-S", "-c", fh.read(), *STAGES]
+        return [python, "-I", "-S", "-c", fh.read(), *probe_stages()]
 
 
 def spawn(argv: list[str]) -> Pending:

@@ -130,6 +130,7 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
       gpudoctor bench qwen.toml --dry-run
     """
     from gpudoctor.bench.launch import campaign as launcher
+    from gpudoctor.bench.launch import dry_run as preview
     from gpudoctor.bench.launch.progress import make_reporter
     from gpudoctor.bench.launch.schedule import parse_shard
     from gpudoctor.bench.plan import PlanError, load_plan
@@ -166,13 +167,13 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
     )
     if dry_run:
         try:
-            result = launcher.dry_run(plan, options, validate=not no_validate)
+            result = preview.dry_run(plan, options, validate=not no_validate)
         except launcher.CampaignError as exc:
             raise click.ClickException(str(exc)) from exc
         if as_json:  # one JSON document, with ok/error when the plan has a problem
             if result["problems"]:
                 result = {"ok": False, "error": result["problems"][0], **result}
-            click.echo(launcher.dumps(result))
+            click.echo(preview.dumps(result))
             if result["problems"]:
                 click.get_current_context().exit(ExitCode.ERROR)
             return
@@ -195,7 +196,7 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
     if as_json:
         import dataclasses
 
-        click.echo(launcher.dumps({**dataclasses.asdict(summary), "out": str(options.out)}))
+        click.echo(preview.dumps({**dataclasses.asdict(summary), "out": str(options.out)}))
     else:
         from gpudoctor.bench.results.summary_table import results_table
 

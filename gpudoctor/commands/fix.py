@@ -172,9 +172,13 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
     copy here first, then writes under Proxmox's own lock
     (/run/lock/lxc/pve-config-ID.lock) only if the file is unchanged since the plan
     (SHA-1), after a backup in /var/lib/gpudoctor/backups on the host. A running CT is
-    restarted and its devices are opened inside it; if one that opened before no longer
-    does, or the CT does not start, the old config is put back. A second run says
-    "nothing to change" and touches nothing.
+    restarted and its devices (and /dev/null, /dev/zero, /dev/urandom, /dev/tty) are
+    opened inside it; if one that opened before no longer does, or the CT does not start,
+    the old config is put back. A running CT whose config is right but whose devices are
+    older (a placeholder file where /dev/nvidia-uvm belongs because the host had none at
+    its start, a stale node, a fix not restarted) gets a restart step with its reason:
+    run the same fix again to finish an interrupted one. A second run says "nothing to
+    change" and touches nothing.
 
     \b
     Exit codes:

@@ -70,6 +70,9 @@ def show(fixes: Sequence[CtFix], echo: Echo, with_diff: bool) -> None:
             echo(fix.diff.rstrip("\n"))
     for fix in fixes:
         echo(f"{fix.node}/{fix.ct}: {fix.status}: {fix.message}")
+        plan = fix.outcome.plan if fix.outcome is not None else None
+        for reason in plan.restart_reasons if with_diff and plan is not None else ():
+            echo(f"  why: restart: {reason}")
 
 
 def run_cluster_fix(
@@ -136,6 +139,8 @@ def report(result: ClusterFixResult, as_json: bool, dry_run: bool, echo: Echo) -
     show(result.fixes, echo, with_diff=dry_run)
     if any(f.status == "declined" for f in result.fixes):
         echo("not applied: nothing written (pass --yes to apply without asking)")
+    for node, why in result.host_prep:
+        echo(f"{node}: {why}")
     if result.stopped_by:
         echo(f"stopped after {result.stopped_by}: the remaining CTs were not touched "
              "(--keep-going fixes them anyway)")  # fmt: skip

@@ -68,6 +68,25 @@ class GpuProbe:
         """Return a stage's result (an empty, not-started one when absent)."""
         return self.stages.get(name, StageResult(name))
 
+    def ran_as(self) -> str:
+        """Return how the probe ran, in words: ``as uid 65534 (nobody) with groups 0,195
+        (root dropped ...)``, ``as root (...)`` or ``as uid N``; "" when it did not say."""
+        data = self.stage("privilege").data
+        if not data:
+            return ""
+        groups = ",".join(str(g) for g in data.get("groups", [])) or "none"
+        if data.get("dropped"):
+            return (
+                f"the CUDA/NVML probe ran as uid {data.get('uid')} (nobody) with groups {groups}: "
+                "root dropped before the driver library loaded, so it cannot rewrite device nodes"
+            )
+        if data.get("uid") == 0:
+            return (
+                f"the CUDA/NVML probe ran as root (dropping to nobody failed: "
+                f"{data.get('error', '?')}): the driver library may rewrite device nodes"
+            )
+        return f"the CUDA/NVML probe ran as uid {data.get('uid')} with groups {groups}"
+
     def hung_in(self) -> str | None:
         """Return the stage that was running when the probe was killed, or None."""
         if not self.timed_out:
@@ -100,7 +119,7 @@ def run_gpu_probe(host: Host, timeout_s: float) -> GpuProbe:
     """
     if python_missing(host):
         return GpuProbe(stages={}, returncode=127, stderr=NO_PYTHON, timeout_s=timeout_s)
-    argv = [host.python, "-I", "-S", "-c", probe_source(), *STAGES]
+    argv = [host.python, "-I", "-S", "-c", probe_source(), *early_probe.probe_stages()]
     early = adopt_early_probe(host, argv, timeout_s)
     result = early if early is not None else host.run(argv, timeout=timeout_s)
     return GpuProbe(

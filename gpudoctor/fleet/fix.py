@@ -121,6 +121,18 @@ class ClusterFixResult:
     stopped_by: str | None = None
 
     @property
+    def host_prep(self) -> tuple[tuple[str, str], ...]:
+        """Return ``(node, why)`` once per node where a CT's state points to the host
+        (nodes missing there when the CT started: :attr:`FixPlan.host_cause`): the durable
+        cure is ``gpudoctor fix --host NODE --host-prep`` on that node."""
+        found: dict[str, str] = {}
+        for fix in self.fixes:
+            plan = fix.outcome.plan if fix.outcome is not None else None
+            if plan is not None and plan.host_cause:
+                found.setdefault(fix.node, plan.host_cause)
+        return tuple(found.items())
+
+    @property
     def exit_code(self) -> int:
         """Return 0 when every CT is fixed or needed nothing (or only planned), else 3."""
         ok = all(f.exit_code == ExitCode.OK for f in self.fixes)
@@ -133,6 +145,7 @@ class ClusterFixResult:
             "exit_code": self.exit_code,
             "stopped_by": self.stopped_by,
             "cts": [f.to_dict() for f in self.fixes],
+            "host_prep": [{"node": node, "why": why} for node, why in self.host_prep],
         }
 
 

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpudoctor.hosts.agent.client import AgentHost, agent_command
-from gpudoctor.hosts.agent.streams import ByteStream
 from gpudoctor.hosts.base import CommandResult, FileStat, ForwardingHost, Host
+from gpudoctor.hosts.byte_stream import ByteStream
 from gpudoctor.hosts.snapshot import Kept
 
 REMEMBER_FILES = True  # False: every file question goes to the node (benchmarks)

@@ -20,10 +20,9 @@ import os
 import stat as stat_mod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from gpudoctor.hosts.agent.streams import ByteStream
+from gpudoctor.hosts.byte_stream import ByteStream
 
 
 class HostError(RuntimeError):

@@ -269,10 +269,55 @@ def stage_env():
     )
 
 
+NOBODY = 65534
+
+
+def node_groups():
+    """Return the sorted gids of the NVIDIA nodes (``stat -c %g /dev/nvidia*
+    /dev/nvidia-caps/*``): the groups an unprivileged probe needs to open 0660 nodes."""
+    gids = set()
+    paths = []
+    for directory in ("/dev", "/dev/nvidia-caps"):
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        paths += [os.path.join(directory, n) for n in names if n.startswith("nvidia")]
+    for path in paths:
+        try:
+            gids.add(os.stat(path).st_gid)
+        except OSError:
+            continue
+    return sorted(gids)
+
+
+def stage_privilege():
+    """Drop root before any driver library is loaded: as root, libcuda/libnvidia-ml (the
+    module's ModifyDeviceFiles, on by default) remove a node whose numbers they think wrong
+    and mknod another, which a CT's cgroup may deny: the check would leave the CT without
+    the node. As uid/gid 65534 (nobody) with the nodes' groups (0660 nodes still open) the
+    library cannot touch /dev (``setpriv --reuid=65534 --regid=65534 --groups=G,...``)."""
+    uid = os.geteuid()
+    if uid != 0:
+        emit({"stage": "privilege", "uid": uid, "dropped": False, "groups": os.getgroups()})
+        return
+    groups = node_groups()
+    try:
+        os.setgroups(groups)
+        os.setresgid(NOBODY, NOBODY, NOBODY)
+        os.setresuid(NOBODY, NOBODY, NOBODY)
+    except OSError as exc:  # no CAP_SETUID (a locked-down CT): say so, go on as root
+        emit({"stage": "privilege", "uid": uid, "dropped": False, "groups": groups,
+              "error": str(exc)})  # fmt: skip
+        return
+    emit({"stage": "privilege", "uid": os.geteuid(), "dropped": True, "groups": groups})
+
+
 def main(stages):
     """Run the stages; NVML runs in a thread beside cuInit (ctypes releases the GIL), so the
     probe costs about one cuInit."""
-    funcs = {"env": stage_env, "nvml": stage_nvml, "cuda": stage_cuda}
+    funcs = {"privilege": stage_privilege, "env": stage_env, "nvml": stage_nvml,
+             "cuda": stage_cuda}  # fmt: skip
     threads = []
     for name in stages:
         if name == "nvml" and "cuda" in stages:
@@ -286,4 +331,4 @@ def main(stages):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["env", "nvml", "cuda"])
+    main(sys.argv[1:] or ["privilege", "env", "nvml", "cuda"])

@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpudoctor.pve.config import Config, Kind, Line
+from gpudoctor.pve.config import LXC, Config, Kind, Line
 from gpudoctor.pve.devspec import DEV_KEY, mode_text, parse_dev_value
 
 ALLOW_KEY = "lxc.cgroup2.devices.allow"
 DENY_KEY = "lxc.cgroup2.devices.deny"
 LEGACY_PREFIX = "lxc.cgroup.devices."
+INCLUDE_KEY = "lxc.include"
 MOUNT_KEY = "lxc.mount.entry"
 
 # ASCII digits and spaces only (LXC's parser uses isdigit/isspace on bytes)
@@ -166,6 +167,9 @@ class Entries:
     ``devs`` holds the line in effect per devN key (the last one: ``parse_pct_config``
     assigns ``$conf->{$key}`` line by line); ``overridden`` is ``(earlier index, index
     in effect, key)`` of every option line a later line of the same key replaces.
+    ``open_policy``: a plain LXC config with no ``lxc.cgroup2.devices.*`` line and no
+    ``lxc.include``: LXC then allows EVERY device (measured with LXC 4.0.6, 5.0.2, 6.0.4;
+    the first allow line would turn the policy into an allow list that denies /dev/null).
     """
 
     allows: tuple[tuple[int, DeviceRule], ...]
@@ -174,10 +178,12 @@ class Entries:
     mounts: tuple[tuple[int, MountEntry], ...]
     devs: tuple[tuple[int, DevEntry], ...]
     overridden: tuple[tuple[int, int, str], ...] = ()
+    open_policy: bool = False
 
     def covered(self, major: int, minor: int | None = None) -> bool:
-        """Return True when some allow rule lets the CT read and write ``major:minor``."""
-        return any(rule.covers(major, minor) for _, rule in self.allows)
+        """Return True when the CT may read and write ``major:minor``: some allow rule
+        covers it, or the config sets no device policy at all (``open_policy``)."""
+        return self.open_policy or any(rule.covers(major, minor) for _, rule in self.allows)
 
     def mount_for(self, path: str) -> MountEntry | None:
         """Return the bind mount that passes host ``path`` (by source or by target)."""
@@ -220,7 +226,17 @@ def read_entries(config: Config) -> Entries:
                 devs[line.key] = (index, dev)
     ordered = tuple(sorted(devs.values(), key=lambda item: item[0]))
     return Entries(tuple(allows), tuple(unparsed), tuple(legacy), tuple(mounts), ordered,
-                   tuple(overridden))  # fmt: skip
+                   tuple(overridden), _open_policy(config))  # fmt: skip
+
+
+def _open_policy(config: Config) -> bool:
+    """Return True for a plain LXC config that sets no cgroup v2 device rule and includes
+    no other file (which could): LXC then allows every device. Proxmox always writes its
+    own deny-all plus allow list, so a ``pve`` config never has an open policy."""
+    if config.flavor != LXC:
+        return False
+    keys = {ln.key for _, ln in config.main() if ln.kind is Kind.RAW}
+    return not keys & {ALLOW_KEY, DENY_KEY, INCLUDE_KEY}
 
 
 def host_path(entries: Entries, path: str) -> str:

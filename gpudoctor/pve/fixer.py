@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpudoctor.exit_codes import ExitCode
-from gpudoctor.hosts.base import Host
+from gpudoctor.hosts.base import Host, HostError
+from gpudoctor.pve import ctstate, uvm_unit
 from gpudoctor.pve import facts as facts_mod
-from gpudoctor.pve import uvm_unit
 from gpudoctor.pve.api import ApiController, ApiSettings, connect
 from gpudoctor.pve.apply import (
     ApplyError,
@@ -32,6 +32,7 @@ from gpudoctor.pve.apply import (
 )
 from gpudoctor.pve.hooks import read_hooks
 from gpudoctor.pve.inside import container_host, device_checks, safe_probe, worse
+from gpudoctor.pve.outcome import FixOutcome
 from gpudoctor.pve.planner import DEVN, FixPlan, PlanOptions, paths_of_interest, plan
 from gpudoctor.pve.restart import Controller, controller_for
 
@@ -65,84 +66,6 @@ class FixOptions:
     layout: Layout = field(default_factory=Layout)
     api: ApiSettings | None = None
     driver_libs: str = ""
-
-
-@dataclass(frozen=True)
-class FixOutcome:
-    """What happened.
-
-    Attributes:
-        status: ``nothing_to_change``, ``nothing_to_pass`` (no NVIDIA node on the host and
-            no ``--device``), ``dry_run``, ``declined``, ``applied``,
-            ``applied_not_running`` (CT stopped: rules apply at its next start),
-            ``not_fixed`` (applied, CT restarted, a device still fails, nothing worse),
-            ``rolled_back``, ``refused``.
-        exit_code: 0 ok, 3 not applied / failed / rolled back / nothing to pass,
-            4 changes pending and nothing written (dry run, declined).
-        message: one sentence for humans.
-        target: the config's location.
-        plan: the plan (None when refused before planning).
-        write: the CAS write, when one happened.
-        client_backup: the backup copy on this machine.
-        before, after: ``{ct path: errno name}`` probes inside the CT.
-        init_pids: the CT's init PID before and after the restart.
-        checks: the device checks' findings inside the CT after the restart (dicts).
-        host_prep: the plan of the boot unit that creates /dev/nvidia-uvm before guests
-            start, when devN entries need it and it is missing (applied with the fix).
-        start_log: when the restart failed, the lines of the CT's debug start log that
-            say why (a hook's error, a missing node, a bad devN value).
-    """
-
-    status: str
-    exit_code: int
-    message: str
-    target: Target | None = None
-    plan: FixPlan | None = None
-    write: WriteResult | None = None
-    client_backup: str = ""
-    before: tuple[tuple[str, str], ...] = ()
-    after: tuple[tuple[str, str], ...] = ()
-    init_pids: tuple[int | None, int | None] = (None, None)
-    checks: tuple[dict[str, Any], ...] = ()
-    host_prep: FixPlan | None = None
-    start_log: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the outcome as JSON-ready data (the ``--json`` output)."""
-        plan = self.plan
-        return {
-            "status": self.status,
-            "exit_code": self.exit_code,
-            "message": self.message,
-            "config": self.target.config_path if self.target else None,
-            "node": self.target.node if self.target else None,
-            "changed": bool(plan and plan.changed),
-            "diff": plan.diff if plan else "",
-            "edits": [e.__dict__ for e in plan.edits] if plan else [],
-            "warnings": list(plan.warnings) if plan else [],
-            "stale": list(plan.stale) if plan else [],
-            "backup": {
-                "host": self.write.host_backup if self.write else "",
-                "client": self.client_backup,
-            },
-            "sha1": {
-                "old": self.write.old_sha1 if self.write else None,
-                "new": self.write.new_sha1 if self.write else None,
-            },
-            "probes": {"before": dict(self.before), "after": dict(self.after)},
-            "init_pid": {"before": self.init_pids[0], "after": self.init_pids[1]},
-            "checks": list(self.checks),
-            "mode": plan.mode if plan else None,
-            "pve_version": plan.pve_version if plan else None,
-            "host_prep": _prep_dict(self.host_prep),
-            "start_log": list(self.start_log),
-        }
-
-
-def _prep_dict(prep: FixPlan | None) -> dict[str, Any] | None:
-    if prep is None:
-        return None
-    return {"unit": uvm_unit.UNIT_NAME, "diff": prep.diff, "explanation": list(prep.explanation)}
 
 
 Progress = Callable[[str], None]
@@ -225,20 +148,37 @@ def run_fix(
     if why_not:
         return FixOutcome("refused", ExitCode.FAILED, why_not, target, the_plan)
     prep = _host_prep_offer(host, target, options, the_plan)
-    if not the_plan.changed and prep is None:
+    ctl: Controller | None = None
+    if not the_plan.changed and not the_plan.nothing_to_pass:
+        try:
+            ctl = make_controller(host, target, options, snap)
+            the_plan = _with_ct_state(host, ctl, target, options, the_plan, progress, host_label)
+        except ApplyError as exc:  # no pct/lxc-info answer: the config alone decides
+            ctl = None
+            note = f"the CT's state could not be read ({exc}): only its config was checked"
+            the_plan = replace(the_plan, warnings=(*the_plan.warnings, note))
+    if not the_plan.pending and prep is None:
         if the_plan.nothing_to_pass:
             message = (
                 "nothing to pass through: the host has no /dev/nvidia* node (is the NVIDIA "
                 "driver loaded? `nvidia-smi` on the host) and no --device was given"
             )
             return FixOutcome("nothing_to_pass", ExitCode.FAILED, message, target, the_plan)
-        return FixOutcome("nothing_to_change", ExitCode.OK, "nothing to change", target, the_plan)
+        message = "nothing to change"
+        if ctl is not None and the_plan.probe_nodes and ctl.state() != "RUNNING":
+            message += f" (CT {target.ct} is stopped: it gets its devices at its next start)"
+        return FixOutcome("nothing_to_change", ExitCode.OK, message, target, the_plan)
     for shown in (the_plan, prep):
-        if shown is not None and (shown.changed or shown.explanation):
+        if shown is not None and (shown.pending or shown.explanation):
             on_plan(shown)
     pending = {"target": target, "plan": the_plan, "host_prep": prep}
     if options.dry_run:
-        return FixOutcome("dry_run", ExitCode.NOTHING_DONE, "dry run: nothing written", **pending)
+        message = "dry run: nothing written"
+        if the_plan.restart_reasons:
+            message += (
+                f"; CT {target.ct} needs a restart ({len(the_plan.restart_reasons)} reason(s))"
+            )
+        return FixOutcome("dry_run", ExitCode.NOTHING_DONE, message, **pending)
     if not options.yes and not confirm(the_plan):
         return FixOutcome(
             "declined", ExitCode.NOTHING_DONE, "not applied: nothing written", **pending
@@ -246,10 +186,45 @@ def run_fix(
     if prep is not None:
         progress(f"installing {uvm_unit.UNIT_NAME} (creates /dev/nvidia-uvm before guests)")
         _install_host_prep(host, options.layout, progress)
-    if not the_plan.changed:
-        message = f"{uvm_unit.UNIT_NAME} installed; the CT config needed no change"
-        return FixOutcome("applied", ExitCode.OK, message, **pending)
-    return _write_and_restart(host, options, target, snap, the_plan, prep, progress, host_label)
+    if the_plan.changed:
+        return _write_and_restart(host, options, target, snap, the_plan, prep, progress, host_label)
+    if the_plan.restart_reasons and ctl is not None:
+        return _restart_only(host, ctl, options, snap, pending, progress)
+    message = f"{uvm_unit.UNIT_NAME} installed; the CT config needed no change"
+    return FixOutcome("applied", ExitCode.OK, message, **pending)
+
+
+def _with_ct_state(
+    host: Host,
+    ctl: Controller,
+    target: Target,
+    options: FixOptions,
+    the_plan: FixPlan,
+    progress: Progress,
+    host_label: str,
+) -> FixPlan:
+    """Return the plan with a restart step when the RUNNING CT's devices are older than
+    its config and the host's nodes (:mod:`ctstate`), and the host cause when the host
+    lacked a node at the CT's start; the plan as it is otherwise."""
+    if not the_plan.probe_nodes or ctl.state() != "RUNNING":
+        return the_plan
+    progress("looking at the devices inside the running CT")
+    inside = container_host(host, target, options.layout)
+    try:
+        gaps = ctstate.restart_reasons(inside, the_plan.probe_nodes)
+    except (HostError, OSError) as exc:
+        note = f"the devices inside the running CT could not be looked at ({exc})"
+        return replace(the_plan, warnings=(*the_plan.warnings, note))
+    finally:
+        inside.close()
+    if not gaps:
+        return the_plan
+    reasons = tuple(g.reason for g in gaps)
+    steps = tuple(f"restart CT {target.ct}: {reason}" for reason in reasons)
+    late = [g.path for g in gaps if g.host_was_missing]
+    cause = ctstate.host_cause(host, options.layout, late, host_label or host.name)
+    return replace(the_plan, restart_reasons=reasons, host_cause=cause,
+                   explanation=(*the_plan.explanation, *steps, *([cause] if cause else ())))  # fmt: skip
 
 
 def _host_prep_offer(
@@ -277,6 +252,36 @@ def _install_host_prep(host: Host, layout: Layout, progress: Progress) -> None:
         uvm_unit.run_host_prep(host, yes=True, progress=progress, layout=layout)
 
 
+def _probe_before(host: Host, target: Target, options: FixOptions, paths: tuple[str, ...],
+                  progress: Progress) -> tuple[tuple[str, str], ...]:  # fmt: skip
+    """Return the open() of the plan's nodes and of the CT's basic devices inside the
+    running CT, before anything changes."""
+    progress("probing the devices inside the CT before the change")
+    ct_host = container_host(host, target, options.layout)
+    try:
+        return safe_probe(ct_host, (*paths, *ctstate.BASIC_DEVICES))
+    finally:
+        ct_host.close()
+
+
+def _restart_only(
+    host: Host,
+    ctl: Controller,
+    options: FixOptions,
+    snap: Snapshot,
+    pending: dict[str, Any],
+    progress: Progress,
+) -> FixOutcome:
+    """Restart the running CT whose config is right but whose devices are older (the
+    plan's restart reasons), then re-check inside: nothing is written."""
+    target: Target = pending["target"]
+    the_plan: FixPlan = pending["plan"]
+    before = _probe_before(host, target, options, the_plan.probe_paths, progress)
+    old_pid = ctl.init_pid()
+    base = {**pending, "write": None, "client_backup": ""}
+    return _restart_and_verify(host, ctl, options, snap, before, old_pid, base, progress)
+
+
 def _write_and_restart(
     host: Host,
     options: FixOptions,
@@ -293,12 +298,7 @@ def _write_and_restart(
     before: tuple[tuple[str, str], ...] = ()
     old_pid = ctl.init_pid() if running else None
     if running:
-        progress("probing the devices inside the CT before the change")
-        ct_host = container_host(host, target, options.layout)
-        try:
-            before = safe_probe(ct_host, the_plan.probe_paths)
-        finally:
-            ct_host.close()
+        before = _probe_before(host, target, options, the_plan.probe_paths, progress)
 
     relative = backup_name(target, snap.sha1)
     progress("saving the backup copy here, before anything is written")
@@ -322,7 +322,10 @@ def _write_and_restart(
     if not running or not options.restart:
         message = "applied; the CT is stopped: the new rules apply at its next start"
         if running:
-            message = "applied; restart the CT for the new rules to take effect"
+            message = (
+                "applied; restart the CT for the new rules to take effect (running this "
+                "fix again restarts it and re-checks inside)"
+            )
         return FixOutcome("applied_not_running", ExitCode.OK, message, before=before, **base)
     return _restart_and_verify(host, ctl, options, snap, before, old_pid, base, progress)
 
@@ -337,25 +340,62 @@ def _restart_and_verify(
     base: dict[str, Any],
     progress: Progress,
 ) -> FixOutcome:
+    """Restart, re-check inside (the plan's nodes, the basic devices, the CT's state), and
+    roll a written config back when the CT is worse; ``base["write"]`` None: a restart
+    only (nothing to roll back)."""
     target: Target = base["target"]
     the_plan: FixPlan = base["plan"]
-    result: WriteResult = base["write"]
+    result: WriteResult | None = base["write"]
+    verb = "applied" if result is not None else "restart planned"
     progress(f"restarting CT {target.ct}")
     try:
         _check_unlocked(host, target, options.layout)
     except ApplyError as exc:
-        message = f"applied, but not restarted: {exc}; restart the CT when the task is done"
+        message = f"{verb}, but not restarted: {exc}; restart the CT when the task is done"
         return FixOutcome("applied_not_running", ExitCode.FAILED, message, before=before, **base)
     try:
         ctl.restart()
         new_pid = ctl.wait_running(old_pid)
     except ApplyError as exc:
+        if result is None:
+            message = (
+                f"the CT did not come back after the restart ({exc}); its config was not changed"
+            )
+            return FixOutcome("not_fixed", ExitCode.FAILED, message, before=before,
+                              start_log=exc.details, **base)  # fmt: skip
         progress(f"the CT did not come back ({exc}); rolling back")
         _rollback(
             host, ctl, target, options.layout, result, snap, f"the CT did not come back ({exc})"
         )
         return FixOutcome("rolled_back", ExitCode.FAILED, f"rolled back: {exc}", before=before,
                           start_log=exc.details, **base)  # fmt: skip
+    after, checks, gaps = _recheck(host, target, options, the_plan, progress)
+    pids = (old_pid, new_pid)
+    lost = worse(before, after)
+    if lost and result is not None:
+        progress(f"{', '.join(lost)} opened before and not now; rolling back")
+        _rollback(host, ctl, target, options.layout, result, snap, f"{', '.join(lost)} broke")
+        message = f"rolled back: {', '.join(lost)} could be opened before the change, not after"
+        return FixOutcome("rolled_back", ExitCode.FAILED, message, before=before, after=after,
+                          init_pids=pids, checks=checks, **base)  # fmt: skip
+    opened = dict(after)
+    failing = [p for p in [*the_plan.probe_paths, *lost] if opened.get(p) != "OK"]
+    if failing or gaps:
+        still = "; ".join([*(f"{p} cannot be opened ({opened.get(p)})" for p in failing),
+                           *(g.reason for g in gaps)])  # fmt: skip
+        message = f"{verb} and CT {target.ct} restarted, but inside it: {still}"
+        return FixOutcome("not_fixed", ExitCode.FAILED, message, before=before, after=after,
+                          init_pids=pids, checks=checks, **base)  # fmt: skip
+    message = f"fixed: CT {target.ct} restarted and every device opens inside it"
+    return FixOutcome("applied", ExitCode.OK, message, before=before, after=after,
+                      init_pids=pids, checks=checks, **base)  # fmt: skip
+
+
+def _recheck(
+    host: Host, target: Target, options: FixOptions, the_plan: FixPlan, progress: Progress
+) -> tuple[tuple[tuple[str, str], ...], tuple[dict[str, Any], ...], tuple[ctstate.StateGap, ...]]:
+    """Return, inside the restarted CT: the open() of the plan's nodes and the basic
+    devices, the catalogue's device checks, and the state gaps left (:mod:`ctstate`)."""
     inside = container_host(host, target, options.layout)
     try:
         if options.driver_libs == "bind":
@@ -366,26 +406,15 @@ def _restart_and_verify(
             if not done.ok:
                 progress(f"ldconfig inside the CT failed: {(done.stderr or done.stdout)[-200:]}")
         progress("re-checking the devices inside the CT")
-        after = safe_probe(inside, the_plan.probe_paths)
+        after = safe_probe(inside, (*the_plan.probe_paths, *ctstate.BASIC_DEVICES))
         checks = device_checks(inside, target, the_plan.probe_paths)
+        try:
+            gaps = ctstate.restart_reasons(inside, the_plan.probe_nodes)
+        except (HostError, OSError) as exc:
+            gaps = (ctstate.StateGap("", "unreachable", f"the CT cannot be looked at ({exc})"),)
     finally:
         inside.close()
-    pids = (old_pid, new_pid)
-    lost = worse(before, after)
-    if lost:
-        progress(f"{', '.join(lost)} opened before and not now; rolling back")
-        _rollback(host, ctl, target, options.layout, result, snap, f"{', '.join(lost)} broke")
-        message = f"rolled back: {', '.join(lost)} could be opened before the change, not after"
-        return FixOutcome("rolled_back", ExitCode.FAILED, message, before=before, after=after,
-                          init_pids=pids, checks=checks, **base)  # fmt: skip
-    failing = [p for p, e in after if e != "OK"]
-    if failing:
-        message = f"applied, but {', '.join(failing)} still cannot be opened inside the CT"
-        return FixOutcome("not_fixed", ExitCode.FAILED, message, before=before, after=after,
-                          init_pids=pids, checks=checks, **base)  # fmt: skip
-    message = f"fixed: CT {target.ct} restarted and every device opens inside it"
-    return FixOutcome("applied", ExitCode.OK, message, before=before, after=after,
-                      init_pids=pids, checks=checks, **base)  # fmt: skip
+    return after, checks, gaps
 
 
 def _check_unlocked(host: Host, target: Target, layout: Layout) -> None:
@@ -406,9 +435,17 @@ def _rollback(
     why: str,
 ) -> None:
     """Put the old bytes back through the same CAS (only if nobody changed the file since),
-    then bring the CT up again; raise ApplyError naming the backup when that fails too."""
+    then bring the CT up again; raise ApplyError naming the backup when the old bytes
+    cannot be put back, or saying they ARE back when only the CT's start fails."""
     try:
         compare_and_swap(host, target, layout, written.new_sha1, snap.data, "")
+    except ApplyError as exc:
+        raise ApplyError(
+            "rollback_failed",
+            f"{why}, and the rollback failed too: {exc}. The old config is saved in "
+            f"{written.host_backup} on the host",
+        ) from None
+    try:
         if ctl.state() == "RUNNING":
             ctl.restart()
         else:
@@ -417,6 +454,8 @@ def _rollback(
     except ApplyError as exc:
         raise ApplyError(
             "rollback_failed",
-            f"{why}, and the rollback failed too: {exc}. The old config is saved in "
-            f"{written.host_backup} on the host",
+            f"{why}; the old config is back in place in {target.config_path} (a copy is in "
+            f"{written.host_backup} on the host), but the CT did not start on it either: "
+            f"{exc}",
+            exc.details,
         ) from None

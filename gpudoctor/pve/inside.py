@@ -20,9 +20,20 @@ def container_host(host: Host, target: Target, layout: Layout) -> Host:
 
 def probe(ct_host: Host, paths: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """Return ``(path, errno name)`` for ``open(path, O_RDWR)`` inside the CT (``OK`` on
-    success; read-only nodes such as nvidia-cap1 are retried O_RDONLY)."""
+    success; read-only nodes such as nvidia-cap1 are retried O_RDONLY; ``NOT_A_DEVICE
+    (file)`` for a placeholder where a node belongs: it would open, and is no device)."""
     out = []
     for path in paths:
+        try:
+            kind = ct_host.stat(path).kind
+        except FileNotFoundError:
+            out.append((path, "ENOENT"))
+            continue
+        except OSError:
+            kind = "char"  # unreadable: let open() say what it is
+        if kind not in ("char", "block"):  # a placeholder file opens, and is no device
+            out.append((path, f"NOT_A_DEVICE ({kind})"))
+            continue
         result: OpenResult = ct_host.try_open(path, write=True)
         if result.errname == "EACCES":
             result = ct_host.try_open(path, write=False)
@@ -31,9 +42,16 @@ def probe(ct_host: Host, paths: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 
 
 def worse(before: tuple[tuple[str, str], ...], after: tuple[tuple[str, str], ...]) -> list[str]:
-    """Return the paths that opened before and do not open now."""
+    """Return the paths that opened before and do not open now, and those the device
+    policy denies now (EPERM) but did not before (``/dev/tty`` without a controlling
+    terminal gives ENXIO both times: not worse; EPERM after: the policy shrank)."""
     now = dict(after)
-    return [p for p, e in before if e == "OK" and now.get(p, "MISSING") != "OK"]
+    return [
+        p
+        for p, e in before
+        if (e == "OK" and now.get(p, "MISSING") != "OK")
+        or (e != "EPERM" and not e.startswith("UNREACHABLE") and now.get(p) == "EPERM")
+    ]
 
 
 def device_checks(ct_host: Host, target: Target, paths: tuple[str, ...]) -> tuple[dict, ...]:

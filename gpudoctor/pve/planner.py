@@ -127,6 +127,13 @@ class FixPlan:
         pve_version: the Proxmox VE version it was planned for (None: unknown/plain LXC).
         nothing_to_pass: no NVIDIA node on the host and no ``--device``: nothing to pass.
         dev_paths: the host paths that have a devN entry after the plan.
+        probe_nodes: ``(path inside the CT, major, minor)`` of each char node the CT
+            should see, with the numbers the HOST's node has now (:mod:`ctstate` compares).
+        restart_reasons: why the running CT needs a restart although its config may need
+            no change (its state is older than its config: :mod:`ctstate`); set by the
+            fixer, never by this pure planner.
+        host_cause: why the CT's state points to the host (a node missing there when the CT
+            started) and the durable cure, or "" (set by the fixer with restart_reasons).
     """
 
     old_text: str
@@ -142,11 +149,19 @@ class FixPlan:
     pve_version: str | None = None
     nothing_to_pass: bool = False
     dev_paths: tuple[str, ...] = ()
+    probe_nodes: tuple[tuple[str, int, int], ...] = ()
+    restart_reasons: tuple[str, ...] = ()
+    host_cause: str = ""
 
     @property
     def changed(self) -> bool:
         """Return True when applying the plan changes the file."""
         return self.new_text != self.old_text
+
+    @property
+    def pending(self) -> bool:
+        """Return True when the plan has anything to do: a config change or a restart."""
+        return self.changed or bool(self.restart_reasons)
 
 
 class _Builder:
@@ -205,6 +220,7 @@ def plan(config: Config, facts: HostFacts, options: PlanOptions) -> FixPlan:
         build.comment(index, reason)
     wanted += [n for n in cure.nodes if n not in wanted]
     passed = _passed_nodes(entries, facts)
+    _plan_create(config, entries, facts, build)
     missing = _missing_rules(entries, facts, [*wanted, *passed])
     gpu_ct = any("nvidia" in n.path for n in [*wanted, *passed])
     dev_paths: tuple[str, ...] = tuple(d.path for _, d in entries.devs if d.path)
@@ -241,7 +257,37 @@ def plan(config: Config, facts: HostFacts, options: PlanOptions) -> FixPlan:
         pve_version=facts.pve_version,
         nothing_to_pass=nothing_to_pass,
         dev_paths=dev_paths,
+        probe_nodes=tuple(
+            dict.fromkeys(
+                (ct_path(entries, c.path), c.major, c.minor)
+                for n in [*wanted, *passed]
+                for c in n.char_nodes
+            )
+        ),
     )
+
+
+def _plan_create(config: Config, entries: Entries, facts: HostFacts, build: _Builder) -> None:
+    """Plan ``create=file`` (``create=dir``) on each bind mount of a host char node (node
+    directory) into the CT's /dev that has no ``create=``: LXC's /dev is a fresh tmpfs
+    (autodev), so the mount has nothing to land on and an ``optional`` mount is skipped:
+    the node is missing inside after every start, and a restart alone never cures it."""
+    for index, mount in entries.mounts:
+        node = facts.node(mount.source.rstrip("/"))
+        if not mount.is_bind or node is None or node.kind not in ("char", "dir"):
+            continue
+        if not mount.target.startswith("/dev/") or any(
+            o.startswith("create=") for o in mount.options
+        ):
+            continue
+        fields = config.lines[index].value.split()
+        fields[3] += ",create=dir" if node.kind == "dir" else ",create=file"
+        why = (
+            f"{mount.target} has no create=: the CT's /dev has no file for the bind mount to "
+            "land on, so LXC skips it and the node is missing inside after every start"
+        )
+        build.drop(index, why)
+        build.add(index, MOUNT_KEY, " ".join(fields), why)
 
 
 def _wanted_nodes(

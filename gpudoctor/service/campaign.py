@@ -34,7 +34,7 @@ from gpudoctor.service.unitfile import (
 )
 
 if TYPE_CHECKING:
-    from gpudoctor.bench.plan.model import ModelSpec
+    from gpudoctor.bench.plan_model import ModelSpec
 
 WRAPPER_DIR = "/usr/local/sbin"
 DONE_MARKER = ".gpudoctor-service-done"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.bench.launch.campaign import run_id
 from gpudoctor.bench.launch.server import tagged_processes
+from gpudoctor.bench.launch.steps import run_id
 
 HERE = Path(__file__).parent
 DATA = HERE / "data"

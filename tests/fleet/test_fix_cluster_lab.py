@@ -225,3 +225,38 @@ def test_unreachable_node_is_an_error_not_a_crash(lab_sshd: LabSSHD, tmp_path: P
     assert off.status == "error" and "node pve9 is offline" in off.message
     assert result.exit_code == 3
     assert result.to_dict()["cts"][1]["fix"] is None
+
+
+def test_fix_cluster_restarts_a_ct_whose_config_is_right_but_whose_node_came_late(
+    lab: Lab, lab_sshd: LabSSHD, tmp_path: Path
+) -> None:
+    """Issue 32: the autostart race per node: the CT started before its host node existed
+    (a placeholder file inside), its config needs no change; the cluster plan shows the
+    restart and why, ``--yes`` restarts it and the node opens inside."""
+    from gpudoctor.commands.fix_cluster import report
+
+    fleet = LabFleet(lab, tmp_path, prefix=f"rc{os.getpid()}")
+    node_path = lab.nodes_dir / f"late-{lab.unique_name()}"
+    try:
+        fleet.made["race"] = lab.container(
+            name=fleet._name("race"), devices={FAKE_GPU_INSIDE: str(node_path)},
+            allow=[f"c {lab.fake_gpu_major}:{lab.fake_gpu_minor} rwm"])  # fmt: skip
+        lab.make_node(node_path.name, lab.fake_gpu_major, lab.fake_gpu_minor)
+        inventory = fleet.inventory(lab_node(lab_sshd), ["race"])
+        config = fleet.made["race"].config_path.read_bytes()
+        planned = fix_cluster(inventory, fix_settings(tmp_path, lab_sshd, dry_run=True))
+        [fix] = planned.fixes
+        assert fix.status == "dry_run" and fix.diff == "", fix.message
+        assert "needs a restart" in fix.message
+        lines: list[str] = []
+        report(planned, as_json=False, dry_run=True, echo=lines.append)
+        assert any(ln.startswith(f"  why: restart: {FAKE_GPU_INSIDE} is a regular file")
+                   for ln in lines), lines  # fmt: skip
+        assert planned.host_prep == ()  # a stand-in node: not one the host makes late
+
+        applied = fix_cluster(inventory, fix_settings(tmp_path, lab_sshd, yes=True))
+        assert [f.status for f in applied.fixes] == ["applied"], applied.to_dict()
+        assert fleet.made["race"].config_path.read_bytes() == config
+        assert device_statuses(inventory) == {fleet.made["race"].name: Status.PASS}
+    finally:
+        fleet.destroy()

@@ -29,3 +29,26 @@ lxc.cgroup2.devices.allow = c 136:* rwm
 lxc.cgroup2.devices.allow = c 195:* rwm
 CONF
 }
+
+gpu_ct_env() {  # gpu_ct_env: (from the repo root) the carried wheels into /tmp/site, Debian's
+  # LXC debs unpacked into /opt/lxcroot, lxc-* wrappers on PATH; exports PYTHONPATH and PATH
+  if ls .whl/*.whl >/dev/null 2>&1 && [ ! -e /tmp/site/.installed ]; then  # run_campaign.sh may have
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
+      && touch /tmp/site/.installed
+  fi
+  export PYTHONPATH="$REPO:/tmp/site"
+  mkdir -p /opt/lxcroot
+  for f in .deb/*.deb; do dpkg -x "$f" /opt/lxcroot; done
+  LXC_LIBS=/opt/lxcroot/usr/lib/x86_64-linux-gnu:/opt/lxcroot/lib/x86_64-linux-gnu
+  export PATH="/opt/lxcroot/usr/bin:/opt/lxcroot/usr/sbin:$PATH"
+  mkdir -p /usr/lib/x86_64-linux-gnu/lxc/rootfs "$LXCPATH" /run/lock/lxc
+  [ -e /usr/share/lxc ] || ln -s /opt/lxcroot/usr/share/lxc /usr/share/lxc
+  # LXC's tools find their libraries through this wrapper dir, so that gpudoctor (which runs
+  # lxc-start/lxc-attach/lxc-stop itself) needs no special environment.
+  mkdir -p /tmp/lxcbin
+  for tool in lxc-start lxc-stop lxc-attach lxc-info lxc-ls lxc-execute lxc-wait; do
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec /opt/lxcroot/usr/bin/%s "$@"\n' "$LXC_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tool" > /tmp/lxcbin/$tool
+    chmod +x /tmp/lxcbin/$tool
+  done
+  export PATH="/tmp/lxcbin:$PATH"
+}

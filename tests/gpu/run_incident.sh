@@ -22,25 +22,8 @@ step() { printf '\n========== %s ==========\n' "$*"; }
 
 step "0. environment"
 date -u; uname -r; nvidia-smi -L; python3 --version
-if ls .whl/*.whl >/dev/null 2>&1 && [ ! -e /tmp/site/.installed ]; then  # run_campaign.sh may have
-  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
-    && touch /tmp/site/.installed
-fi
-export PYTHONPATH="$REPO:/tmp/site"
-mkdir -p /opt/lxcroot
-for f in .deb/*.deb; do dpkg -x "$f" /opt/lxcroot; done
-LXC_LIBS=/opt/lxcroot/usr/lib/x86_64-linux-gnu:/opt/lxcroot/lib/x86_64-linux-gnu
-export PATH="/opt/lxcroot/usr/bin:/opt/lxcroot/usr/sbin:$PATH"
-mkdir -p /usr/lib/x86_64-linux-gnu/lxc/rootfs "$LXCPATH" /run/lock/lxc
-[ -e /usr/share/lxc ] || ln -s /opt/lxcroot/usr/share/lxc /usr/share/lxc
-# LXC's tools find their libraries through this wrapper dir, so that gpudoctor (which runs
-# lxc-start/lxc-attach/lxc-stop itself) needs no special environment.
-mkdir -p /tmp/lxcbin
-for tool in lxc-start lxc-stop lxc-attach lxc-info lxc-ls lxc-execute lxc-wait; do
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec /opt/lxcroot/usr/bin/%s "$@"\n' "$LXC_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tool" > /tmp/lxcbin/$tool
-  chmod +x /tmp/lxcbin/$tool
-done
-export PATH="/tmp/lxcbin:$PATH"
+. "$REPO/tests/gpu/ct_lib.sh"
+gpu_ct_env  # wheels into /tmp/site, the LXC debs unpacked, lxc-* wrappers on PATH
 lxc-start --version
 grep -E 'nvidia' /proc/devices
 ls -l /dev/nvidia* /dev/nvidia-caps 2>/dev/null
@@ -80,7 +63,6 @@ if [ "${ONLY_2C:-0}" = 1 ]; then  # tests/gpu/run_campaign.sh, when the lease is
   step_2c
   exit 0
 fi
-. "$REPO/tests/gpu/ct_lib.sh"
 . "$REPO/tests/gpu/hook_ct.sh"
 if [ "${ONLY_HOOK:-0}" = 1 ]; then  # the forum-guide hook CT alone (issue 21)
   mkdir -p /tmp/site

@@ -31,7 +31,9 @@ mknod -m 666 "${LXC_ROOTFS_MOUNT}/dev/nvidiactl" c 195 255
 """
 
 
-def test_check_reports_the_node_the_driver_library_removed(lab: Lab, tmp_path) -> None:
+def hook_ct_and_driver(lab: Lab, keep_root: bool):
+    """Return (the started forum-guide CT, the env that puts the fake driver in front of
+    ``gpudoctor check`` inside it); ``keep_root``: GPUDOCTOR_PROBE_AS_ROOT=1."""
     work = lab.root / f"nodes21-{lab.unique_name()}"
     work.mkdir(parents=True)
     libs = build_fake_libcuda(work)
@@ -59,6 +61,15 @@ def test_check_reports_the_node_the_driver_library_removed(lab: Lab, tmp_path) -
         "FAKE_CUDA_MODIFY_NODES": "/dev/nvidia-uvm:238",
         "FAKE_CUDA_INIT_RC": "999",
     }
+    if keep_root:
+        env["GPUDOCTOR_PROBE_AS_ROOT"] = "1"
+    return ct, env
+
+
+def test_check_reports_the_node_the_driver_library_removed(lab: Lab) -> None:
+    """With GPUDOCTOR_PROBE_AS_ROOT=1 (as before issue 32): what the library does AS ROOT
+    is reported, and the CT really loses its node."""
+    ct, env = hook_ct_and_driver(lab, keep_root=True)
     done = ct.attach(
         [str(lab.venv_python), "-m", "gpudoctor", "check", "--json"], timeout=120, env=env
     )
@@ -78,3 +89,22 @@ def test_check_reports_the_node_the_driver_library_removed(lab: Lab, tmp_path) -
     assert "No such file" in ct.shell("ls -l /dev/nvidia-uvm 2>&1").stdout
     assert ("device.unchanged", "/dev/nvidia0") not in by
     assert done.returncode == 3
+
+
+def test_a_check_as_root_keeps_the_ct_s_nodes(lab: Lab) -> None:
+    """Issue 32 item 7, by default: the probe drops to nobody before the (fake) driver
+    library loads; its unlink of the stale node fails, the CT keeps 511:0, the node checks
+    still name it stale, device.unchanged PASSes and says how the probe ran."""
+    ct, env = hook_ct_and_driver(lab, keep_root=False)
+    done = ct.attach(
+        [str(lab.venv_python), "-m", "gpudoctor", "check", "--json"], timeout=120, env=env
+    )
+    report = json.loads(done.stdout)
+    by = {(f["check"], f["subject"]): f for f in report["findings"]}
+    node = by[("device.nodes", "/dev/nvidia-uvm")]
+    assert node["status"] == "FAIL" and "is stale: it is char 511:0" in node["message"], node
+    unchanged = [f for (check, _), f in by.items() if check == "device.unchanged"]
+    assert [f["status"] for f in unchanged] == ["PASS"], unchanged
+    assert "ran as uid 65534 (nobody)" in unchanged[0]["message"]
+    after = ct.shell("stat -c '%F %t:%T' /dev/nvidia-uvm").stdout.strip()
+    assert after == "character special file 1ff:0", after  # still there, as the hook made it

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from gpudoctor.cli import cli
 from tests.fakes.pvetree import PveTree
+from tests.pve.support import stopped_pct
 
 CONF = "arch: amd64\nlxc.mount.entry: /dev/null dev/fakegpu none bind,optional,create=file\n"
 
@@ -61,10 +62,12 @@ def test_local_run_on_a_stopped_ct_writes_and_says_so(tmp_path) -> None:
 def test_json_outcome_for_nothing_to_change(tmp_path) -> None:
     tree = PveTree(tmp_path)
     tree.add_ct("200", CONF + "lxc.cgroup2.devices.allow: c 1:3 rwm\n")
-    result = invoke(["--ct", "200", "--device", "/dev/fakegpu", "--json"], tree.env())
+    env = tree.env(GPUDOCTOR_PCT=stopped_pct(tmp_path))  # a running CT's state is looked at
+    result = invoke(["--ct", "200", "--device", "/dev/fakegpu", "--json"], env)
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["status"] == "nothing_to_change" and out["diff"] == "" and out["changed"] is False
+    assert "is stopped" in out["message"] and out["restart_reasons"] == []
 
 
 def test_gpudoctor_help_stays_lazy() -> None:

@@ -134,3 +134,23 @@ def test_a_fifo_at_a_device_path_is_a_finding_not_a_planner_error(tmp_path, monk
     # the rest of the config is still judged: /dev/null's rule covers the node it passes
     passed = [f for f in report.findings if f.status is Status.PASS]
     assert len(passed) == 1 and "(1 node(s))" in passed[0].message, report.findings
+
+
+def test_a_fix_hint_only_where_that_command_changes_something(monkeypatch) -> None:
+    """Issue 32 item 4: a stale rule's WARN offers fix with the --prune it needs; a legacy
+    line (fix only flags it) offers no fix command, only the remedy by hand."""
+    conf = (
+        "arch: amd64\n"
+        "lxc.cgroup2.devices.allow: c 195:* rwm\n"
+        "lxc.cgroup2.devices.allow: c 238:* rwm\n"
+        "lxc.cgroup2.devices.allow: c 509:* rwm\n"
+        "lxc.cgroup.devices.allow: c 195:* rwm\n"
+        "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n"
+    )
+    host = recorded_pve_host(conf)
+    findings = run_on(host, monkeypatch)
+    warns = [f for f in findings if f.status is Status.WARN]
+    stale = next(f for f in warns if "stale rule `c 509:* rwm`" in f.message)
+    assert stale.fix_hint == "gpudoctor fix --host root@pve1 --ct 200 --prune"
+    legacy = next(f for f in warns if "lxc.cgroup.devices" in f.message)
+    assert legacy.fix_hint == ""

@@ -82,8 +82,9 @@ def test_lxc_flavor_fix_over_ssh_then_second_run_touches_nothing(
     new_pid = ct.init_pid()
     assert new_pid is not None and new_pid != old_pid
     assert out["init_pid"] == {"before": old_pid, "after": new_pid}
-    assert out["probes"]["before"] == {"/dev/fakegpu": "EPERM"}
-    assert out["probes"]["after"] == {"/dev/fakegpu": "OK"}
+    basic = {"/dev/null": "OK", "/dev/zero": "OK", "/dev/urandom": "OK", "/dev/tty": "ENXIO"}
+    assert out["probes"]["before"] == {"/dev/fakegpu": "EPERM", **basic}
+    assert out["probes"]["after"] == {"/dev/fakegpu": "OK", **basic}  # nothing lost
     assert opened_inside(ct) == "OK"
     # the catalogue's device checks ran INSIDE the CT (agent over stdin, nothing installed)
     opens = [c for c in out["checks"] if c["check"] == "device.open"]
@@ -378,7 +379,9 @@ def test_accept_new_host_key_opt_in_saves_the_key_and_fixes(lab_sshd, pve_ct, tm
     assert ct.open_inside().ok
 
 
-def test_when_the_rollback_fails_too_the_error_names_the_backup(lab_sshd, pve_ct) -> None:
+def test_when_the_rollbacks_start_fails_the_error_says_the_old_config_is_back(
+    lab_sshd, pve_ct
+) -> None:
     ct = pve_ct
     old = ct.conf.read_bytes()
 
@@ -389,10 +392,12 @@ def test_when_the_rollback_fails_too_the_error_names_the_backup(lab_sshd, pve_ct
 
     options = FixOptions(ct=ct.vmid, flavor="pve", layout=Layout.from_env(ct.env()),
                          plan=PlanOptions(devices=("/dev/fakegpu",), include_host_nvidia=False))  # fmt: skip
-    with lab_sshd.host() as host, pytest.raises(ApplyError, match="rollback failed too") as info:
+    with lab_sshd.host() as host, pytest.raises(ApplyError, match="old config is back") as info:
         run_fix(host, options, confirm=approve_and_break_two_starts)
     backup = ct.tree.backups()[0]
     assert str(backup) in str(info.value) and info.value.code == "rollback_failed"
+    assert f"back in place in {ct.conf}" in str(info.value)
+    assert "did not start on it either" in str(info.value)
     assert ct.conf.read_bytes() == old == backup.read_bytes()  # the old config is back
     assert ct.pct_run("start", ct.vmid).ok  # and starts, once the hook works again
 

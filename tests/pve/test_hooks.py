@@ -159,7 +159,8 @@ def test_check_names_the_hook_its_line_and_the_stale_major(tmp_path, monkeypatch
         finding.message
     )
     assert any("line 2: lxc.hook.autodev" in e for e in finding.evidence)
-    assert finding.fix_hint == "gpudoctor fix --host root@pve1 --ct 200"
+    # the --device it was checked with: without it fix would not pass /dev/null (issue 32)
+    assert finding.fix_hint == "gpudoctor fix --host root@pve1 --ct 200 --device /dev/null"
     # without --device /dev/null it is no GPU node: PASS
     report = run_checks(LocalHost(), CheckOptions(ct="200", flavor="pve"), ct_host=LocalHost(),
                         specs=validate([hooks]))  # fmt: skip

@@ -109,7 +109,7 @@ def test_lxc_hook_with_a_stale_major_is_named_cured_and_rechecked(
     assert f"lxc.mount.entry = {dev_node} {rel} none bind,optional,create=file" in config
     assert "lxc.cgroup2.devices.allow = c 10:232 rwm" in config
     assert Path(hook).read_bytes() == hook_bytes  # the hook FILE is never edited
-    assert out["probes"]["after"] == {dev_node: "OK"}
+    assert out["probes"]["after"][dev_node] == "OK"
     assert opened(ct, dev_node) == "OK"
     both = check(lab_sshd, options, env, monkeypatch, ("ct.hooks", "ct.device_rules"))
     assert [f.status for f in both] == [Status.PASS, Status.PASS], [f.message for f in both]

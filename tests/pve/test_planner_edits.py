@@ -318,9 +318,9 @@ def test_nothing_to_pass_only_when_the_host_has_no_nvidia_node_and_none_is_asked
 def test_a_hooks_node_is_passed_even_when_the_host_nodes_are_not_asked_for() -> None:
     """``--no-host-nvidia``-style options: the node a commented-out hook made is still
     passed (rule + mount after the last ``lxc.*`` line), and the hook line is commented out
-    in place."""
+    in place. (A deny-all line makes the policy an allow list, so the rule is needed.)"""
     hook = "lxc.hook.autodev = sh -c 'mknod -m 666 ${LXC_ROOTFS_MOUNT}/dev/nvidia-uvm c 511 0'"
-    text = f"lxc.uts.name = ct\n{hook}\nlxc.autodev = 1\n"
+    text = f"lxc.uts.name = ct\n{hook}\nlxc.autodev = 1\nlxc.cgroup2.devices.deny = a\n"
     config = parse(text, LXC)
     facts = replace(h200_facts(), hooks=read_hooks(LocalHost(), config))
     p = plan(config, facts, PlanOptions(mode="rules", include_host_nvidia=False))
@@ -328,9 +328,30 @@ def test_a_hooks_node_is_passed_even_when_the_host_nodes_are_not_asked_for() -> 
         "lxc.uts.name = ct\n"
         f"#{hook}\n"
         "lxc.autodev = 1\n"
+        "lxc.cgroup2.devices.deny = a\n"
         "lxc.cgroup2.devices.allow = c 238:* rwm\n"
         "lxc.mount.entry = /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file\n"
     )
     comment = next(e for e in p.edits if e.action == "comment")
     assert comment.line == hook
     assert f"comment out `{hook}`: {comment.reason}" in p.explanation
+
+
+@pytest.mark.parametrize(
+    ("extra", "allow_list"),
+    [("", False),  # no device line at all: LXC allows every device, keep it so
+     ("lxc.include = /usr/share/lxc/config/common.conf\n", True),  # may hold rules: add ours
+     ("lxc.cgroup2.devices.deny = a\n", True)],
+)  # fmt: skip
+def test_a_plain_lxc_config_with_no_device_rules_gets_no_allow_list(
+    extra: str, allow_list: bool
+) -> None:
+    """LXC with no ``lxc.cgroup2.devices.*`` line allows every device; the first allow line
+    would make an allow list that denies /dev/null (DESIGN.md section 3): the plan then
+    only bind-mounts, and ``ct.device_rules`` counts every node as allowed."""
+    config = parse(f"lxc.uts.name = ct\n{extra}", LXC)
+    p = plan(config, h200_facts(), PlanOptions(mode="rules"))
+    added = [e.line for e in p.edits if e.action == "add"]
+    assert any("lxc.mount.entry = /dev/nvidia-uvm" in line for line in added)
+    assert any("devices.allow" in line for line in added) is allow_list
+    assert (p.missing == ()) is not allow_list

@@ -62,3 +62,22 @@ def test_host_prep_declined_writes_nothing(root: Path, tmp_path: Path) -> None:
                             layout=PveTree(tmp_path).layout(), root=str(root))  # fmt: skip
     assert outcome.status == "declined"
     assert not (root / "etc/systemd/system" / UNIT_NAME).exists()
+
+
+def test_a_node_missing_at_the_cts_start_proposes_host_prep_until_it_is_installed(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32 item 2: when the CT's state shows /dev/nvidia-uvm was missing when it
+    started, the plan names the host cause and ``--host-prep``; once the boot unit is
+    installed (the real ``systemctl --root``), it no longer does. A stand-in node (not
+    made late by the host) never does."""
+    from gpudoctor.pve.ctstate import host_cause
+
+    monkeypatch.setenv("GPUDOCTOR_SYSTEMD_ROOT", str(root))
+    layout = PveTree(tmp_path).layout()
+    cause = host_cause(LocalHost(), layout, ["/dev/nvidia-uvm", "/dev/nvidia0"], "root@pve1")
+    assert cause.startswith("the cause is on the host: /dev/nvidia-uvm did not exist there")
+    assert cause.endswith("gpudoctor fix --host root@pve1 --host-prep")
+    assert host_cause(LocalHost(), layout, ["/dev/fakegpu"], "root@pve1") == ""
+    run_host_prep(LocalHost(), yes=True, layout=layout, root=str(root))
+    assert host_cause(LocalHost(), layout, ["/dev/nvidia-uvm"], "root@pve1") == ""

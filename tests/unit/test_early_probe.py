@@ -31,6 +31,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
+def _probe_keeps_root(monkeypatch):
+    """These tests are about WHICH child runs; the fake driver lives in pytest's 0700 tmp
+    dirs, which the default unprivileged probe (uid 65534) cannot reach: keep root here
+    (tests/unit/test_node_changes.py covers the drop)."""
+    monkeypatch.setenv(early_probe.KEEP_ROOT_ENV, "1")
+
+
+@pytest.fixture(autouse=True)
 def no_leftover_child():
     """Every test leaves no early child behind (and reaps one it left)."""
     yield
@@ -82,8 +90,10 @@ def test_probe_argv_is_what_run_gpu_probe_runs():
         "-S",
         "-c",
         probe_source(),
-        *STAGES,
+        *early_probe.probe_stages(),
     ]
+    assert early_probe.probe_stages({}) == STAGES and STAGES[0] == "privilege"
+    assert "privilege" not in early_probe.probe_stages({early_probe.KEEP_ROOT_ENV: "1"})
 
 
 def child(code: str) -> list[str]:

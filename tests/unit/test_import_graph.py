@@ -1,4 +1,5 @@
-"""The package imports downwards only: no module imports a package above its own layer.
+"""The package imports downwards only: no module imports a package above its own layer,
+and no two modules import each other, through any number of steps (no circle).
 
 LAYERS below is the list of docs/architecture.md ("Layers"): the floor of shared types,
 hosts, facts, context and registry, the libraries the checks read with (weights, pve),
@@ -7,7 +8,9 @@ Inside bench the subpackages are layered too (the floor of shared types, results
 engines, plan, launch). A module may import its own layer and the layers below it.
 
 The graph counts lazy (function-level) imports too: they run as surely as top-level ones,
-only later. Imports under ``if TYPE_CHECKING:`` are left out (annotations only, never run).
+only later. Imports under ``if TYPE_CHECKING:`` are left out (annotations only, never run)
+of the layer check; the circle check is run both without and with them (a lower module
+should not name a higher one even for its types).
 """
 
 from __future__ import annotations
@@ -53,7 +56,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the fixer's run (write, restart, then the re-check inside the CT runs the runner)
     ("gpudoctor.pve.fixer", "gpudoctor.pve.inside"),
     # bench, bottom to top
-    ("gpudoctor.bench", "gpudoctor.bench.cell_spec", "gpudoctor.bench.request_record"),
+    # the floor of bench: shared types (the plan's model types too: the engines name them)
+    (
+        "gpudoctor.bench",
+        "gpudoctor.bench.cell_spec",
+        "gpudoctor.bench.request_record",
+        "gpudoctor.bench.plan_model",
+    ),
     ("gpudoctor.bench.results",),  # run directory, reader, metrics (pure), report, compare
     ("gpudoctor.bench.load",),  # the load generator (computes with results.metrics)
     ("gpudoctor.bench.engines",),  # the ENGINES table and the adapters
@@ -85,13 +94,16 @@ def _module_name(path: Path, root: Path, package: str) -> str:
     return ".".join(parts)
 
 
+def modules_under(root: Path, package: str) -> dict[str, Path]:
+    """Return every module of the package ``package`` whose folder is ``root`` -> its file."""
+    return {_module_name(p, root, package): p for p in root.rglob("*.py")}
+
+
 def package_modules() -> dict[str, Path]:
     """Return every module of gpudoctor (and its catalogue, gpudoctor.checks) -> its file."""
-    modules = {_module_name(p, PACKAGE, "gpudoctor"): p for p in PACKAGE.rglob("*.py")}
+    modules = modules_under(PACKAGE, "gpudoctor")
     if CATALOGUE.parent != PACKAGE:  # a checkout: checks/ beside gpudoctor/
-        modules |= {
-            _module_name(p, CATALOGUE, "gpudoctor.checks"): p for p in CATALOGUE.rglob("*.py")
-        }
+        modules |= modules_under(CATALOGUE, "gpudoctor.checks")
     return modules
 
 
@@ -102,12 +114,13 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Return the import statements of ``tree``, those under ``if TYPE_CHECKING:`` left out."""
+def _imports(tree: ast.AST, typing_too: bool = False) -> list[ast.Import | ast.ImportFrom]:
+    """Return the import statements of ``tree``, those under ``if TYPE_CHECKING:`` left out
+    unless ``typing_too``."""
     found: list[ast.Import | ast.ImportFrom] = []
 
     def walk(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not typing_too:
             for child in node.orelse:  # the else branch does run
                 walk(child)
             return
@@ -136,15 +149,18 @@ def _targets(
     return subs if len(subs) == len(node.names) else [base, *subs]
 
 
-def import_graph(modules: dict[str, Path] | None = None) -> dict[str, set[str]]:
-    """Return module -> the package modules it imports (lazy ones too, TYPE_CHECKING not)."""
+def import_graph(
+    modules: dict[str, Path] | None = None, typing_too: bool = False
+) -> dict[str, set[str]]:
+    """Return module -> the package modules it imports (lazy ones too, TYPE_CHECKING ones
+    only with ``typing_too``)."""
     modules = modules if modules is not None else package_modules()
     names = set(modules)
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         edges: set[str] = set()
-        for node in _imports(tree):
+        for node in _imports(tree, typing_too):
             for target in _targets(node, name, path.name == "__init__.py", names):
                 # importing a.b.c runs a and a.b too; a module's own packages are no edge
                 own = _with_parents(name)
@@ -250,19 +266,64 @@ def test_graph_sees_a_cycle_when_there_is_one() -> None:
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_no_import_cycle_in_bench() -> None:
-    graph = import_graph()
-    bench = {k: {t for t in v if t.startswith("gpudoctor.bench.")} for k, v in graph.items()}
-    bench = {k: v for k, v in bench.items() if k.startswith("gpudoctor.bench.")}
-    assert find_cycle(bench) is None
+def test_no_import_cycle_between_any_modules() -> None:
+    assert find_cycle(import_graph()) is None
+
+
+def test_no_import_cycle_even_through_type_only_imports() -> None:
+    assert find_cycle(import_graph(typing_too=True)) is None
+
+
+def _tree(root: Path, files: dict[str, str]) -> dict[str, Path]:
+    """Write the package ``pkg`` (name -> source) under ``root``; return its modules."""
+    for name, source in files.items():
+        path = root / "pkg" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source, encoding="utf-8")
+    return modules_under(root / "pkg", "pkg")
+
+
+def test_the_cycle_check_fails_on_a_planted_circle(tmp_path: Path) -> None:
+    """A circle of siblings (top-level, relative and lazy imports) is found; the same tree
+    with the way back under TYPE_CHECKING has a circle only with typing_too."""
+    files = {
+        "__init__.py": "",
+        "a.py": "from pkg import b\n",
+        "b.py": "from .sub import c\n",
+        "sub/__init__.py": "",
+        "sub/c.py": "def later():\n    from pkg.a import thing\n",  # the lazy way back
+        "d.py": "import pkg.a\n",  # reaches the circle, is not on it
+    }
+    circle = ["pkg.a", "pkg.b", "pkg.sub.c", "pkg.a"]
+    assert find_cycle(import_graph(_tree(tmp_path / "lazy", files))) == circle
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import thing\n"
+    modules = _tree(tmp_path / "typed", {**files, "sub/c.py": typed})
+    assert find_cycle(import_graph(modules)) is None
+    assert find_cycle(import_graph(modules, typing_too=True)) == circle
+    cut = _tree(tmp_path / "cut", {**files, "sub/c.py": "def later():\n    pass\n"})
+    assert find_cycle(import_graph(cut)) is None
 
 
 def test_the_plan_modules_import_one_way() -> None:
-    graph = import_graph()
+    graph = import_graph(typing_too=True)
     assert "gpudoctor.bench.plan.parser" in graph["gpudoctor.bench.plan"]
-    assert "gpudoctor.bench.plan.model" in graph["gpudoctor.bench.plan.parser"]
-    assert "gpudoctor.bench.plan.parser" not in graph["gpudoctor.bench.plan.model"]
+    assert "gpudoctor.bench.plan_model" in graph["gpudoctor.bench.plan.parser"]
+    assert "gpudoctor.bench.plan.parser" not in graph["gpudoctor.bench.plan_model"]
     assert "gpudoctor.bench.engines" in graph["gpudoctor.bench.plan.parser"]  # ENGINES
+    engines = [m for m in graph if m.startswith("gpudoctor.bench.engines")]
+    assert all("gpudoctor.bench.plan" not in graph[m] for m in engines)  # even for types
+
+
+def test_the_campaign_flows_one_way() -> None:
+    """Strategies ask the cell runner; nothing below a strategy imports one (or campaign)."""
+    graph = import_graph(typing_too=True)
+    launch = "gpudoctor.bench.launch."
+    above = {launch + m for m in ("campaign", "dry_run", "serial", "packed", "searching")}
+    below = ("cell_runner", "config_sweep", "server_lifecycle", "run_writer", "live_state")
+    for module in (launch + m for m in below):
+        assert graph[module] & above == set(), module
+    for strategy in ("serial", "packed", "searching"):
+        assert launch + "campaign" not in graph[launch + strategy]
 
 
 @pytest.mark.parametrize(
@@ -270,7 +331,7 @@ def test_the_plan_modules_import_one_way() -> None:
     [
         ("gpudoctor.bench.plan", "gpudoctor.bench.plan.parser"),
         ("gpudoctor.bench.plan.parser", "gpudoctor.bench.plan"),
-        ("gpudoctor.bench.plan.model", "gpudoctor.bench.plan.parser"),
+        ("gpudoctor.bench.plan_model", "gpudoctor.bench.plan.parser"),
         ("gpudoctor.bench.engines", "gpudoctor.bench.plan"),
         ("gpudoctor.bench.engines.base", "gpudoctor.bench.plan.parser"),
     ],

@@ -52,7 +52,10 @@ def ct_tree(root: Path, uvm_major: int = 511, modify: str = "1") -> RootedHost:
 
 @pytest.fixture
 def driver(tmp_path_factory, monkeypatch):
-    """Put the fake driver on LD_LIBRARY_PATH; return a setter for its node behaviour."""
+    """Put the fake driver on LD_LIBRARY_PATH; return a setter for its node behaviour.
+    The probe keeps root here (``GPUDOCTOR_PROBE_AS_ROOT=1``): these tests show how what
+    the library does AS ROOT is reported; by default the probe drops to nobody (below)."""
+    monkeypatch.setenv(early_probe.KEEP_ROOT_ENV, "1")
     libs = build_fake_libcuda(tmp_path_factory.mktemp("fake-driver"))
     monkeypatch.setenv("LD_LIBRARY_PATH", str(libs))
     monkeypatch.setenv("FAKE_CUDA_INIT_RC", "999")
@@ -197,3 +200,45 @@ def test_early_snapshot_reads_this_machine(tmp_path) -> None:
     assert isinstance(raw["dirs"]["/dev"], list) and "null" in raw["dirs"]["/dev"]
     snap = node_snapshot.from_early(raw)
     assert all(p.startswith("/dev/") for p in snap.nodes)
+
+
+@pytest.fixture
+def open_dir():
+    """A directory every user can traverse (pytest's tmp dirs are 0700 root): the fake
+    driver and the CT tree, as an unprivileged probe must be able to reach them."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="gd-nobody-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_by_default_the_probe_drops_root_and_a_stale_node_is_kept(open_dir, monkeypatch) -> None:
+    """Issue 32 item 7: the same fake driver that removes a stale node as root cannot as
+    uid 65534: the probe drops root before loading it, every node stays as it was,
+    device.unchanged PASSes and says how the probe ran."""
+    monkeypatch.delenv(early_probe.KEEP_ROOT_ENV, raising=False)
+    libs = open_dir / "driver"
+    libs.mkdir(mode=0o755)
+    build_fake_libcuda(libs)
+    for lib in libs.iterdir():
+        lib.chmod(0o755)
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(libs))
+    monkeypatch.setenv("FAKE_CUDA_INIT_RC", "999")
+    root = open_dir / "ct"
+    host = ct_tree(root)
+    for path in [root, *root.rglob("*")]:
+        if path.is_dir():
+            path.chmod(0o755)
+    nodes = ",".join(f"{root}/dev/{n}:238" for n in ("nvidia-uvm", "nvidia-uvm-tools"))
+    monkeypatch.setenv("FAKE_CUDA_MODIFY_NODES", nodes)
+    report = run_checks(host, CheckOptions(ct="201"))
+    assert os.stat(root / "dev/nvidia-uvm").st_rdev == os.makedev(511, 0)  # kept
+    [unchanged] = by(report, "device.unchanged").values()
+    assert unchanged.status is Status.PASS, unchanged.message
+    assert "ran as uid 65534 (nobody)" in unchanged.message
+    cuda = by(report, "cuda.init")["cuInit"]
+    assert any("ran as uid 65534 (nobody)" in line for line in cuda.evidence), cuda.evidence
+    assert "is stale: it is char 511:0" in by(report, "device.nodes")["/dev/nvidia-uvm"].message

@@ -16,7 +16,7 @@ from gpudoctor.bench.engines.transformers import TransformersServe
 from gpudoctor.bench.engines.vllm import VLLM
 
 if TYPE_CHECKING:
-    from gpudoctor.bench.plan import EngineSpec
+    from gpudoctor.bench.plan_model import EngineSpec
 
 # The order is the order of the plan parser's "expected one of ..." message.
 ENGINES: dict[str, type[Engine]] = {

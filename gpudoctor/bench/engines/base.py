@@ -25,7 +25,7 @@ import httpx
 from gpudoctor import fsio
 
 if TYPE_CHECKING:
-    from gpudoctor.bench.plan import ArgValue, EngineSpec, ModelSpec, ServerConfig
+    from gpudoctor.bench.plan_model import ArgValue, EngineSpec, ModelSpec, ServerConfig
 
 _FLAG = re.compile(r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_-]*)")
 

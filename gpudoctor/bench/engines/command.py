@@ -19,7 +19,7 @@ from gpudoctor.bench.engines.base import Engine, render_args
 from gpudoctor.bench.engines.transformers import context_from_model_dir
 
 if TYPE_CHECKING:
-    from gpudoctor.bench.plan import ModelSpec, ServerConfig
+    from gpudoctor.bench.plan_model import ModelSpec, ServerConfig
 
 
 class CommandServer(Engine):

@@ -22,7 +22,7 @@ from gpudoctor.bench.engines.base import Engine
 from gpudoctor.bench.load.accept_length import SERVER_INFO_PATHS
 
 if TYPE_CHECKING:
-    from gpudoctor.bench.plan import ModelSpec, ServerConfig
+    from gpudoctor.bench.plan_model import ModelSpec, ServerConfig
 
 
 class SGLang(Engine):

@@ -18,7 +18,7 @@ import httpx
 from gpudoctor.bench.engines.base import Engine
 
 if TYPE_CHECKING:
-    from gpudoctor.bench.plan import ModelSpec, ServerConfig
+    from gpudoctor.bench.plan_model import ModelSpec, ServerConfig
 
 _CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx")
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from gpudoctor.bench.engines.base import Engine
 
 if TYPE_CHECKING:
-    from gpudoctor.bench.plan import ModelSpec, ServerConfig
+    from gpudoctor.bench.plan_model import ModelSpec, ServerConfig
 
 
 class VLLM(Engine):

@@ -51,6 +51,19 @@ class Gpu:
     memory_bytes: int | None = None
 
 
+@dataclass(frozen=True)
+class Slot:
+    """Where one job runs: its number (1, 2, ... in start order) and its GPUs."""
+
+    number: int
+    gpus: tuple[Gpu, ...]
+
+    @property
+    def uuids(self) -> list[str]:
+        """Return the slot's GPU UUIDs (``CUDA_VISIBLE_DEVICES``)."""
+        return [g.uuid for g in self.gpus]
+
+
 def _probe_devices(timeout_s: float = 30.0) -> list[dict[str, Any]]:
     """Return the NVML devices of gpudoctor's GPU probe (``nvml`` stage only), [] without."""
     import sys

@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.bench.launch.packed import STATE, launcher_alive
+from gpudoctor.bench.launch.live_state import STATE, launcher_alive
 from gpudoctor.bench.plan import Plan, PlanError, parse_plan
 from gpudoctor.bench.results.run_dir import PLAN, RESULTS, read_records
 

@@ -3,9 +3,9 @@
 A plan names a model, an engine with the server arguments every cell shares, the axes
 (tensor parallel sizes, concurrencies), a list of server configurations (each may sweep
 one or more arguments), the workload and the SLOs. The classes live in
-:mod:`gpudoctor.bench.plan.model`, the TOML parser in :mod:`gpudoctor.bench.plan.parser`;
+:mod:`gpudoctor.bench.plan_model`, the TOML parser in :mod:`gpudoctor.bench.plan.parser`;
 this module is the entry point and re-exports both (imports go one way:
-plan -> plan.parser -> plan.model). Engine names are those of
+plan -> plan.parser -> engines -> plan_model). Engine names are those of
 :data:`gpudoctor.bench.engines.ENGINES`, the one name -> class table.
 
 Bad input raises :class:`PlanError` whose message names the file, the line and the key.
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpudoctor.bench.plan.model import (
+from gpudoctor.bench.plan.parser import parse
+from gpudoctor.bench.plan_model import (
     ArgValue,
     Cell,
     EngineSpec,
@@ -31,7 +32,6 @@ from gpudoctor.bench.plan.model import (
     config_key,
     load_fields,
 )
-from gpudoctor.bench.plan.parser import parse
 
 __all__ = [
     "ArgValue",

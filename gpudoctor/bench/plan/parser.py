@@ -13,7 +13,8 @@ from typing import Any
 from gpudoctor.bench.cell_spec import SLO, WorkloadSpec, rate_from_json
 from gpudoctor.bench.engines import ENGINES
 from gpudoctor.bench.plan.bounds import out_of_bounds
-from gpudoctor.bench.plan.model import (
+from gpudoctor.bench.plan.search import parse_search
+from gpudoctor.bench.plan_model import (
     ArgValue,
     EngineSpec,
     HardwareSpec,
@@ -25,7 +26,6 @@ from gpudoctor.bench.plan.model import (
     ServerConfig,
     config_key,
 )
-from gpudoctor.bench.plan.search import parse_search
 
 try:  # Python 3.11+
     import tomllib

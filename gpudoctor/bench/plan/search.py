@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.bench.cell_spec import SLO
-from gpudoctor.bench.plan.model import SearchSpec, ServerConfig
+from gpudoctor.bench.plan_model import SearchSpec, ServerConfig
 
 _KEYS = {"over", "slo", "goodput", "low", "high", "tolerance"}
 _SLO_KEYS = {"ttft_ms", "tpot_ms", "e2el_ms"}

@@ -296,6 +296,14 @@ class RunDir:
         """Append one preflight verdict to preflight.jsonl."""
         self._append_lines(self.path / "preflight.jsonl", [record])
 
+    def append_server(self, record: dict[str, Any]) -> None:
+        """Append one stopped server's facts to servers.jsonl."""
+        self._append_lines(self.path / "servers.jsonl", [record])
+
+    def append_gpu_out(self, record: dict[str, Any]) -> None:
+        """Append one GPU that failed its check (and left the pool) to gpus.jsonl."""
+        self._append_lines(self.path / "gpus.jsonl", [record])
+
     def write_run_json(self, facts: dict[str, Any]) -> None:
         """Write run.json (the environment of this launch; earlier launches kept in ``launches``)."""
         path = self.path / "run.json"

@@ -26,7 +26,7 @@ from typing import Any
 
 from gpudoctor.hosts.agent import server as agent_mod
 from gpudoctor.hosts.agent.replies import BadReply, record, typed
-from gpudoctor.hosts.agent.streams import ByteStream, ProcessStream
+from gpudoctor.hosts.agent.streams import ProcessStream
 from gpudoctor.hosts.base import (
     CommandResult,
     DiskUsage,
@@ -35,6 +35,7 @@ from gpudoctor.hosts.base import (
     HostError,
     OpenResult,
 )
+from gpudoctor.hosts.byte_stream import ByteStream
 from gpudoctor.hosts.snapshot import Kept, snapshot_key
 
 AGENT_SOURCE = Path(agent_mod.__file__).read_bytes()

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpudoctor.hosts.agent.client import MAX_LINE, MAX_STREAM, START_TIMEOUT, ByteStream
+from gpudoctor.hosts.agent.client import MAX_LINE, MAX_STREAM, START_TIMEOUT
 from gpudoctor.hosts.agent.replies import BadReply
 from gpudoctor.hosts.agent.shell_replies import (
     b64,
@@ -55,6 +55,7 @@ from gpudoctor.hosts.agent.shell_replies import (
     usage_result,
 )
 from gpudoctor.hosts.base import HostError
+from gpudoctor.hosts.byte_stream import ByteStream
 
 # Files procfs generates (short lines, readable at any offset) are read with the shell's
 # own ``read`` (no process started; it reads byte by byte); other files with ``head -c``

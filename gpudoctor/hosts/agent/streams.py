@@ -1,14 +1,13 @@
 """Byte streams to an agent process: its stdin/stdout pipes and its stderr.
 
-:class:`ByteStream` is what the agent clients (:mod:`gpudoctor.hosts.agent.client`,
-:mod:`gpudoctor.hosts.agent.shell`) talk through; :class:`ProcessStream` is a local
-subprocess (``lxc-attach ...``, ``python3 -I -c ...``); the SSH exec channel's is
+:class:`~gpudoctor.hosts.byte_stream.ByteStream` is what the agent clients
+(:mod:`gpudoctor.hosts.agent.client`, :mod:`gpudoctor.hosts.agent.shell`) talk through;
+:class:`ProcessStream` is a local subprocess (``lxc-attach ...``, ``python3 -I -c ...``); the SSH exec channel's is
 :class:`gpudoctor.hosts.ssh.host.ChannelStream`.
 """
 
 from __future__ import annotations
 
-import abc
 import contextlib
 import os
 import signal
@@ -17,36 +16,7 @@ import threading
 from collections.abc import Sequence
 
 from gpudoctor.hosts.base import HostError
-
-
-class ByteStream(abc.ABC):
-    """Two pipes to a process: write requests, read reply lines, read its stderr."""
-
-    @abc.abstractmethod
-    def write(self, data: bytes) -> None:
-        """Write and flush ``data``; raise OSError (or similar) when the stream broke."""
-
-    @abc.abstractmethod
-    def readline(self, limit: int) -> bytes:
-        """Return the next line (with its newline), at most ``limit`` bytes (a longer line
-        comes back cut, without newline), or ``b""`` at EOF."""
-
-    def read_some(self, limit: int) -> bytes:
-        """Return what is available now (at least one byte, at most ``limit``; blocks until
-        then), or ``b""`` at EOF. Default: one line."""
-        return self.readline(limit)
-
-    @abc.abstractmethod
-    def stderr_text(self) -> str:
-        """Return what the process wrote on stderr so far (best effort, for errors)."""
-
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Close the pipes and end the process."""
-
-    def abort(self) -> None:
-        """End the process NOW (it overran a deadline or sent too much), close the pipes."""
-        self.close()
+from gpudoctor.hosts.byte_stream import ByteStream
 
 
 class ProcessStream(ByteStream):

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpudoctor.hosts.ssh.known_hosts import glob_match
+from gpudoctor.hosts.ssh.matching import glob_match
 
 HOST_CERT = 2
 # Key-type-specific public fields that follow the nonce, per certificate type.
@@ -61,49 +61,12 @@ class Certificate:
     signature: bytes
 
 
-# Number of key fields after the nonce, per certificate type (every type OpenSSH writes;
-# each field is a ``string`` or ``mpint``, both length-prefixed): enough to take the plain
-# key out of any certificate (:func:`plain_key_blob`).
-_KEY_FIELD_COUNT = {
-    "ssh-ed25519-cert-v01@openssh.com": 1,
-    "sk-ssh-ed25519-cert-v01@openssh.com": 2,
-    "ssh-rsa-cert-v01@openssh.com": 2,
-    "ssh-dss-cert-v01@openssh.com": 4,
-    "ecdsa-sha2-nistp256-cert-v01@openssh.com": 2,
-    "ecdsa-sha2-nistp384-cert-v01@openssh.com": 2,
-    "ecdsa-sha2-nistp521-cert-v01@openssh.com": 2,
-    "sk-ecdsa-sha2-nistp256-cert-v01@openssh.com": 3,
-}
-CERT_SUFFIX = "-cert-v01@openssh.com"
-
-
 def blob_type(blob: bytes) -> str:
     """Return the key type a public key or certificate blob starts with (``ssh-ed25519``,
     ``ssh-ed25519-cert-v01@openssh.com``); raises ValueError for a malformed blob."""
     from gpudoctor.hosts.ssh.wire import Reader
 
     return Reader(blob).text()
-
-
-def plain_key_blob(blob: bytes) -> bytes:
-    """Return the plain public key blob of ``blob``: the certified key for a certificate
-    (OpenSSH's ``plain_key_blob``: what ``@revoked``, ``RevokedHostKeys`` and KRL
-    fingerprints compare), ``blob`` itself for a plain key; ValueError when malformed."""
-    from gpudoctor.hosts.ssh.wire import Reader, string
-
-    reader = Reader(blob)
-    kind = reader.text()
-    if not kind.endswith(CERT_SUFFIX):
-        return blob
-    count = _KEY_FIELD_COUNT.get(kind)
-    if count is None:
-        raise ValueError(f"unsupported certificate type {kind}")
-    reader.string()  # nonce
-    start = reader.pos
-    for _ in range(count):
-        reader.string()
-    plain_type = kind.removesuffix(CERT_SUFFIX) + ("@openssh.com" if kind.startswith("sk-") else "")
-    return string(plain_type.encode()) + blob[start : reader.pos]
 
 
 def parse_certificate(blob: bytes) -> Certificate:

@@ -20,8 +20,9 @@ from collections.abc import Sequence
 
 import paramiko
 
-from gpudoctor.hosts.agent.client import AgentHost, ByteStream, agent_command
+from gpudoctor.hosts.agent.client import AgentHost, agent_command
 from gpudoctor.hosts.base import CommandResult, ForwardingHost, HostError
+from gpudoctor.hosts.byte_stream import ByteStream
 from gpudoctor.hosts.ssh.auth import Credentials
 from gpudoctor.hosts.ssh.connect import Connection, ConnectSettings, connect, fingerprint
 from gpudoctor.hosts.ssh.target import (

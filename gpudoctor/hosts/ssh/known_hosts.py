@@ -9,11 +9,12 @@ import binascii
 import hashlib
 import hmac
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gpudoctor.hosts.ssh.matching import glob_match, plain_key_blob
 
 PLAIN, CA, REVOKED = "plain", "cert-authority", "revoked"
 
@@ -76,8 +77,6 @@ class HostKeys:
     def revoked_entry(self, blob: bytes) -> KnownKey | None:
         """Return the ``@revoked`` line listing the key ``blob`` (its certified key for a
         certificate), or None."""
-        from gpudoctor.hosts.ssh.certificates import plain_key_blob
-
         plain = plain_key_blob(blob)
         return next((k for k in self.revoked if plain_key_blob(k.blob) == plain), None)
 
@@ -97,13 +96,6 @@ def match_host(patterns: str, name: str) -> bool:
                 return False
             matched = True
     return matched
-
-
-def glob_match(name: str, pattern: str) -> bool:
-    """Return True when ``pattern`` (OpenSSH's ``*`` and ``?`` only; ``[`` is literal, as
-    in ``[host]:port``) matches all of ``name``."""
-    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-    return re.fullmatch(regex, name, re.DOTALL) is not None
 
 
 def _hashed_match(entry: str, name: str) -> bool:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from gpudoctor.hosts.ssh.certificates import Certificate, plain_key_blob
+from gpudoctor.hosts.ssh.certificates import Certificate
+from gpudoctor.hosts.ssh.matching import plain_key_blob
 from gpudoctor.hosts.ssh.wire import Reader, WireError
 
 MAGIC = b"SSHKRL\n\0"

@@ -11,8 +11,9 @@ from __future__ import annotations
 import base64
 import binascii
 
-from gpudoctor.hosts.ssh.certificates import Certificate, blob_type, plain_key_blob
+from gpudoctor.hosts.ssh.certificates import Certificate, blob_type
 from gpudoctor.hosts.ssh.krl import KrlError, is_krl, parse_krl
+from gpudoctor.hosts.ssh.matching import plain_key_blob
 
 # A revocation list larger than this is refused rather than read into memory.
 MAX_BYTES = 64 << 20

@@ -28,9 +28,9 @@ from gpudoctor.hosts.ssh.certificates import (
     Certificate,
     check_host_certificate,
     parse_certificate,
-    plain_key_blob,
 )
 from gpudoctor.hosts.ssh.known_hosts import HostKeys, append_key, lookup
+from gpudoctor.hosts.ssh.matching import plain_key_blob
 from gpudoctor.hosts.ssh.revoked import RevocationError, revoked_by_file
 from gpudoctor.hosts.ssh.target import SSHTarget
 

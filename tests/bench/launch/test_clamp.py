@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpudoctor.bench.cell_spec import WorkloadSpec
-from gpudoctor.bench.launch.campaign import clamp_workload
+from gpudoctor.bench.launch.steps import clamp_workload
 from gpudoctor.bench.plan import Limits
 
 

@@ -10,7 +10,8 @@ import statistics
 from pathlib import Path
 
 from gpudoctor.bench.cell_spec import rate_from_json
-from gpudoctor.bench.launch.campaign import LaunchOptions, dry_run, run_campaign
+from gpudoctor.bench.launch.campaign import LaunchOptions, run_campaign
+from gpudoctor.bench.launch.dry_run import dry_run
 from gpudoctor.bench.load.arrivals import arrival_offsets
 from gpudoctor.bench.plan import load_plan
 from gpudoctor.bench.plan.search import passes

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.bench.launch.campaign import LaunchOptions, dry_run, run_campaign
+from gpudoctor.bench.launch.campaign import LaunchOptions, run_campaign
+from gpudoctor.bench.launch.dry_run import dry_run
 from gpudoctor.bench.plan import load_plan
 from gpudoctor.bench.results.compare import compare_runs
 from gpudoctor.bench.results.report import write_report

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.bench.launch.campaign import LaunchOptions, dry_run, run_campaign
+from gpudoctor.bench.launch.campaign import LaunchOptions, run_campaign
+from gpudoctor.bench.launch.dry_run import dry_run
 from gpudoctor.bench.plan import load_plan
 from gpudoctor.bench.results.run_dir import read_records
 from tests.bench.campaign_support import wait_no_leftovers, write

@@ -16,12 +16,12 @@ from gpudoctor.hosts.ssh.known_hosts import (
     PLAIN,
     REVOKED,
     append_key,
-    glob_match,
     hashed_name,
     lookup,
     match_host,
     parse_line,
 )
+from gpudoctor.hosts.ssh.matching import glob_match
 
 BLOB = base64.b64encode(b"\x00\x00\x00\x0bssh-ed25519key").decode()
 

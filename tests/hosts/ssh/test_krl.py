@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.hosts.ssh.certificates import parse_certificate, plain_key_blob
+from gpudoctor.hosts.ssh.certificates import parse_certificate
 from gpudoctor.hosts.ssh.krl import KrlError, parse_krl
+from gpudoctor.hosts.ssh.matching import plain_key_blob
 from gpudoctor.hosts.ssh.revoked import RevocationError, revoked_by_file
 from gpudoctor.hosts.ssh.wire import Reader, string
 

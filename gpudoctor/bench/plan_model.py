@@ -7,8 +7,10 @@ one or more arguments), the workload and the SLOs. Expansion gives one
 (server config, concurrency). Every config and cell has a stable key: a hash of its
 resolved contents, so results of different runs can be matched.
 
-This module imports nothing of the plan's parser (``plan.parser``), which builds these
-classes; :mod:`gpudoctor.bench.plan` puts the two together (no import cycle).
+It lives beside the plan package, not in it, so that the engines can name these types
+without reaching the parser (``plan.parser`` builds these classes and checks engine
+names against :data:`gpudoctor.bench.engines.ENGINES`): imports go one way,
+plan -> plan.parser -> engines -> plan_model.
 """
 
 from __future__ import annotations
@@ -294,7 +296,7 @@ class Plan:
 # ----------------------------------------------------------------------------- keys
 
 
-def _digest(obj: object, length: int) -> str:
+def digest(obj: object, length: int) -> str:
     blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=list)
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
 
@@ -303,7 +305,7 @@ def config_key(
     engine: str, model: ModelSpec, tp: int, args: tuple[tuple[str, ArgValue], ...], env: tuple
 ) -> str:
     """Return the 12-hex-digit key of a resolved server configuration (name-independent)."""
-    return _digest(
+    return digest(
         {
             "engine": engine,
             "model": model.identity,
@@ -356,7 +358,7 @@ def cell_key(
         data["request_rate"] = rate_to_json(request_rate)
     if repeat:
         data["repeat"] = repeat
-    return _digest(data, 16)
+    return digest(data, 16)
 
 
 def load_fields(cell: Cell) -> dict[str, object]:

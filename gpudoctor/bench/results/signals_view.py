@@ -136,10 +136,12 @@ def table_columns(
 ) -> tuple[tuple[str, ...], list[tuple[str, ...]], list[str]]:
     """Return the closing table's server-signal columns: (header, one row of texts per
     cell, footnotes). No columns when no cell has an available signal; then one footnote
-    says why they are not available (or nothing, for runs measured without a scraper)."""
+    says why they are not available when a /metrics was scraped (nothing when none was
+    configured, or for runs measured without a scraper)."""
     reasons = unavailable_reasons(cells)
+    scraped = any(((c.measurement or {}).get("server_signals") or {}).get("url") for c in cells)
     if not any(value(c, s) is not None for c in cells for s in TABLE_SIGNALS):
-        if not reasons:
+        if not reasons or not scraped:
             return (), [() for _ in cells], []
         why = next(iter(reasons.values()))
         return (), [() for _ in cells], [f"server signals: not available ({why})"]

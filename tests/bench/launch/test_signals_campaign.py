@@ -79,5 +79,23 @@ def test_without_metrics_path_every_signal_says_why(tmp_path: Path, tiny_model_d
     why = 'the plan sets no [engine] metrics_path (e.g. "/metrics")'
     assert all(v == {"available": False, "why": why} for v in s.values())
     table = results_table(out)
-    assert "KV max" not in table and f"server signals: not available ({why})" in table
+    assert "KV max" not in table and "server signals" not in table  # none asked for: no noise
     assert (out / "trace" / "fast_tp1-c4.json").is_file()  # the timeline needs no /metrics
+
+
+def test_a_server_without_metrics_is_named_under_the_table(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """``metrics_path`` set, the server answers 404 (as transformers serve does): every
+    signal says so, and one line under the closing table names the server's answer."""
+    text = stub_plan(tiny_model_dir, CONFIGS, "[4]", WORKLOAD).replace(
+        'version = "stub-1"', 'version = "stub-1"\nmetrics_path = "/metrics"'
+    )
+    out = tmp_path / "404"
+    run_campaign(load_plan(write(tmp_path, text, "404.toml")), LaunchOptions(out=out))
+    s = cell_record(out)["measurement"]["server_signals"]
+    assert s["scrapes"] >= 2 and s["failed"] == s["scrapes"]
+    assert all("HTTP 404" in v["why"] for v in s["signals"].values())
+    assert "server signals: not available (RuntimeError: GET http://127.0.0.1:" in results_table(
+        out
+    )

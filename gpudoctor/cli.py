@@ -34,6 +34,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "bench": ("gpudoctor.commands.bench:bench", "Run, resume and report a benchmark matrix."),
     "service": ("gpudoctor.commands.service:service", "Self-healing CT boot unit; alerts."),
+    "bundle": (
+        "gpudoctor.commands.bundle:bundle",
+        "Gather a redacted support archive (check, driver, kernel log, run failures).",
+    ),
     "list": (
         "gpudoctor.commands.list:list_checks",
         "List the check catalogue (ids, titles, severity).",

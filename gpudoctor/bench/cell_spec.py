@@ -100,6 +100,12 @@ class CellTarget:
         flush_cache_path: an endpoint to POST before the cell (SGLang ``/flush_cache``),
             or None when the engine has none.
         raw_path: where to write the per-request raw records (JSONL), or None.
+        metrics_url: the server's Prometheus ``/metrics`` URL to scrape during the cell
+            (the server signals), or None.
+        metrics_note: why there is no ``metrics_url`` (shown as "not available (...)").
+        trace_path: where to write the cell's request timeline (``RUN/trace/<cell>.json``,
+            a Chrome/Perfetto trace), or None.
+        label: the cell's name in its trace.
     """
 
     base_url: str
@@ -107,6 +113,10 @@ class CellTarget:
     tokenizer_dir: str
     flush_cache_path: str | None = None
     raw_path: Path | None = None
+    metrics_url: str | None = None
+    metrics_note: str = ""
+    trace_path: Path | None = None
+    label: str = ""
 
 
 def rate_to_json(rate: float | None) -> float | str | None:

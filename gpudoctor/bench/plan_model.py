@@ -78,6 +78,8 @@ class EngineSpec:
             ``{port}``, ``{tp}`` placeholders.
         ready_path: for ``command``: the readiness endpoint (default ``/health``).
         version: for ``command``: the version to record (nothing to ask).
+        metrics_path: for ``command``: its Prometheus endpoint (``/metrics``) when it
+            serves vLLM's or SGLang's metric names; None = no server signals.
     """
 
     name: str
@@ -89,6 +91,7 @@ class EngineSpec:
     command: tuple[str, ...] = ()
     ready_path: str | None = None
     version: str | None = None
+    metrics_path: str | None = None
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,8 @@ class RequestRecord:
         usage_prompt_tokens: ``usage.prompt_tokens`` as sent by the server.
         finish_reason: the server's ``finish_reason`` ("length", "stop"), if any.
         spec_verify_ct: SGLang ``meta_info.spec_verify_ct`` when the server sent it.
+        request_id: the server's id of the request (the stream's OpenAI ``id`` field,
+            at most 128 characters), None when it sent none.
         status_code: HTTP status (None when no response arrived).
         error_kind: one of ``ERROR_KINDS`` when ``ok`` is False.
         error: a one-line error message.
@@ -73,6 +75,7 @@ class RequestRecord:
     usage_prompt_tokens: int | None = None
     finish_reason: str | None = None
     spec_verify_ct: int | None = None
+    request_id: str | None = None
     status_code: int | None = None
     error_kind: str | None = None
     error: str | None = None

@@ -131,11 +131,21 @@ def compare(run_a: Path, run_b: Path, as_json: bool) -> None:
 
     click.echo("≈ within the noise (the 95 % bootstrap interval of B/A contains 1); "
                f"? cannot tell (< {MIN_REQUESTS} successful requests a side, or no raw records)")  # fmt: skip
+    _signal_lines(result.cells)
     for label, keys in (("only in A", result.only_a), ("only in B", result.only_b)):
         if keys:
             click.echo(f"{label}: {', '.join(keys)}")
     for key, why in result.not_measured.items():
         click.echo(f"not compared: {key} ({why})")
+
+
+def _signal_lines(cells) -> None:  # type: ignore[no-untyped-def]
+    """Print each matched cell's server signals, A -> B (nothing for runs without them)."""
+    for cell in cells:
+        if cell.signals:
+            click.echo(f"server signals {cell.config} (TP{cell.tp}) c={cell.concurrency}:")
+            for line in cell.signals:
+                click.echo(line)
 
 
 def _short_gpus(uuids: tuple[str, ...]) -> str:

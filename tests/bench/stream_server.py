@@ -13,12 +13,16 @@ the real tokenizer of ``--model`` (``tokenizer.json``); a prompt + ``max_tokens`
         [--max-model-len 2048] [--token-delay-ms 2] [--start-delay-s 0]
         [--exit-after-requests N] [--fail-start] [--max-running N] [--request-log PATH]
         [--hold-gpus TP] [--reject-status CODE] [--stream-nothing] [--fail-every N]
+        [--metrics-file PATH ...]
 
 Faults a benchmark must not call a success (issue 31): ``--reject-status 422`` answers
 every completion request with that status and ``transformers serve``'s own message
 (``Unexpected fields in the request: {'ignore_eos'}``); ``--stream-nothing`` answers 200
 and an SSE stream with no content token (``[DONE]`` only); ``--fail-every N`` answers
 every N-th completion request with HTTP 500.
+
+``--metrics-file`` (repeatable) serves ``GET /metrics`` as vLLM or SGLang would: the
+first file to the first scrape, the next to the next, the last from then on.
 
 ``--max-running N`` lets N requests generate at once (the others queue, as in a server
 with N sequence slots: latency then grows with the load); ``--request-log`` appends one
@@ -64,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
         "--max-running", type=int, default=0, help="requests generating at once (0 = all)"
     )
     p.add_argument("--request-log", default="", help="append one JSON line per request here")
+    p.add_argument("--metrics-file", action="append", default=[],
+                   help="serve GET /metrics: the Nth file to the Nth scrape, the last one "
+                   "after (recorded engine texts, tests/bench/data/metrics)")  # fmt: skip
     p.add_argument("--hold-gpus", type=int, default=0, help="hold TP stand-in GPUs (see above)")
     p.add_argument("--reject-status", type=int, default=0, help="answer every request with it")
     p.add_argument("--stream-nothing", action="store_true", help="200 with no content token")
@@ -141,6 +148,17 @@ def main() -> None:
         def do_GET(self) -> None:
             if self.path == "/health":
                 self._json(200, {"status": "ok"})
+            elif self.path == "/metrics" and args.metrics_file:
+                with lock:
+                    n = served.setdefault("scrapes", 0)
+                    served["scrapes"] = n + 1
+                with open(args.metrics_file[min(n, len(args.metrics_file) - 1)], "rb") as fh:
+                    data = fh.read()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
             elif self.path == "/v1/models":
                 card = {"id": args.model, "object": "model", "max_model_len": args.max_model_len}
                 self._json(200, {"object": "list", "data": [card]})
@@ -202,7 +220,10 @@ def main() -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
-            base = {"id": "cmpl-stub", "model": args.model, "created": int(time.time())}
+            with lock:
+                served["ids"] = served.get("ids", 0) + 1
+                request_id = f"cmpl-stub-{served['ids']}"
+            base = {"id": request_id, "model": args.model, "created": int(time.time())}
             for i in range(max_tokens):
                 time.sleep(args.token_delay_ms / 1000)
                 piece = {"delta": {"content": " tok"}} if chat else {"text": " tok"}

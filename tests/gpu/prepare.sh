@@ -22,7 +22,7 @@ wheels=(
   typing-inspection==0.4.5 fastapi==0.165.0 starlette==1.10.0 uvicorn==0.55.0 annotated-doc==0.0.7
   anyio==4.16.0 sniffio==1.3.1 h11==0.16.0 distro
   paramiko==5.1.0 bcrypt==5.0.0 PyNaCl==1.6.2 cryptography==50.0.2 cffi==2.1.1 pycparser==3.12
-  proxmoxer==2.3.0
+  proxmoxer==2.3.0 prometheus_client==0.26.0
   opentelemetry-api==1.45.2 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5
 )
 for spec in "${wheels[@]}"; do

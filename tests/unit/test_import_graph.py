@@ -70,6 +70,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gpudoctor.bench.launch",),  # the campaign: plan + engines + load + results
     ("gpudoctor.fleet",),
     ("gpudoctor.service",),
+    ("gpudoctor.support",),  # the support bundle: gathers through hosts, reads bench runs
     # the command line
     ("gpudoctor.cli",),
     ("gpudoctor.commands",),

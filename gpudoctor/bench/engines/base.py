@@ -89,10 +89,18 @@ class Engine(abc.ABC):
     reserved: tuple[str, ...] = ("host", "port")  # flags gpudoctor sets itself
     ready_path: str = "/health"
     flush_cache_path: str | None = None
+    # where the server's Prometheus metrics are (the cell's server signals); None: none
+    metrics_path: str | None = "/metrics"
     log_ready_pattern: str = r"Uvicorn running on|Application startup complete"
 
     def __init__(self, spec: EngineSpec) -> None:
         self.spec = spec
+
+    def metrics_url(self, base_url: str) -> tuple[str | None, str]:
+        """Return (the URL of the server's ``/metrics``, or None; why there is none)."""
+        if self.metrics_path is None:
+            return None, f"the {self.name} engine serves no /metrics"
+        return base_url.rstrip("/") + self.metrics_path, ""
 
     # ---- the command
     @property

@@ -47,6 +47,12 @@ class CommandServer(Engine):
         values = {"model": model.local_dir, "host": host, "port": str(port), "tp": str(config.tp)}
         return [word.format(**values) for word in self.spec.command] + render_args(config.args)
 
+    def metrics_url(self, base_url: str) -> tuple[str | None, str]:
+        """Return the plan's ``[engine] metrics_path`` under ``base_url``, or None and why."""
+        if not self.spec.metrics_path:
+            return None, 'the plan sets no [engine] metrics_path (e.g. "/metrics")'
+        return base_url.rstrip("/") + self.spec.metrics_path, ""
+
     def help_argv(self) -> list[str]:
         """Return the program (:meth:`launcher`) plus ``--help``."""
         return [*self.launcher(), "--help"]

@@ -38,6 +38,17 @@ class SGLang(Engine):
         """Return ``[python, -m, sglang.launch_server]``."""
         return [self.python, "-m", "sglang.launch_server"]
 
+    def command(
+        self, config: ServerConfig, model: ModelSpec, port: int, host: str = "127.0.0.1"
+    ) -> list[str]:
+        """Return the server's argv with ``--enable-metrics`` (SGLang serves ``/metrics``
+        only with it: the cell's server signals), unless the plan sets it false."""
+        argv = super().command(config, model, port, host)
+        declared = dict(self.spec.args) | dict(config.args)
+        if "--enable-metrics" in argv or declared.get("enable-metrics") is False:
+            return argv
+        return [*argv, "--enable-metrics"]
+
     def model_args(self, model: ModelSpec, config: ServerConfig) -> list[str]:
         """Return ``--model-path DIR --tp-size N`` (+ ``--served-model-name`` when set)."""
         argv = ["--model-path", model.local_dir, "--tp-size", str(config.tp)]

@@ -46,6 +46,9 @@ class TransformersServe(Engine):
     """``transformers serve`` with a preloaded local model."""
 
     name = "transformers"
+    # transformers serve 5.24.0 has no /metrics route (cli/serving/server.py): the scrape
+    # records the server's own 404 as why every signal is "not available"
+    metrics_path = "/metrics"
     package = "transformers"
     reserved = ("host", "port")
     ready_path = "/health"

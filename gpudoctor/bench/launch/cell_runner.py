@@ -28,6 +28,7 @@ from gpudoctor.bench.launch.run_writer import RunWriter
 from gpudoctor.bench.launch.server import ServerProcess
 from gpudoctor.bench.launch.steps import clamp_workload, keeps_text
 from gpudoctor.bench.plan import Cell, Plan, ServerConfig, load_fields
+from gpudoctor.bench.results.trace import cell_label, trace_path
 
 MeasureFn = Callable[..., dict[str, Any]]
 EXIT_GRACE_S = 2.0  # a failed cell's server: how long its exit may take to be seen (s)
@@ -102,6 +103,14 @@ class CellRunner:
             cell.config.label, cell.concurrency, status, extra.get("reason") or ""
         )
 
+    def _signal_fields(self, cell: Cell, base_url: str, run_dir: Any) -> dict[str, Any]:
+        """Return the CellTarget fields of the server signals and the request timeline:
+        the engine's /metrics URL (or why none) and ``RUN/trace/<cell>.json``."""
+        url, note = self.engine.metrics_url(base_url)
+        label = cell_label(cell.config.label, cell.concurrency, cell.request_rate, cell.repeat)
+        return {"metrics_url": url, "metrics_note": note, "label": label,
+                "trace_path": trace_path(run_dir, label)}  # fmt: skip
+
     def run(self, cell: Cell, server: RunningServer) -> str | None:
         """Measure ``cell`` on ``server`` and record it; return None, or why the server
         crashed during the cell (the cell is then recorded as crashed)."""
@@ -125,6 +134,7 @@ class CellRunner:
             tokenizer_dir=plan.model.tokenizer or plan.model.local_dir,
             flush_cache_path=self.engine.flush_cache_path,
             raw_path=raw,
+            **self._signal_fields(cell, server.base_url, rundir.path),
         )
         self.reporter.cell_start(cell.config.label, cell.concurrency)
         self.state.cell(str(server.facts.get("slot", 0)), cell.concurrency)

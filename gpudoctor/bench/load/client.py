@@ -84,11 +84,14 @@ class ClientOptions:
         return self.base_url.rstrip("/") + path
 
 
+REQUEST_ID_MAX = 128  # characters of the server's request id kept (a hostile one is cut)
+
+
 class _Stream:
     """Mutable per-request state while it streams (becomes a frozen RequestRecord)."""
 
-    __slots__ = ("chunk_times", "finish", "keep_text", "last_event", "max_chunks", "spec_verify_ct",
-                 "text_left", "texts", "usage")  # fmt: skip
+    __slots__ = ("chunk_times", "finish", "keep_text", "last_event", "max_chunks", "request_id",
+                 "spec_verify_ct", "text_left", "texts", "usage")  # fmt: skip
 
     def __init__(self, max_tokens: int = 1 << 30, keep_text: bool = False) -> None:
         self.chunk_times: list[float] = []
@@ -100,6 +103,7 @@ class _Stream:
         self.usage: dict[str, Any] | None = None
         self.finish: str | None = None
         self.spec_verify_ct: int | None = None
+        self.request_id: str | None = None
 
     def feed(self, payload: bytes, now: float, chat: bool) -> str | None:
         """Consume one ``data:`` payload; return an in-stream error message, else None."""
@@ -110,6 +114,8 @@ class _Stream:
         error = event.get("error")
         if error:
             return error.get("message", str(error)) if isinstance(error, dict) else str(error)
+        if self.request_id is None and isinstance(event.get("id"), str):
+            self.request_id = event["id"][:REQUEST_ID_MAX]  # the server's id (OpenAI "id")
         choices = event.get("choices")
         if choices:
             choice = choices[0]
@@ -243,6 +249,7 @@ async def send_request(
         usage_prompt_tokens=usage.get("prompt_tokens"),
         finish_reason=stream.finish,
         spec_verify_ct=stream.spec_verify_ct,
+        request_id=stream.request_id,
         status_code=status,
         error_kind=kind,
         error=message,

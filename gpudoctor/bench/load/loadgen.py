@@ -22,6 +22,7 @@ from gpudoctor import fsio
 from gpudoctor.bench.cell_spec import SLO, CellTarget, WorkloadSpec, rate_to_json
 from gpudoctor.bench.load import accept_length as spec
 from gpudoctor.bench.load.client import ClientOptions, make_client, run_requests
+from gpudoctor.bench.load.scraper import MetricsScraper
 from gpudoctor.bench.load.telemetry import GpuSampler
 from gpudoctor.bench.load.workload import Prompt, load_tokenizer
 from gpudoctor.bench.load.workloads import build_prompts
@@ -34,6 +35,10 @@ from gpudoctor.bench.results.metrics import (
     token_truth,
 )
 
+# /metrics scrapes during a cell, seconds apart (AIPerf: 0.333 s; per-cell means need no
+# more); the cost on the client
+# is measured by benchmarks/scrape_overhead.py
+SCRAPE_INTERVAL_S = 1.0
 WARMUP_MAX_TOKENS = 32  # as SGLang's warmup: min(output_len, 32)
 
 
@@ -114,7 +119,8 @@ async def _run_cell(
             except asyncio.TimeoutError:
                 out["flush_error"] = "the cell's deadline passed"
         cpu0 = time.process_time()
-        with GpuSampler(enabled=telemetry, gpus=telemetry_gpus) as sampler:
+        scraper = MetricsScraper(target.metrics_url, SCRAPE_INTERVAL_S, target.metrics_note)
+        with GpuSampler(enabled=telemetry, gpus=telemetry_gpus) as sampler, scraper:
             records, duration = await run_requests(
                 client,
                 options,
@@ -130,6 +136,7 @@ async def _run_cell(
         out["cpu_s"] = time.process_time() - cpu0
         out["records"], out["duration_s"] = records, duration
         out["telemetry"] = sampler.summary()
+        out["server_signals"] = scraper.summary()
         from_meta = spec.from_records(records)
         if from_meta is not None:
             out["accept_length"], out["accept_source"] = from_meta, "meta_info"
@@ -227,6 +234,10 @@ def measure_cell(
         if raw_file is not None:
             raw_file.close()
     records: list[RequestRecord] = result["records"]
+    if target.trace_path is not None:
+        from gpudoctor.bench.results.trace import write_trace
+
+        write_trace(target.trace_path, target.label, records, result["server_signals"])
     split_itl = bool(result["accept_length"]) and keep_text
     if split_itl:  # outside the timed loop: tokenizing costs CPU per chunk
         records = [retokenize_chunks(r, tokenizer) for r in records]
@@ -267,5 +278,6 @@ def measure_cell(
         "accept_length_source": result["accept_source"],
         "prompts_cut": sum(1 for p in prompts if p.cut_from is not None),
         "telemetry": result["telemetry"],
+        "server_signals": result["server_signals"],
         "client": client,
     }

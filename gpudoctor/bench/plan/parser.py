@@ -295,6 +295,7 @@ def _parse_engine(r: _Reader, t: dict) -> EngineSpec:
         "command",
         "ready_path",
         "version",
+        "metrics_path",
     }
     r.check_keys(t, keys, "engine")
     name = r.typed(t, "name", "engine.name", (str,), None)
@@ -309,6 +310,12 @@ def _parse_engine(r: _Reader, t: dict) -> EngineSpec:
         raise r.error("engine.command", "must contain {port} (gpudoctor picks a free port)")
     args = r.args(t.get("args", {}), "engine.args")
     _refuse_reserved(r, name, args, "engine.args")
+    metrics_path = r.typed(t, "metrics_path", "engine.metrics_path", (str,), None)
+    if metrics_path is not None and (name != "command" or not metrics_path.startswith("/")):
+        raise r.error(
+            "engine.metrics_path",
+            'a path such as "/metrics", for name = "command" only (sglang and vllm: built in)',
+        )
     return EngineSpec(
         name=name,
         python=r.typed(t, "python", "engine.python", (str,), None),
@@ -323,6 +330,7 @@ def _parse_engine(r: _Reader, t: dict) -> EngineSpec:
         command=tuple(command),
         ready_path=r.typed(t, "ready_path", "engine.ready_path", (str,), None),
         version=r.typed(t, "version", "engine.version", (str,), None),
+        metrics_path=metrics_path,
     )
 
 

@@ -15,6 +15,7 @@ interval of the first repeats, contains 1.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from gpudoctor.bench.cell_spec import rate_to_json
 from gpudoctor.bench.results import noise
 from gpudoctor.bench.results.reader import CellResult, read_run
 from gpudoctor.bench.results.repeats import RepeatGroup, Spread, group_cells
+from gpudoctor.bench.results.signals_view import compare_lines
 
 COMPARED = (*noise.BOOTSTRAPPED, "accept_length")
 
@@ -56,6 +58,7 @@ class CellRatio:
     repeat_intervals: dict[str, tuple[float, float] | None] = field(default_factory=dict)
     gpus_a: tuple[str, ...] = ()
     gpus_b: tuple[str, ...] = ()
+    signals: tuple[str, ...] = ()  # server signals A -> B (signals_view.compare_lines)
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,9 @@ def compare_cells(
         if not (group_a.measured and group_b.measured):
             not_measured[group_a.group] = f"A {group_a.status()}, B {group_b.status()}"
             continue
-        matched.append(_group_ratio(group_a, group_b, dir_a, dir_b))
+        ratio_ab = _group_ratio(group_a, group_b, dir_a, dir_b)
+        lines = tuple(compare_lines(group_a.first, group_b.first))
+        matched.append(dataclasses.replace(ratio_ab, signals=lines) if lines else ratio_ab)
     return Comparison(
         cells=tuple(matched),
         only_a=tuple(g.group for g in groups_a if g.group not in groups_b),

@@ -235,6 +235,19 @@ def _machine(run_dir: Path) -> str:
     return _table(("fact", "value"), machine_rows(facts))
 
 
+def _signals_and_timeline(run_dir: Path, cells: Sequence[CellResult]) -> list[str]:
+    """Return the server-signal panels (one per signal over load) and the request
+    timeline's section; nothing for a run measured without them."""
+    from gpudoctor.bench.results import signals_view, timeline_html
+
+    xlabel, x_of = _load_axis(cells)
+    panels = signals_view.html_panels(cells, x_of, xlabel)
+    out = ["<h2>Server signals (from /metrics during each cell)</h2>",
+           '<div class="charts">', *panels, "</div>"] if panels else []  # fmt: skip
+    timeline = timeline_html.section(run_dir)
+    return [*out, timeline] if timeline else out
+
+
 def render_html(run_dir: Path, run: RunResults, notes: Sequence[str] = ()) -> str:
     """Return report.html's text for the run (``notes``: warnings shown at the top)."""
     cells = list(run.cells)
@@ -254,6 +267,7 @@ def render_html(run_dir: Path, run: RunResults, notes: Sequence[str] = ()) -> st
         '<h2>Charts</h2><div class="charts">', *svgs, "</div>",
         "<h2>Cells</h2>", _summary(groups),
         "<h2>Search: the highest load that met the SLO</h2>", _searches(run.searches),
+        *_signals_and_timeline(run_dir, cells),
         "<h2>Failed, crashed and skipped cells: server log tails</h2>", _failures(cells),
         "<h2>Machine</h2>", _machine(run_dir),
         "</body></html>",

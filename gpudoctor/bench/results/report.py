@@ -203,6 +203,14 @@ def placement_table(cells: Sequence[CellResult]) -> list[str]:
     return [*lines, ""]
 
 
+def server_signal_lines(cells: Sequence[CellResult]) -> list[str]:
+    """Return report.md's server-signals section as lines (none for runs without it)."""
+    from gpudoctor.bench.results.signals_view import markdown_section
+
+    section = markdown_section(cells)
+    return ["", *section.rstrip("\n").split("\n")] if section else []
+
+
 def render_markdown(
     run_dir: Path, cells: Sequence[CellResult], plots: Sequence[Path], notes: Sequence[str] = ()
 ) -> str:
@@ -225,6 +233,7 @@ def render_markdown(
         *([] if plots else ["No plots: " + PLOTS_HINT + "."]),
         "",
         *placement_table(cells),
+        *server_signal_lines(cells),
     ]
     if notes:
         lines[3:3] = [*(f"> **Warning:** {md_text(n)}" for n in notes), ""]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from gpudoctor.bench.cell_spec import rate_label
 from gpudoctor.bench.results.reader import CellResult, ResultsError, SearchLine, read_run
 from gpudoctor.bench.results.repeats import RepeatGroup, group_cells
+from gpudoctor.bench.results.signals_view import table_columns
 
 if TYPE_CHECKING:
     from gpudoctor.bench.plan import Plan
@@ -119,7 +120,10 @@ def results_table(run_dir: Path, plan: Plan | None = None) -> str:
     if rated:
         header = (*header[:3], "rate", *header[3:])
         rows = [(*r[:3], rate_text(g.first), *r[3:]) for r, g in zip(rows, groups, strict=True)]
-    return "\n".join([title, format_table(header, rows), *search_lines(run.searches)])
+    extra, values, notes = table_columns([g.first for g in groups])
+    header = (*header, *extra)
+    rows = [(*r, *v) for r, v in zip(rows, values, strict=True)]
+    return "\n".join([title, format_table(header, rows), *notes, *search_lines(run.searches)])
 
 
 def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:

@@ -1,0 +1,1 @@
+"""The support bundle (``gpudoctor bundle``): gather, redact, pack."""

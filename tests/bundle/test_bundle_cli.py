@@ -1,0 +1,130 @@
+"""``gpudoctor bundle`` as a real subprocess: the archive's contents, and no planted
+secret anywhere in it (environment, a bench run's server log, the kernel log)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import socket
+import stat
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.cli.support import ERROR_LINE, gpudoctor, last_line
+
+ENV_TOKEN = "hf_PlantedEnvToken0123456789abcdef"
+CUSTOM_SECRET = "opaque-planted-secret-value-31337"
+LOG_TOKEN = "ghp_PlantedLogToken0123456789abcdefABCD"
+LOG_IP = "10.77.66.55"
+
+
+def named(name: str, text: str) -> bool:
+    """Return True when ``name`` occurs in ``text`` as a whole word (a short host name
+    such as ``vm`` is also part of ``nvml``)."""
+    return re.search(rf"(?<![A-Za-z0-9_-]){re.escape(name)}(?![A-Za-z0-9_-])", text) is not None
+
+
+def members(path: Path) -> dict[str, str]:
+    """Return every file of the archive at ``path``: name -> text."""
+    with tarfile.open(path) as tar:
+        return {
+            m.name: tar.extractfile(m).read().decode()  # type: ignore[union-attr]
+            for m in tar.getmembers()
+        }
+
+
+def planted_run(root: Path) -> Path:
+    """A bench run directory with one ok and one crashed cell whose server log tail
+    holds a token, an IP and this machine's host name."""
+    run = root / "run"
+    run.mkdir()
+    ok = {"key": "a", "status": "ok", "config": "c1", "concurrency": 1, "tp": 1}
+    crashed = {
+        "key": "b", "status": "crashed", "config": "c1", "concurrency": 8, "tp": 1,
+        "reason": "server exited 1",
+        "server_log_tail": [f"login with token={LOG_TOKEN} from {LOG_IP}",
+                            f"CUDA error on {socket.gethostname()}: out of memory"],
+    }  # fmt: skip
+    (run / "results.jsonl").write_text(json.dumps(ok) + "\n" + json.dumps(crashed) + "\n")
+    return run
+
+
+def test_local_bundle_holds_the_facts_and_no_planted_secret(tmp_path: Path) -> None:
+    out = tmp_path / "b.tar.gz"
+    run = planted_run(tmp_path)
+    env = {"HF_TOKEN": ENV_TOKEN, "ACME_SECRET": CUSTOM_SECRET, "NCCL_DEBUG": "INFO"}
+    done = gpudoctor("bundle", "-o", str(out), "--run", str(run), env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {out}" in done.stdout
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    files = members(out)
+    names = {n.removeprefix("gpudoctor-bundle/") for n in files}
+    assert {"check.json", "local/uname.txt", "local/kernel-log-nvidia.txt",
+            "local/nvidia-driver-version.txt", "local/versions.json", "local/environment.txt",
+            "run/status.json", "run/failures.jsonl", "MANIFEST.json",
+            "REDACTED.json"} <= names  # fmt: skip
+    everything = "\n".join(files.values())
+    for planted in (ENV_TOKEN, CUSTOM_SECRET, LOG_TOKEN, LOG_IP, socket.gethostname()):
+        assert not named(planted, everything), planted
+    assert json.loads(files["gpudoctor-bundle/check.json"])["schema"] == "gpudoctor.check/1"
+    failures = [
+        json.loads(line)
+        for line in files["gpudoctor-bundle/run/failures.jsonl"].split("\n")
+        if line
+    ]
+    assert [f["key"] for f in failures] == ["b"]  # the failed cell only
+    tail = failures[0]["server_log_tail"]
+    assert tail[0] == "login with token=<secret-1> from <ip-1>"
+    assert tail[1] == "CUDA error on <host-1>: out of memory"
+    assert "HF_TOKEN=<set, value withheld>" in files["gpudoctor-bundle/local/environment.txt"]
+    assert "NCCL_DEBUG=INFO" in files["gpudoctor-bundle/local/environment.txt"]
+    ledger = json.loads(files["gpudoctor-bundle/REDACTED.json"])["redacted"]
+    by_ph = {e["placeholder"]: e for e in ledger}
+    assert by_ph["<ip-1>"]["files"] == {"run/failures.jsonl": 1}
+    assert by_ph["<host-1>"]["kind"] == "host"
+
+
+def test_no_redact_keeps_names_but_never_a_secret(tmp_path: Path) -> None:
+    out = tmp_path / "b.tar.gz"
+    run = planted_run(tmp_path)
+    done = gpudoctor("bundle", "-o", str(out), "--run", str(run), "--no-redact", "--json",
+                     env={"HF_TOKEN": ENV_TOKEN})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["identities_redacted"] is False
+    everything = "\n".join(members(out).values())
+    assert LOG_IP in everything and named(socket.gethostname(), everything)
+    assert ENV_TOKEN not in everything and LOG_TOKEN not in everything
+
+
+@pytest.mark.skipif(not os.access("/dev/kmsg", os.W_OK), reason="needs root to write /dev/kmsg")
+def test_a_token_in_the_kernel_log_is_replaced(tmp_path: Path) -> None:
+    """Plants a line in the REAL kernel log (``echo ... > /dev/kmsg``, what a driver's
+    printk does) and finds it, redacted, among the bundle's NVIDIA lines."""
+    marker = f"NVRM: gpudoctor-bundle-test {os.getpid()} token={LOG_TOKEN}"
+    with open("/dev/kmsg", "w") as kmsg:
+        kmsg.write(marker + "\n")
+    out = tmp_path / "b.tar.gz"
+    assert gpudoctor("bundle", "-o", str(out)).returncode == 0
+    log = members(out)["gpudoctor-bundle/local/kernel-log-nvidia.txt"]
+    assert f"NVRM: gpudoctor-bundle-test {os.getpid()} token=<secret-1>" in log
+    assert LOG_TOKEN not in log
+
+
+def test_unwritable_output_is_one_line_error(tmp_path: Path) -> None:
+    done = gpudoctor("bundle", "-o", str(tmp_path / "missing" / "b.tar.gz"))
+    assert done.returncode == 1
+    assert ERROR_LINE.match(last_line(done.stderr)), done.stderr
+    assert not (tmp_path / "missing").exists()
+
+
+def test_archive_is_a_valid_gzip_tar_with_one_root(tmp_path: Path) -> None:
+    out = tmp_path / "b.tar.gz"
+    assert gpudoctor("bundle", "-o", str(out), "--json").returncode == 0
+    with tarfile.open(fileobj=io.BytesIO(out.read_bytes()), mode="r:gz") as tar:
+        assert {m.name.split("/")[0] for m in tar.getmembers()} == {"gpudoctor-bundle"}
+        assert all(m.isfile() and m.mode == 0o600 for m in tar.getmembers())

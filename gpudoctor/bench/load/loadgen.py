@@ -109,7 +109,7 @@ async def _run_cell(
             if rejected:  # fail fast: the measured requests would be rejected the same way
                 out["warmup"]["rejected"] = True
                 out["first_error"] = _error_of(rejected[0])
-                out.update(cpu_s=0.0, records=[], duration_s=0.0, telemetry={})
+                out.update(cpu_s=0.0, records=[], duration_s=0.0, telemetry={}, server_signals={})
                 return out
         if target.flush_cache_path:
             try:

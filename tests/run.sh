@@ -13,8 +13,8 @@
 # libc6-dev (the unit tests build a stand-in libcuda.so.1). Python packages: the project with
 # its [test] extra in .venv; olah in .venv-olah.
 # Proxmox generations (docs/testing.md): Debian 11 and 13 rootfs (debootstrap, cached) for the
-# stand-in hosts of tests/lab/test_pve_generations.py, and a Debian 13 chroot where the unit,
-# CLI and fixer tests run again on Python 3.13 after the suite (tests/lab/python313.py).
+# stand-in hosts of tests/lab/test_pve_generations.py, and a Debian 13 chroot where the unit
+# tests run again on Python 3.13 after the suite (tests/lab/python313.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,7 +63,7 @@ export GPUDOCTOR_OLAH_CLI="$PWD/.venv-olah/bin/olah-cli"
 status=0
 .venv/bin/python -m pytest "$@" || status=$?
 if [ $# -eq 0 ]; then
-  # Proxmox VE 9 (Debian 13, Python 3.13): the unit, CLI and fixer tests again on its Python.
+  # Proxmox VE 9 (Debian 13, Python 3.13): the unit tests again on its Python.
   .venv/bin/python -m tests.lab.python313 run || { s=$?; [ "$status" -ne 0 ] || status=$s; }
 fi
 exit "$status"

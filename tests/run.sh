@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the test suite needs on a fresh Debian 12 machine (as root), then run it.
-#   bash tests/run.sh                 # the whole suite (what .ci/run runs)
-#   bash tests/run.sh -k incident     # extra arguments go to pytest
+#   bash tests/run.sh                 # the whole suite, then the Python 3.13 stage (what .ci/run runs)
+#   bash tests/run.sh -k incident     # extra arguments go to pytest (no 3.13 stage)
 # System packages: LXC + uidmap + busybox (real containers for the lab; the lab grants root
 # the subordinate ids its unprivileged CTs need and takes them back), OpenSSH server (a real sshd
 # on 127.0.0.1), util-linux (unshare/nsenter/flock), git (olah serves git repos), systemd
@@ -10,13 +10,17 @@
 # rootfs of the systemd-as-PID-1 drill, built from the apt mirror once and cached in
 # /var/cache/gpudoctor-tests), slurm-wlm + munge (a real one-node Slurm on 127.0.0.1 for
 # `bench submit --slurm`: tests/lab/slurm.py), chromium (report.html rendered headless), strace
-# (the order of fsync and rename seen on a real process; a rename failed on purpose). Python
-# packages: the project with its [test] extra in .venv; olah in .venv-olah.
+# (the order of fsync and rename seen on a real process; a rename failed on purpose), gcc +
+# libc6-dev (the unit tests build a stand-in libcuda.so.1). Python packages: the project with
+# its [test] extra in .venv; olah in .venv-olah.
+# Proxmox generations (docs/testing.md): Debian 11 and 13 rootfs (debootstrap, cached) for the
+# stand-in hosts of tests/lab/test_pve_generations.py, and a Debian 13 chroot where the unit
+# tests run again on Python 3.13 after the suite (tests/lab/python313.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=(lxc uidmap busybox-static openssh-server openssh-client util-linux iproute2 procps git
-  systemd prometheus prometheus-node-exporter debootstrap chromium slurm-wlm munge strace)
+  systemd prometheus prometheus-node-exporter debootstrap chromium slurm-wlm munge strace gcc libc6-dev)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -49,4 +53,18 @@ export GPUDOCTOR_OLAH_CLI="$PWD/.venv-olah/bin/olah-cli"
 .venv/bin/python -c "from tests.ops.systemd_ct import systemd_rootfs_tarball as t; print(t())" \
   >/dev/null 2>&1 || echo "tests/run.sh: the systemd rootfs could not be built now (its test says why)" >&2
 
-exec .venv/bin/python -m pytest "$@"
+# The same for the Proxmox VE 7/9 userlands: the stand-in hosts' Debian 11 and 13 rootfs, and
+# the Debian 13 chroot with gpudoctor installed on its Python 3.13 (pip: the registry reached
+# with this machine's CA certificates copied into the chroot's trust store).
+.venv/bin/python -m tests.lab.pve_generations >/dev/null ||
+  echo "tests/run.sh: a Debian rootfs could not be built now (the stand-in host tests say why)" >&2
+.venv/bin/python -m tests.lab.python313 prepare >/dev/null ||
+  echo "tests/run.sh: the Python 3.13 chroot could not be prepared now (its stage fails)" >&2
+
+status=0
+.venv/bin/python -m pytest "$@" || status=$?
+if [ $# -eq 0 ]; then
+  # Proxmox VE 9 (Debian 13, Python 3.13): the unit tests again on its Python.
+  .venv/bin/python -m tests.lab.python313 run || { s=$?; [ "$status" -ne 0 ] || status=$s; }
+fi
+exit "$status"

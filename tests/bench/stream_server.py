@@ -24,6 +24,9 @@ every N-th completion request with HTTP 500.
 ``--metrics-file`` (repeatable) serves ``GET /metrics`` as vLLM or SGLang would: the
 first file to the first scrape, the next to the next, the last from then on.
 
+``--exit-after-requests N`` crashes the server (exit 3) when request N+1 arrives; its
+clients see their connections closed only once the process is dead (``_crash``).
+
 ``--max-running N`` lets N requests generate at once (the others queue, as in a server
 with N sequence slots: latency then grows with the load); ``--request-log`` appends one
 JSON line per request (arrival time, the prompt or the chat messages) for tests that
@@ -175,7 +178,7 @@ def main() -> None:
                 served["n"] += 1
                 if args.exit_after_requests and served["n"] > args.exit_after_requests:
                     print("stream_server: injected crash", flush=True)
-                    os._exit(3)
+                    _crash(3)
                 number = served["n"]
             if args.reject_status:
                 unexpected = {k for k in body if k in ("ignore_eos", "min_tokens")} or {"x"}
@@ -240,6 +243,30 @@ def main() -> None:
     server.daemon_threads = True
     print(f"stream_server: Uvicorn running on http://{args.host}:{args.port}", flush=True)
     server.serve_forever()
+
+
+def _crash(code: int) -> None:
+    """Exit with ``code`` now (``os._exit``: no cleanup, as a crash), in an order clients can
+    rely on: the process is already dead (a zombie its parent can reap) when its clients
+    see their connections closed.
+
+    The kernel closes a dying process's sockets BEFORE it becomes a zombie, so a client
+    could see the reset, finish its work and ask whether the server is still alive while
+    it still runs: the verdict would depend on the box's load. So a forked keeper holds
+    every descriptor (sockets, log pipe) open until this process is a zombie, then exits."""
+    pid = os.getpid()
+    if os.fork() == 0:  # the keeper: only os calls between fork and _exit
+        while True:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as fh:
+                    state = fh.read().rsplit(b")", 1)[1].split()[0]
+            except (FileNotFoundError, ProcessLookupError):
+                break  # reaped already
+            if state in (b"Z", b"X"):
+                break
+            time.sleep(0.002)
+        os._exit(0)
+    os._exit(code)
 
 
 def _token_counter(model_dir: str):

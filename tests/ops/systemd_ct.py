@@ -2,7 +2,7 @@
 
 The rootfs is Debian bookworm built by Debian's own ``debootstrap`` from the mirror this
 machine's apt uses (``/etc/apt/sources.list(.d)``), with ``systemd``, ``systemd-sysv`` and
-``python3``; it is cached as a tarball in :data:`CACHE` so later runs only unpack it.
+``python3``; it is cached as a tarball (tests/lab/debian_rootfs.py) so later runs only unpack it.
 The CT is a real LXC container on the lab's pure cgroup v2 (tests/lab), configured as
 LXC's own ``common.conf`` does for systemd guests (``lxc.autodev``, ``cgroup:mixed``,
 ``SIGRTMIN+3`` to halt); its network is ``empty`` (only ``lo``), a CT whose network never
@@ -12,71 +12,27 @@ their own paths, so ``gpudoctor`` runs inside as it does on this machine.
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
 import subprocess
-import tarfile
 from pathlib import Path
 
 from tests.conftest import lab_unavailable
+from tests.lab.debian_rootfs import DebianRelease, RootfsUnavailable, rootfs_tarball
 from tests.lab.lxc import Lab, LabContainer, host_python_mounts
 from tests.ops.campaign_ct import CampaignCt
 
-CACHE = Path(os.environ.get("GPUDOCTOR_TEST_CACHE", "/var/cache/gpudoctor-tests"))
-TARBALL = CACHE / "debian12-systemd-rootfs.tar"
-PACKAGES = "systemd,systemd-sysv,python3"
-SUITE = "bookworm"
-
-
-def debian_mirror() -> str:
-    """Return the Debian archive URI this machine's apt uses for bookworm (one-line
-    ``deb URI SUITE ...`` lists or deb822 ``URIs:``/``Suites:`` stanzas), else
-    deb.debian.org."""
-    texts = []
-    for path in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
-        if path.is_file() and path.suffix in (".list", ".sources", ""):
-            texts.append(path.read_text(errors="replace"))
-    for text in texts:
-        for match in re.finditer(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)", text, re.M):
-            if match.group(2) == SUITE:
-                return match.group(1)
-        for stanza in re.split(r"\n\s*\n", text):
-            uris = re.search(r"^URIs:\s*(\S+)", stanza, re.M)
-            suites = re.search(r"^Suites:\s*(.+)$", stanza, re.M)
-            if uris and suites and SUITE in suites.group(1).split():
-                return uris.group(1)
-    return "http://deb.debian.org/debian"
+SYSTEMD_DEBIAN = DebianRelease("bookworm", 12, ("systemd", "systemd-sysv", "python3"), "systemd")
 
 
 def systemd_rootfs_tarball() -> Path:
-    """Return the cached Debian 12 + systemd rootfs tarball, built with ``debootstrap
-    --variant=minbase --include=systemd,systemd-sysv,python3 bookworm DIR MIRROR`` the
-    first time (a minute with a reachable mirror). Skip (fail under
-    GPUDOCTOR_REQUIRE_LAB) when debootstrap is missing or cannot reach the mirror."""
-    if TARBALL.is_file():
-        return TARBALL
-    if shutil.which("debootstrap") is None:
-        lab_unavailable("debootstrap missing (apt-get install debootstrap; tests/run.sh does)")
-    CACHE.mkdir(parents=True, exist_ok=True)
-    work = CACHE / f"build-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
-    mirror = debian_mirror()
+    """Return the cached Debian 12 + systemd rootfs tarball, built the first time with
+    ``debootstrap --variant=minbase --include=systemd,systemd-sysv,python3 bookworm DIR
+    MIRROR`` (tests/lab/debian_rootfs.py). Skip (fail under GPUDOCTOR_REQUIRE_LAB) when
+    debootstrap is missing or cannot reach the mirror."""
     try:
-        done = subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(work / "rootfs"), mirror],
-            capture_output=True, text=True, timeout=1500,
-        )  # fmt: skip
-        if done.returncode != 0:
-            tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
-            lab_unavailable(f"debootstrap {SUITE} from {mirror} failed: {' | '.join(tail)}")
-        partial = CACHE / f".{TARBALL.name}.{os.getpid()}"
-        with tarfile.open(partial, "w") as tar:
-            tar.add(work / "rootfs", arcname=".")
-        os.replace(partial, TARBALL)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return TARBALL
+        return rootfs_tarball(SYSTEMD_DEBIAN)
+    except RootfsUnavailable as exc:
+        lab_unavailable(str(exc))
+        raise  # not reached: lab_unavailable skips or fails
 
 
 class SystemdContainer(LabContainer):

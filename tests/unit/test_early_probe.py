@@ -204,11 +204,25 @@ def probe_code(body: str) -> list[str]:
     """argv of a probe whose source defines ``main(stages)`` running ``body`` (and runs it
     when started as a script, as a spawned probe is)."""
     source = (
-        "import os, sys, time\n\ndef main(stages):\n"
+        "import os, sys, time\n\n"
+        "def write_whole(path, value):\n"
+        "    with open(path + '.part', 'w') as fh:\n        fh.write(str(value))\n"
+        "    os.rename(path + '.part', path)\n\n"
+        "def main(stages):\n"
         + "".join(f"    {line}\n" for line in body.splitlines())
         + "\nif __name__ == '__main__':\n    main(sys.argv[1:])\n"
     )
     return [sys.executable, "-I", "-S", "-c", source, "env", "cuda"]
+
+
+def wait_for_content(path: Path, bound_s: float = 60.0) -> str:
+    """Return ``path``'s text once a probe has written it (whole: written then renamed),
+    polling; ``bound_s`` bounds a broken probe only, no timing is judged."""
+    deadline = time.monotonic() + bound_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"the probe never wrote {path}"
+        time.sleep(0.01)
+    return path.read_text()
 
 
 def stages_of(stdout: str) -> dict[str, dict]:
@@ -252,17 +266,20 @@ def test_the_forked_probe_prints_what_the_spawned_interpreter_prints(tmp_path):
 
 
 @pytest.mark.parametrize("start", [early_probe.spawn, early_probe.fork_probe])
-def test_a_probe_hung_in_cuinit_is_killed_at_its_timeout_with_what_it_printed(start):
+def test_a_probe_hung_in_cuinit_is_killed_at_its_timeout_with_what_it_printed(start, tmp_path):
     """A probe hung in cuInit, spawned or forked: it leads its own session, so at the
     deadline its whole process group (the grandchild holding the pipe too, else the read
     would wait 60 s) is SIGKILLed, and the stage it announced is still returned (the
     parent names the hung stage)."""
+    forked = tmp_path / "grandchild.pid"
     argv = probe_code(
         'print(\'{"stage": "cuda", "started": true}\', flush=True)\n'
-        "os.fork() or time.sleep(60)\n"
+        "pid = os.fork()\n"
+        f"pid or time.sleep(60)\nwrite_whole({str(forked)!r}, pid)\n"
         "time.sleep(60)"
     )
     early_probe._PENDING.append(start(argv))
+    wait_for_content(forked)  # the stage announced, the grandchild started: now hung
     outcome = early_probe.adopt(argv, timeout_s=0.5)
     assert outcome is not None and outcome["timed_out"] is True
     assert outcome["returncode"] == -9
@@ -294,6 +311,9 @@ def _cmdline_once_exec_is_done(pid: int) -> list[bytes]:
 def test_the_mode_picks_fork_or_a_new_interpreter(mode, forked, monkeypatch):
     """Default: fork; GPUDOCTOR_EARLY_PROBE=spawn: a new interpreter (the latency A/B)."""
     monkeypatch.setattr(early_probe, "nvidia_registered", lambda: True)
+    # a probe that lives until discarded: the real one exits at once on a GPU-less box,
+    # and a reaped child has no /proc/PID/exe to read
+    monkeypatch.setattr(early_probe, "probe_argv", lambda python: probe_code("time.sleep(60)"))
     if mode:
         monkeypatch.setenv("GPUDOCTOR_EARLY_PROBE", mode)
     else:
@@ -403,10 +423,11 @@ def test_after_the_kill_a_helper_holding_the_pipes_is_not_waited_for(start, tmp_
         'print(\'{"stage": "cuda", "started": true}\', flush=True)\n'
         "import subprocess\n"
         "helper = subprocess.Popen(['setsid', 'sleep', '600'])\n"
-        f"open({str(pid_file)!r}, 'w').write(str(helper.pid))\n"
+        f"write_whole({str(pid_file)!r}, helper.pid)\n"
         "time.sleep(600)"
     )
     early_probe._PENDING.append(start(argv))
+    wait_for_content(pid_file)  # the stage announced, the helper started: now hung
     box: dict = {}
     reader = threading.Thread(target=lambda: box.update(early_probe.adopt(argv, 0.5) or {}))
     reader.start()

@@ -388,10 +388,11 @@ def environment_facts(engine: str, engine_version: str | None, arch: str) -> dic
     return facts
 
 
-def _cpu_model() -> str | None:
-    """Return the CPU's model name (``grep -m1 'model name' /proc/cpuinfo``), None if unknown."""
+def _cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str | None:
+    """Return the CPU's model name (``grep -m1 'model name' /proc/cpuinfo``), else
+    ``platform.processor()``, None if unknown."""
     try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+        with open(cpuinfo_path, encoding="utf-8", errors="replace") as cpuinfo:
             for line in cpuinfo:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()

@@ -4,14 +4,18 @@ NVML fails (no driver, no GPU)."""
 from __future__ import annotations
 
 import calendar
+import os
+import platform
+import re
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from gpudoctor.bench.results.run_dir import environment_facts
+from gpudoctor.bench.results.run_dir import _cpu_model, environment_facts
 
 
 class FakeNvml:
@@ -128,3 +132,35 @@ def test_the_start_time_is_utc_whatever_the_local_zone(monkeypatch: pytest.Monke
     after = time.time()
     started = calendar.timegm(time.strptime(facts["started_at"], "%Y-%m-%dT%H:%M:%SZ"))
     assert before <= started <= after
+
+
+def test_the_cpu_and_its_load_are_recorded() -> None:
+    """A benchmarker reads the client machine beside the GPUs: its CPU model (as
+    ``grep -m1 'model name' /proc/cpuinfo`` shows it), its CPU count and the load average
+    at the start (others' work slows the load generator)."""
+    cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    named = re.search(r"^model name\s*: (.*)$", cpuinfo, re.M)
+    facts = environment_facts("sglang", None, "sm_90")
+    assert facts["cpu_model"] == (named.group(1).strip() if named else platform.processor() or None)
+    assert facts["cpus"] == os.cpu_count()
+    assert len(facts["load_avg"]) == 3
+    assert all(x == round(x, 2) and x >= 0 for x in facts["load_avg"])
+
+
+def test_the_cpu_model_is_read_whole_and_undecodable_bytes_do_not_stop_it(tmp_path: Path) -> None:
+    """The first ``model name`` line's value, colons in the name kept; bytes that are not
+    UTF-8 become U+FFFD; a file with no such line falls back to ``platform.processor()``."""
+    info = tmp_path / "cpuinfo"
+    info.write_bytes(
+        b"processor\t: 0\nvendor_id\t: X\xff\nmodel name\t: Vendor CPU: rev 2 @ 3.00GHz \n"
+        b"model name\t: second\n"
+    )
+    assert _cpu_model(str(info)) == "Vendor CPU: rev 2 @ 3.00GHz"
+    info.write_bytes(b"processor\t: 0\nModel Name: not this\n")
+    assert _cpu_model(str(info)) == (platform.processor() or None)
+    assert _cpu_model(str(tmp_path / "missing")) == (platform.processor() or None)
+
+
+def test_load_averages_are_rounded_to_hundredths(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.23456, 0.005, 12.0))
+    assert environment_facts("sglang", None, "sm_90")["load_avg"] == [1.23, 0.01, 12.0]

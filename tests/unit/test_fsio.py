@@ -282,3 +282,47 @@ def test_make_missing_dirs_never_follows_another_users_link(tmp_path: Path) -> N
         " directory, or choose a the directory whose parents belong to you or root"
     )
     assert os.listdir(tmp_path / "target") == []
+
+
+def test_walk_path_follows_the_kernels_walk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``.`` stays, ``..`` goes up from the real directory reached, a relative path starts
+    at the working directory, a link's target is walked name by name (its own ``..`` and
+    missing names included), and a path that exists ends with nothing missing."""
+    tmp_path.chmod(0o755)
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "up").symlink_to("../real/sub")
+    (tmp_path / "links" / "half").symlink_to("../real/missing/deeper")
+    walk = fsio.walk_path
+    assert walk(tmp_path / "real" / "." / "sub", "--out") == fsio.Walk(
+        tmp_path / "real" / "sub", (), False
+    )
+    assert walk(f"{tmp_path}/real/./../real/sub", "--out").existing == tmp_path / "real" / "sub"
+    assert walk(f"{tmp_path}/real/sub/../new/x", "--out") == fsio.Walk(
+        tmp_path / "real", ("new", "x"), False
+    )
+    assert walk(tmp_path / "links" / "up" / "a", "--out") == fsio.Walk(
+        tmp_path / "real" / "sub", ("a",), False
+    )
+    assert walk(tmp_path / "links" / "half" / "a", "--out") == fsio.Walk(
+        tmp_path / "real", ("a",), True
+    )
+    monkeypatch.chdir(tmp_path / "real")
+    assert walk("sub/b", "--out") == fsio.Walk(tmp_path / "real" / "sub", ("b",), False)
+
+
+def test_walk_path_follows_forty_links_and_refuses_the_forty_first(tmp_path: Path) -> None:
+    """As the kernel's ELOOP limit: a chain of 40 links resolves, 41 is refused (errno 40)."""
+    tmp_path.chmod(0o755)
+    (tmp_path / "end").mkdir()
+    target = "end"
+    for i in range(41):
+        (tmp_path / f"l{i}").symlink_to(target)
+        target = f"l{i}"
+    assert fsio.walk_path(tmp_path / "l39", "--to").existing == tmp_path / "end"
+    with pytest.raises(FsioError) as caught:
+        fsio.walk_path(tmp_path / "l40", "--to")
+    assert caught.value.errno == 40
+    assert str(caught.value) == f"{tmp_path / 'l40'}: too many levels of symbolic links"

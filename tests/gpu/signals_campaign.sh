@@ -5,8 +5,7 @@
 # "not available" with the server's own answer (HTTP 404) as the reason, never 0.
 #
 # Usage (repo root, on the device): bash tests/gpu/signals_campaign.sh
-# Carry: .whl/ (transformers 5.24 + serving deps, tests/gpu/prepare.sh) and .whl-extra/
-# (prometheus_client). Locally on a CPU: WHEELS=0 DEVICE=cpu PY=.venv/bin/python bash ...
+# Carry: .whl/ (transformers 5.24 + serving deps and prometheus_client: tests/gpu/prepare.sh). Locally on a CPU: WHEELS=0 DEVICE=cpu PY=.venv/bin/python bash ...
 # Output in $OUT: signals-h200.tar.gz (results, traces, report.md/html), table.txt, report.md.
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,7 +25,7 @@ export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false 
 gd() { "$PY" -m gpudoctor "$@"; }
 if [ "${WHEELS:-1}" = 1 ] && [ ! -e /tmp/site/.signals ]; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl .whl-extra/*.whl && touch /tmp/site/.signals
+    --target /tmp/site .whl/*.whl && touch /tmp/site/.signals
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$WORK/machine.txt"
 if [ ! -f "$MIRROR/$MODEL_ID/.gpudoctor-manifest.json" ]; then

@@ -12,10 +12,10 @@ import click
 from gpudoctor import fsio
 from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
+    CHECK_TIMEOUT,
     FLAVOR,
     KNOWN_HOSTS,
     LXCPATH,
-    SECONDS,
     require_writable_file,
 )
 from gpudoctor.exit_codes import ExitCode
@@ -48,13 +48,7 @@ from gpudoctor.exit_codes import ExitCode
     is_flag=True,
     help="Keep host names, IPs, MAC addresses and user names (secrets are removed anyway).",
 )
-@click.option(
-    "--timeout",
-    type=SECONDS,
-    default=20.0,
-    show_default=True,
-    help="Seconds each check (and the CUDA/NVML probe) may take.",
-)
+@CHECK_TIMEOUT
 @KNOWN_HOSTS
 @ACCEPT_NEW_HOST_KEY
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")

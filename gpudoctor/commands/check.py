@@ -10,6 +10,7 @@ import click
 from gpudoctor import errors, fsio
 from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
+    CHECK_TIMEOUT,
     COUNT_MAX,
     FLAVOR,
     KNOWN_HOSTS,
@@ -130,13 +131,7 @@ def validate_selection(only: tuple[str, ...], ct: str | None, flavor: str, fleet
     help="Run only these checks or families "
     "(device, cuda.init); their requirements run too. Repeatable or comma-separated.",
 )
-@click.option(
-    "--timeout",
-    type=SECONDS,
-    default=20.0,
-    show_default=True,
-    help="Seconds each check (and the CUDA/NVML probe) may take.",
-)
+@CHECK_TIMEOUT
 @click.option(
     "--host",
     "host_spec",

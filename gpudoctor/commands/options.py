@@ -32,6 +32,13 @@ SECONDS = Seconds(min=0, min_open=True, max=86400)
 # A count option (GPUs, targets at once): at most this many.
 COUNT_MAX = 4096
 
+CHECK_TIMEOUT = click.option(
+    "--timeout",
+    type=SECONDS,
+    default=20.0,
+    show_default=True,
+    help="Seconds each check (and the CUDA/NVML probe) may take.",
+)
 FLAVOR = click.option(
     "--flavor",
     type=click.Choice(["pve", "lxc"]),

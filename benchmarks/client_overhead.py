@@ -78,7 +78,7 @@ def _free_port() -> int:
 
 
 def _wait_port(port: int) -> None:
-    for _ in range(200):
+    for _ in range(400):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
             return

@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from client_overhead import _free_port, _wait_port
 
 EVENT = b'{"id":"x","object":"text_completion","model":"bench-model","choices":[{"index":0,"text":" tok","finish_reason":null}]}'
 
@@ -113,22 +115,6 @@ def gpudoctor_client(port: int, rate: float, count: int, tokens: int = 8) -> Non
                 **{k: metrics[k] for k in ("median_ttft_ms", "median_tpot_ms", "median_itl_ms")}}  # fmt: skip
 
     print(json.dumps(asyncio.run(go())))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_port(port: int) -> None:
-    for _ in range(400):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("endpoint did not start")
 
 
 def _server_rate(arrivals: list[float], count: int) -> tuple[int, float | None]:

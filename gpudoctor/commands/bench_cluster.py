@@ -100,7 +100,12 @@ def submit(plan_path: Path, slurm: bool, out: Path, shards: int | None, gpus_per
     Example:
       gpudoctor bench submit --slurm plan.toml --out /shared/runs/x --shards 8
     """
-    from gpudoctor.bench.launch.slurm import SlurmError, campaign_dir, read_submissions
+    from gpudoctor.bench.launch.slurm import (
+        SlurmError,
+        campaign_dir,
+        read_submissions,
+        require_clients,
+    )
     from gpudoctor.bench.launch.slurm import submit as do_submit
     from gpudoctor.bench.plan import PlanError, load_plan
     from gpudoctor.bench.results.run_dir import RunDirError
@@ -110,6 +115,7 @@ def submit(plan_path: Path, slurm: bool, out: Path, shards: int | None, gpus_per
     except PlanError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
+        require_clients()  # no sbatch: nothing is made under --out
         campaign_dir(out)  # DIR and slurm/ judged before anything in them is read
         earlier = read_submissions(out)
         n = shards or (int(earlier[-1]["shards"]) if earlier else len(plan.configs))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -79,6 +80,16 @@ def _run(argv: list[str], timeout_s: float = 60.0, stdin: str | None = None) -> 
             f"{shlex.join(argv[:2])} failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}"
         )
     return proc.stdout
+
+
+def require_clients(names: tuple[str, ...] = ("sbatch", "squeue")) -> None:
+    """Raise SlurmError (the one line :func:`_run` gives) when a Slurm client command is not
+    on PATH (``command -v sbatch``), so a submit that cannot reach Slurm makes nothing."""
+    for name in names:
+        if shutil.which(name) is None:
+            raise SlurmError(
+                f"{name} not found: is this a Slurm login node? (apt install slurm-client)"
+            )
 
 
 def shard_cells(plan: Plan, n: int) -> dict[int, set[str]]:

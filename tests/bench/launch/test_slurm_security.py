@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from gpudoctor.bench.plan import load_plan
@@ -120,3 +122,23 @@ def test_edited_submissions_never_reach_slurm_as_anything_but_job_ids(
     seen = json.loads(shown.stdout)["slurm"]
     assert [s["array_job"] for s in seen["submissions"]] == ["4242"]
     assert "--help" not in json.dumps(seen) and "--me" not in json.dumps(seen)
+
+
+def test_a_submit_without_slurm_clients_makes_nothing(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """`bench submit --slurm` on a machine without sbatch (not a Slurm login node): one line
+    naming sbatch and the package, exit 1, and no --out directory or slurm/ left behind."""
+    plan_path = write(tmp_path, packed_plan(tiny_model_dir, tp1_configs(2)))
+    out = tmp_path / "campaign"
+    empty_path = tmp_path / "bin"
+    empty_path.mkdir()  # PATH with no Slurm client in it
+    done = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "bench", "submit", "--slurm", str(plan_path),
+         "--out", str(out), "--shards", "2"],
+        capture_output=True, text=True, env={**os.environ, "PATH": str(empty_path)}, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "gpudoctor: error: sbatch not found: is this a Slurm login node? (apt install"
+        " slurm-client); run it again with --debug for the details"
+    )
+    assert not out.exists()

@@ -355,3 +355,43 @@ def test_a_plain_lxc_config_with_no_device_rules_gets_no_allow_list(
     assert any("lxc.mount.entry = /dev/nvidia-uvm" in line for line in added)
     assert any("devices.allow" in line for line in added) is allow_list
     assert (p.missing == ()) is not allow_list
+
+
+# --- bind mounts into /dev that have no create= ------------------------------------------
+
+
+def test_a_bind_mount_into_dev_without_create_gets_one_in_place() -> None:
+    """LXC's /dev is a fresh tmpfs: a bind mount with nothing to land on is skipped. The
+    planner rewrites each such line where it stands (file for a node, dir for a node
+    directory) and says why; a line that already has ``create=``, a mount outside /dev,
+    a non-bind mount and a source the host does not have are left alone."""
+    dri = node("/dev/dri", 0, 0, kind="dir", children=(RENDER_NODE,))
+    text = (
+        "arch: amd64\n"
+        f"lxc.mount.entry: {RENDER} dev/dri/renderD128 none bind,optional\n"
+        "lxc.mount.entry: /dev/dri/ dev/dri none bind,optional\n"
+        f"{RENDER_MOUNT}\n"
+        "lxc.mount.entry: /dev/dri srv/dri none bind,optional\n"
+        "lxc.mount.entry: tmpfs dev/shm tmpfs defaults\n"
+        "lxc.mount.entry: /dev/gone dev/gone none bind,optional\n"
+        f"{RENDER_RULE}\n"
+    )
+    p = plan(parse(text), facts_with(RENDER_NODE, dri), only())
+    why = (
+        "{} has no create=: the CT's /dev has no file for the bind mount to land on, so LXC"
+        " skips it and the node is missing inside after every start"
+    )
+    assert [(e.action, e.line, e.reason) for e in p.edits] == [
+        ("remove", f"lxc.mount.entry: {RENDER} dev/dri/renderD128 none bind,optional",
+         why.format("/dev/dri/renderD128")),
+        ("add", f"lxc.mount.entry: {RENDER} dev/dri/renderD128 none bind,optional,create=file",
+         why.format("/dev/dri/renderD128")),
+        ("remove", "lxc.mount.entry: /dev/dri/ dev/dri none bind,optional", why.format("/dev/dri")),
+        ("add", "lxc.mount.entry: /dev/dri/ dev/dri none bind,optional,create=dir",
+         why.format("/dev/dri")),
+    ]  # fmt: skip
+    assert p.new_text.splitlines()[1:3] == [
+        f"lxc.mount.entry: {RENDER} dev/dri/renderD128 none bind,optional,create=file",
+        "lxc.mount.entry: /dev/dri/ dev/dri none bind,optional,create=dir",
+    ]
+    assert p.new_text.splitlines()[3:] == text.splitlines()[3:]

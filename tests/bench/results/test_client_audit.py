@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpudoctor.bench.request_record import RequestRecord
-from gpudoctor.bench.results.metrics import client_audit
+from gpudoctor.bench.results.metrics import client_audit, token_truth
 
 KEYS = ("target_rate", "achieved_rate", "rate_ratio", "schedule_delay_ms_p50",
         "schedule_delay_ms_p99", "schedule_delay_ms_max", "slot_wait_ms_p99", "cpu_busy")  # fmt: skip
@@ -80,3 +80,34 @@ def test_degenerate_schedules_give_no_rate_rather_than_a_division_by_zero() -> N
     assert together["target_rate"] == pytest.approx(1 / 0.3)
     assert together["rate_ratio"] is None  # both dispatched at 0 s: no span to compare
     assert client_audit([], 0.0, 0.0) == dict.fromkeys(KEYS)
+
+
+def test_the_rates_use_the_first_and_last_send_and_the_schedules_own_span() -> None:
+    """Two requests leaving together then one later: 2 gaps over 0.5 s. A schedule that
+    starts at 1 s (a trace's offsets) spans 0.5 s, not 1.5."""
+    audit = client_audit([sent(0.0), sent(0.0), sent(0.5)], 1.0, 0.1)
+    assert audit["achieved_rate"] == pytest.approx(4.0)
+    offset = client_audit([sent(1.0, 1.0, 0.0), sent(1.5, 1.5, 0.0)], 1.0, 0.1)
+    assert offset["target_rate"] == pytest.approx(2.0)
+    assert offset["rate_ratio"] == pytest.approx(1.0)
+
+
+def test_the_p99_send_lag_is_interpolated_below_the_worst() -> None:
+    """Lags 0, 0 and 100 ms: p99 = 98 ms (linear, as np.percentile), the max 100 ms."""
+    audit = client_audit([sent(0.0, 0.0, 0.0), sent(0.1, 0.1, 0.0), sent(0.3, 0.2, 0.0)], 1.0, 0.1)
+    assert audit["schedule_delay_ms_p99"] == pytest.approx(98.0)
+    assert audit["schedule_delay_ms_max"] == pytest.approx(100.0)
+
+
+def test_without_usage_the_streamed_tokens_are_counted() -> None:
+    """A server that sends no ``usage``: the output length is the content chunks' tokens
+    (one per chunk when the chunks' token counts are unknown); a reply of exactly the
+    forced length is no mismatch."""
+    exact = RequestRecord(index=0, prompt_len=16, max_tokens=8, send_s=0.0, ok=True, wall_s=0.1,
+                          chunk_times_s=(0.01,) * 8, chunk_tokens=())  # fmt: skip
+    counted = RequestRecord(index=1, prompt_len=16, max_tokens=8, send_s=0.0, ok=True, wall_s=0.1,
+                            chunk_times_s=(0.01,) * 4, chunk_tokens=(2, 2, 2, 2))  # fmt: skip
+    short = RequestRecord(index=2, prompt_len=16, max_tokens=8, send_s=0.0, ok=True, wall_s=0.1,
+                          chunk_times_s=(0.01,) * 7, chunk_tokens=())  # fmt: skip
+    assert token_truth([exact, counted], forced=True)["token_count_mismatches"] == 0
+    assert token_truth([exact, counted, short], forced=True)["token_count_mismatches"] == 1

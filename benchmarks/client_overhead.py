@@ -34,18 +34,24 @@ EVENT = (
 )
 
 
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """Return one HTTP/1.1 request's head and body (by its content-length) from ``reader``."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return head, (await reader.readexactly(length) if length else b"")
+
+
 async def _serve(port: int, mode: str, gap_s: float) -> None:
     """The trivial endpoint: reads one request, streams ``max_tokens`` events + usage."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                body = json.loads(await reader.readexactly(length))
+                _, raw = await read_request(reader)
+                body = json.loads(raw)
                 tokens = int(body.get("max_tokens", 16))
                 writer.write(
                     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"

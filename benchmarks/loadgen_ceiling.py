@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from client_overhead import _free_port, _wait_port
+from client_overhead import _free_port, _wait_port, read_request
 
 EVENT = b'{"id":"x","object":"text_completion","model":"bench-model","choices":[{"index":0,"text":" tok","finish_reason":null}]}'
 
@@ -46,12 +46,7 @@ def serve(port: int, log_path: str, gap_s: float = 0.0) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                body = await reader.readexactly(length) if length else b""
+                head, body = await read_request(reader)
                 if head.startswith(b"GET"):
                     data = b'{"object":"list","data":[{"id":"bench-model","object":"model"}]}'
                     writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # an environment variable (or config key) whose value is a secret
@@ -201,9 +200,3 @@ def _is_ip(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def secret_names(environ: dict[str, str]) -> Iterable[str]:
-    """Return the names of ``environ``'s secret-named variables (their values are never
-    written to a bundle)."""
-    return (name for name in environ if SECRET_NAME.search(name))

@@ -29,7 +29,7 @@ from typing import Any
 from gpudoctor.hosts.ssh.host import SSHHost
 from tests.lab.debian_rootfs import DebianRelease, RootfsUnavailable, rootfs_tarball, unpack
 from tests.lab.lxc import Lab, LabContainer, LabError
-from tests.lab.sshd import free_port, keygen
+from tests.lab.sshd import free_port, keygen, lab_ssh_host
 
 PVE7 = DebianRelease("bullseye", 11, ("python3", "openssh-server"), "pve7")
 PVE9 = DebianRelease("trixie", 13, ("python3", "openssh-server"), "pve9")
@@ -136,15 +136,7 @@ class StandinHost(LabContainer):
 
     def host(self, **opts: Any) -> SSHHost:
         """Return an SSHHost for root on this stand-in, trusting only its known_hosts."""
-        settings: dict[str, Any] = {
-            "key_filename": str(self.client_key),
-            "known_hosts": str(self.known_hosts),
-            "ssh_config": None,
-            "system_known_hosts": False,
-            "connect_timeout": 10.0,
-        }
-        settings.update(opts)
-        return SSHHost(self.spec, **settings)
+        return lab_ssh_host(self.spec, self.client_key, self.known_hosts, **opts)
 
 
 def standin_host(lab: Lab, generation: str, allow: Iterable[str] = ()) -> StandinHost:

@@ -21,6 +21,20 @@ from tests.lab.lxc import LabError, PureCgroup2Namespace
 SSHD = "/usr/sbin/sshd"
 
 
+def lab_ssh_host(spec: str, client_key: Path, known_hosts: Path, /, **opts: Any) -> SSHHost:
+    """Return an SSHHost for ``spec`` with the lab's client key, trusting only the lab's
+    ``known_hosts`` (no ~/.ssh/config, no system known_hosts); ``opts`` override these."""
+    settings: dict[str, Any] = {
+        "key_filename": str(client_key),
+        "known_hosts": str(known_hosts),
+        "ssh_config": None,
+        "system_known_hosts": False,
+        "connect_timeout": 10.0,
+    }
+    settings.update(opts)
+    return SSHHost(spec, **settings)
+
+
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as sock:
@@ -191,15 +205,7 @@ class LabSSHD:
     def host(self, **opts: Any) -> SSHHost:
         """Return an SSHHost for root on this server, trusting only its known_hosts file
         (not ~/.ssh/known_hosts nor ~/.ssh/config); ``opts`` override the defaults."""
-        settings: dict[str, Any] = {
-            "key_filename": str(self.client_key),
-            "known_hosts": str(self.known_hosts),
-            "ssh_config": None,
-            "system_known_hosts": False,
-            "connect_timeout": 10.0,
-        }
-        settings.update(opts)
-        return SSHHost(self.spec, **settings)
+        return lab_ssh_host(self.spec, self.client_key, self.known_hosts, **opts)
 
     def stop(self) -> None:
         """Stop sshd (SIGTERM, then SIGKILL) and wait for it."""

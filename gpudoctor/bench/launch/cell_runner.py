@@ -159,9 +159,10 @@ class CellRunner:
                   "timings": timings, "raw": str(raw.relative_to(rundir.path))}  # fmt: skip
         process = server.process
         outcome = cell_outcome(measurement, plan.limits)
-        if outcome["status"] == "failed" and process.alive():
+        if outcome["status"] == "failed" and _connections_broke(measurement) and process.alive():
             # a server dying as the requests failed: the kernel closes its sockets (the
             # requests fail) before its exit can be reaped; give the exit a moment to land
+            # (a server that answered, 4xx or 5xx, is alive: no wait for it)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.proc.wait(timeout=EXIT_GRACE_S)
         if not process.alive():
@@ -177,3 +178,10 @@ class CellRunner:
 
             self.measure = measure_cell
         return self.measure
+
+
+def _connections_broke(measurement: dict[str, Any]) -> bool:
+    """Return whether any request failed for a broken or refused connection (the errors
+    of a server that is dying), rather than for an answer the server gave."""
+    errors = measurement.get("errors") or {}
+    return bool(errors.get("disconnect") or errors.get("connect"))

@@ -63,11 +63,6 @@ def histogram_text(cell: CellResult) -> str:
     return " ".join(f"{float(v):.2f}" for v in per.values())
 
 
-def has_signals(cells: Sequence[CellResult]) -> bool:
-    """Return True when any cell carries scraped server signals."""
-    return any((c.measurement or {}).get("server_signals") for c in cells)
-
-
 def markdown_section(cells: Sequence[CellResult]) -> str:
     """Return report.md's "Server signals" section: one row per measured cell, and why
     a signal is not available (the first reason seen per signal)."""

@@ -30,6 +30,16 @@ lxc.cgroup2.devices.allow = c 195:* rwm
 CONF
 }
 
+ct_nvidia_mounts() {  # ct_nvidia_mounts: print the bind mounts of the NVIDIA nodes (as the seed's CTs)
+  cat <<'CONF'
+lxc.mount.entry = /dev/nvidia0 dev/nvidia0 none bind,optional,create=file
+lxc.mount.entry = /dev/nvidiactl dev/nvidiactl none bind,optional,create=file
+lxc.mount.entry = /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file
+lxc.mount.entry = /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none bind,optional,create=file
+lxc.mount.entry = /dev/nvidia-caps dev/nvidia-caps none bind,optional,create=dir
+CONF
+}
+
 gpu_ct_env() {  # gpu_ct_env: (from the repo root) the carried wheels into /tmp/site, Debian's
   # LXC debs unpacked into /opt/lxcroot, lxc-* wrappers on PATH; exports PYTHONPATH and PATH
   if ls .whl/*.whl >/dev/null 2>&1 && [ ! -e /tmp/site/.installed ]; then  # run_campaign.sh may have

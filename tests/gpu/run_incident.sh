@@ -95,11 +95,7 @@ lxc.mount.entry = /opt opt none rbind,ro 0 0
 lxc.mount.entry = $REPO ${REPO#/} none bind,ro,create=dir 0 0
 lxc.mount.entry = /tmp/site tmp/site none bind,ro,create=dir 0 0
 lxc.mount.entry = tmpfs dev/shm tmpfs rw,nosuid,nodev,size=8g,create=dir 0 0
-lxc.mount.entry = /dev/nvidia0 dev/nvidia0 none bind,optional,create=file
-lxc.mount.entry = /dev/nvidiactl dev/nvidiactl none bind,optional,create=file
-lxc.mount.entry = /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file
-lxc.mount.entry = /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none bind,optional,create=file
-lxc.mount.entry = /dev/nvidia-caps dev/nvidia-caps none bind,optional,create=dir
+$(ct_nvidia_mounts)
 CONF
 mkdir -p /tmp/site
 cat "$LXCPATH/$CT/config"

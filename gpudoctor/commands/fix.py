@@ -186,7 +186,7 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
     Exit codes:
       0  applied, or nothing to change
       1  gpudoctor error (host unreachable, backup not saved, not a Proxmox host)
-      2  usage error (bad option, --device that is no character device)
+      2  usage error (bad option, --device that is missing or no character device)
       3  not applied, failed or rolled back (locked CT, changed since the plan, CT did
          not come back, device still fails), or nothing to pass through (no NVIDIA
          driver on the host and no --device)

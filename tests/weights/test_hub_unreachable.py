@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.weights.conftest import WeightsCli, dir_files, make_model_files, model_part
+from tests.weights.conftest import WeightsCli, dir_files, make_model_files
 from tests.weights.hub_server import HubServer
 from tests.weights.test_ensure_cli import REPO, assert_one_line_error, publish
 

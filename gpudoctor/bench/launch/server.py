@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import re
 import signal
 import socket
@@ -44,11 +45,33 @@ class ServerCrashed(RuntimeError):
         self.returncode = returncode
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port that is free on ``host`` right now (bind to port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+class NoFreePort(RuntimeError):
+    """Every port of the plan's ``engine.port_range`` is in use (the message says which)."""
+
+
+def free_port(host: str = "127.0.0.1", port_range: tuple[int, int] | None = None) -> int:
+    """Return a TCP port that is free on ``host`` right now: any (bind to port 0), or one of
+    ``port_range`` (low, high inclusive), tried from a random one on so that servers started
+    at once rarely pick the same. Raises NoFreePort when the whole range is taken."""
+    if port_range is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            return int(s.getsockname()[1])
+    low, high = port_range
+    count = high - low + 1
+    first = random.randrange(count)
+    for step in range(count):
+        port = low + (first + step) % count
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise NoFreePort(
+        f"no free port in engine.port_range {low}-{high} ({count} port(s), all in use on"
+        f" {host}): widen the range or stop what listens there (ss -ltnp)"
+    )
 
 
 try:  # resolved in the parent: the child between fork and exec only calls it

@@ -21,8 +21,9 @@ from gpudoctor.bench.launch.cell_runner import EngineFacts, RunningServer
 from gpudoctor.bench.launch.live_state import LiveState
 from gpudoctor.bench.launch.progress import PlainReporter
 from gpudoctor.bench.launch.run_writer import RunWriter
-from gpudoctor.bench.launch.server import ServerCrashed, ServerProcess, free_port
+from gpudoctor.bench.launch.server import NoFreePort, ServerCrashed, ServerProcess, free_port
 from gpudoctor.bench.launch.slots import Slot, visible_devices
+from gpudoctor.bench.launch.steps import CampaignError
 from gpudoctor.bench.plan import Plan, ServerConfig
 from gpudoctor.bench.plan import quirks as quirks_mod
 
@@ -58,10 +59,15 @@ class ServerLifecycle:
 
     def start(self, config: ServerConfig, slot: Slot | None = None) -> RunningServer:
         """Start ``config``'s server (on ``slot``'s GPUs) and wait until it is ready; return
-        it. Raises StartFailed (the server stopped) when it does not start."""
+        it. Raises StartFailed (the server stopped) when it does not start, CampaignError
+        when ``engine.port_range`` has no free port (the cells stay pending for a resume)."""
         started = time.monotonic()
         for attempt in (1, 2):
-            process, base_url, facts = self._spawn(config, attempt, slot)
+            try:
+                port = free_port(port_range=self.plan.engine.port_range)
+            except NoFreePort as exc:  # the machine's, not the configuration's: stop here
+                raise CampaignError(f"{exc}; nothing was run for {config.label}") from None
+            process, base_url, facts = self._spawn(config, attempt, slot, port)
             server = RunningServer(config, process, base_url, facts, started)
             try:
                 self._wait_ready(server)
@@ -80,11 +86,10 @@ class ServerLifecycle:
         raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _spawn(
-        self, config: ServerConfig, attempt: int, slot: Slot | None
+        self, config: ServerConfig, attempt: int, slot: Slot | None, port: int
     ) -> tuple[ServerProcess, str, dict[str, Any]]:
-        """Start the server of ``config`` on a free port (on ``slot``'s GPUs when given:
+        """Start the server of ``config`` on ``port`` (on ``slot``'s GPUs when given:
         ``CUDA_VISIBLE_DEVICES=<uuids>``); return it, its URL and its facts."""
-        port = free_port()
         argv = self.engine.command(config, self.plan.model, port)
         rundir = self.writer.rundir
         log = rundir.log_path(config.label)

@@ -296,6 +296,7 @@ def _parse_engine(r: _Reader, t: dict) -> EngineSpec:
         "ready_path",
         "version",
         "metrics_path",
+        "port_range",
     }
     r.check_keys(t, keys, "engine")
     name = r.typed(t, "name", "engine.name", (str,), None)
@@ -331,7 +332,27 @@ def _parse_engine(r: _Reader, t: dict) -> EngineSpec:
         ready_path=r.typed(t, "ready_path", "engine.ready_path", (str,), None),
         version=r.typed(t, "version", "engine.version", (str,), None),
         metrics_path=metrics_path,
+        port_range=_port_range(r, t),
     )
+
+
+_PORT_RANGE = re.compile(r"^\s*(\d{1,5})\s*-\s*(\d{1,5})\s*$")
+
+
+def _port_range(r: _Reader, t: dict) -> tuple[int, int] | None:
+    """Return ``engine.port_range`` ("30000-30100") as (low, high), or None when absent."""
+    text = r.typed(t, "port_range", "engine.port_range", (str,), None)
+    if text is None:
+        return None
+    match = _PORT_RANGE.match(text)
+    low, high = (int(match[1]), int(match[2])) if match else (0, 0)
+    if not match or not 1024 <= low <= high <= 65535:
+        raise r.error(
+            "engine.port_range",
+            f'expected "LOW-HIGH" with 1024 <= LOW <= HIGH <= 65535 (e.g. "30000-30100"),'
+            f" got {text!r}",
+        )
+    return low, high
 
 
 def _parse_workload(r: _Reader, t: dict, base_dir: PurePath | None) -> WorkloadSpec:

@@ -15,18 +15,26 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpudoctor.bench.engines import Engine
 from gpudoctor.bench.launch.cell_runner import EngineFacts, RunningServer
 from gpudoctor.bench.launch.live_state import LiveState
 from gpudoctor.bench.launch.progress import PlainReporter
 from gpudoctor.bench.launch.run_writer import RunWriter
-from gpudoctor.bench.launch.server import NoFreePort, ServerCrashed, ServerProcess, free_port
+from gpudoctor.bench.launch.server import (
+    ExternalServer,
+    NoFreePort,
+    ServerCrashed,
+    ServerProcess,
+    free_port,
+)
 from gpudoctor.bench.launch.slots import Slot, visible_devices
 from gpudoctor.bench.launch.steps import CampaignError
 from gpudoctor.bench.plan import Plan, ServerConfig
 from gpudoctor.bench.plan import quirks as quirks_mod
 
+ATTACH_WAIT_S = 10.0  # how long a plan's running server (engine.server_url) may take to answer
 _PORT_TAKEN = re.compile(r"address already in use|Errno 98|EADDRINUSE", re.IGNORECASE)
 
 
@@ -62,6 +70,8 @@ class ServerLifecycle:
         it. Raises StartFailed (the server stopped) when it does not start, CampaignError
         when ``engine.port_range`` has no free port (the cells stay pending for a resume)."""
         started = time.monotonic()
+        if self.plan.engine.server_url:
+            return self._attach(config, started)
         for attempt in (1, 2):
             try:
                 port = free_port(port_range=self.plan.engine.port_range)
@@ -84,6 +94,26 @@ class ServerLifecycle:
                 self.stop(server)
                 raise
         raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def _attach(self, config: ServerConfig, started: float) -> RunningServer:
+        """Return the plan's already running server (``engine.server_url``) once it answers
+        its readiness check; CampaignError when it does not. Nothing is started (or, at the
+        end, stopped): its facts say ``launched: false``."""
+        url = str(self.plan.engine.server_url)
+        facts: dict[str, Any] = {"launched": False, "url": url, "port": urlsplit(url).port}
+        self.reporter.config(config.label, f"measuring the running server at {url} (not started)")
+        server = RunningServer(config, ExternalServer(), url, facts, started)
+        try:
+            self._wait_ready(server, min(self.plan.engine.startup_timeout_s, ATTACH_WAIT_S))
+        except ServerCrashed:
+            path = getattr(self.engine, "ready_path", "/health")
+            raise CampaignError(
+                f"engine.server_url {url} does not answer (GET {path}): start the server first,"
+                " or remove server_url to let gpudoctor start one"
+            ) from None
+        self.state.start("0", {"label": config.label, "slot": 0, "pid": None, "gpus": [],
+                               "gpu_indices": [], "log": None, "url": url})  # fmt: skip
+        return server
 
     def _spawn(
         self, config: ServerConfig, attempt: int, slot: Slot | None, port: int
@@ -118,14 +148,16 @@ class ServerLifecycle:
                                        "log": facts["log"]})  # fmt: skip
         return process, f"http://127.0.0.1:{port}", facts
 
-    def _wait_ready(self, server: RunningServer) -> None:
-        """Wait for readiness, then learn the real max context (raises ServerCrashed)."""
+    def _wait_ready(self, server: RunningServer, timeout_s: float | None = None) -> None:
+        """Wait for readiness (``timeout_s``, default the plan's ``startup_timeout_s``), then
+        learn the real max context (raises ServerCrashed)."""
         import httpx
 
         facts, base_url = server.facts, server.base_url
+        timeout_s = self.plan.engine.startup_timeout_s if timeout_s is None else timeout_s
         with httpx.Client() as client:
             facts["startup_s"] = round(server.process.wait_ready(
-                lambda: self.engine.is_ready(client, base_url), self.plan.engine.startup_timeout_s,
+                lambda: self.engine.is_ready(client, base_url), timeout_s,
                 self.engine.log_ready_pattern), 3)  # fmt: skip
             log_ready_s = server.process.log_ready_s
             facts["log_ready_s"] = None if log_ready_s is None else round(log_ready_s, 3)
@@ -134,7 +166,7 @@ class ServerLifecycle:
     def stop(self, server: RunningServer) -> None:
         """Stop ``server`` and append its line (stop time, exit code) to servers.jsonl."""
         t0 = time.monotonic()
-        code = server.process.stop(self.plan.engine.stop_timeout_s)
+        code = server.process.stop(self.plan.engine.stop_timeout_s)  # external: left running
         done = time.monotonic()
         number = server.facts.get("slot", 0)
         if self.live.get(number) is server.process:

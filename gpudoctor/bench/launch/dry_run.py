@@ -85,6 +85,9 @@ def dry_run(plan: Plan, options: LaunchOptions, validate: bool = True) -> dict[s
         pool, source, decisions, learn_estimates(list(done.values()), servers)
     )
     configs = []
+    if plan.engine.port_range:
+        low, high = plan.engine.port_range
+        notes.append(f"each server listens on a free port of {low}-{high} (engine.port_range)")
     if plan.engine.server_url:
         notes.append(f"no server is started: every cell is measured against the running"
                      f" server at {plan.engine.server_url} (engine.server_url)")  # fmt: skip

@@ -106,4 +106,8 @@ def test_dry_run_json_still_lists_the_cells(tmp_path: Path, tiny_model_dir: Path
     plan = write(tmp_path, _plan_with(tiny_model_dir, "30000-30100"))
     proc = _bench(str(plan), "--dry-run", "--json", "--out", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
-    assert len(json.loads(proc.stdout)["cells"]) == 2
+    result = json.loads(proc.stdout)
+    assert len(result["cells"]) == 2
+    assert (
+        "each server listens on a free port of 30000-30100 (engine.port_range)" in result["notes"]
+    )

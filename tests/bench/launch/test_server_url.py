@@ -139,3 +139,6 @@ def test_dry_run_says_no_server_is_started(tmp_path: Path, tiny_model_dir: Path)
     result = json.loads(proc.stdout)
     assert any("no server is started" in n for n in result["notes"])
     assert result["configs"][0]["command"] == [] and len(result["cells"]) == 2
+    human = _bench(str(plan), "--dry-run", "--out", str(tmp_path / "o"))
+    assert human.returncode == 0 and "no server is started" in human.stdout, human.stderr
+    assert "  $ " not in human.stdout  # no command line for a server gpudoctor does not start

@@ -8,6 +8,7 @@ fill the mirror. The unit of resume is a finished file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -244,7 +245,8 @@ def _ensure_locked(
         if renamed:  # the user's directory keeps its name, whatever failed (issue 34.7)
             same_revision = local is not None and local.revision == source.revision
             verified = not isinstance(exc, VerifyError)  # else it holds files proven wrong
-            _put_back(partial, target, keep_manifest=same_revision and verified)
+            with contextlib.suppress(OSError):  # the first error is the one to tell
+                _put_back(partial, target, keep_manifest=same_revision and verified)
         raise
     from gpudoctor.weights.record import TargetRecord, remember
 

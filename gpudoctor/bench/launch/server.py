@@ -87,10 +87,14 @@ class ExternalServer:
         return None
 
 
-def free_port(host: str = "127.0.0.1", port_range: tuple[int, int] | None = None) -> int:
+def free_port(
+    host: str = "127.0.0.1",
+    port_range: tuple[int, int] | None = None,
+    avoid: frozenset[int] = frozenset(),
+) -> int:
     """Return a TCP port that is free on ``host`` right now: any (bind to port 0), or one of
-    ``port_range`` (low, high inclusive), tried from a random one on so that servers started
-    at once rarely pick the same. Raises NoFreePort when the whole range is taken."""
+    ``port_range`` (low, high inclusive) not in ``avoid`` (ports handed to servers still
+    starting), tried from a random one on. Raises NoFreePort when the whole range is taken."""
     if port_range is None:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((host, 0))
@@ -100,6 +104,8 @@ def free_port(host: str = "127.0.0.1", port_range: tuple[int, int] | None = None
     first = random.randrange(count)
     for step in range(count):
         port = low + (first + step) % count
+        if port in avoid:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((host, port))

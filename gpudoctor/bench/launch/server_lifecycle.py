@@ -63,6 +63,7 @@ class ServerLifecycle:
         self.quirks_path = quirks_path
         self.starts = 0  # server processes started by this launch
         self.live: dict[int, ServerProcess] = {}  # running servers by slot (0 = unpacked)
+        self.ports: set[int] = set()  # ports handed out to servers not stopped yet
         self._lock = threading.Lock()
 
     def start(self, config: ServerConfig, slot: Slot | None = None) -> RunningServer:
@@ -74,7 +75,7 @@ class ServerLifecycle:
             return self._attach(config, started)
         for attempt in (1, 2):
             try:
-                port = free_port(port_range=self.plan.engine.port_range)
+                port = self._pick_port()
             except NoFreePort as exc:  # the machine's, not the configuration's: stop here
                 raise CampaignError(f"{exc}; nothing was run for {config.label}") from None
             process, base_url, facts = self._spawn(config, attempt, slot, port)
@@ -94,6 +95,15 @@ class ServerLifecycle:
                 self.stop(server)
                 raise
         raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def _pick_port(self) -> int:
+        """Return a free port for a new server, never one handed to a server of this launch
+        that is still running (it may not listen yet: slots start at once)."""
+        with self._lock:
+            ports = frozenset(self.ports)
+            port = free_port(port_range=self.plan.engine.port_range, avoid=ports)
+            self.ports.add(port)
+            return port
 
     def _attach(self, config: ServerConfig, started: float) -> RunningServer:
         """Return the plan's already running server (``engine.server_url``) once it answers
@@ -167,6 +177,8 @@ class ServerLifecycle:
         """Stop ``server`` and append its line (stop time, exit code) to servers.jsonl."""
         t0 = time.monotonic()
         code = server.process.stop(self.plan.engine.stop_timeout_s)  # external: left running
+        with self._lock:
+            self.ports.discard(server.facts.get("port"))
         done = time.monotonic()
         number = server.facts.get("slot", 0)
         if self.live.get(number) is server.process:

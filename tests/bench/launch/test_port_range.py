@@ -18,6 +18,9 @@ import pytest
 
 from gpudoctor.bench.results.run_dir import read_records
 from tests.bench.campaign_support import stub_plan, write
+from tests.bench.launch.test_packing import holds, packed_plan, standin_gpus
+
+__all__ = ["standin_gpus"]
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -111,3 +114,48 @@ def test_dry_run_json_still_lists_the_cells(tmp_path: Path, tiny_model_dir: Path
     assert (
         "each server listens on a free port of 30000-30100 (engine.port_range)" in result["notes"]
     )
+
+
+def test_servers_starting_at_once_never_share_a_port_of_the_range(
+    tmp_path: Path, tiny_model_dir: Path, standin_gpus: Path
+) -> None:
+    """Four servers start at once on four stand-in GPUs with a range of exactly four ports:
+    a port handed to a server that does not listen yet is not handed out again (else two
+    would pick it, and one fail with EADDRINUSE and retry)."""
+    low = _free_block(4)
+    configs = "".join(  # each binds its port 1 s after it starts: all four pick meanwhile
+        f'[[configs]]\nname = "c{i}"\nargs = {{ max-model-len = {2048 + i}, start-delay-s = 1 }}\n'
+        for i in range(4)
+    )
+    text = packed_plan(tiny_model_dir, configs).replace(
+        "stop_timeout_s = 5\n", f'stop_timeout_s = 5\nport_range = "{low}-{low + 3}"\n'
+    )
+    plan = write(tmp_path, text)
+    out = tmp_path / "run"
+
+    proc = _bench(str(plan), "--out", str(out))
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "port was taken meanwhile" not in proc.stderr
+    servers = read_records(out / "servers.jsonl")[0]
+    assert len(servers) == 4 and {s["attempt"] for s in servers} == {1}, servers
+    assert all(low <= s["port"] <= low + 3 for s in servers)
+    assert len({h[0] for h in holds(standin_gpus)}) == 4  # one server on each GPU, at once
+
+
+def test_free_port_keeps_to_the_range_and_skips_the_ports_handed_out() -> None:
+    """server.free_port over real sockets: a port another socket listens on and a port in
+    ``avoid`` (handed to a server not listening yet) are never returned, whatever the
+    random first pick; none left is NoFreePort naming the range."""
+    from gpudoctor.bench.launch.server import NoFreePort, free_port
+
+    low = _free_block(3)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", low))
+        busy.listen()
+        picks = {
+            free_port(port_range=(low, low + 2), avoid=frozenset({low + 1})) for _ in range(30)
+        }
+        assert picks == {low + 2}
+        with pytest.raises(NoFreePort, match=f"no free port in engine.port_range {low}-{low + 1}"):
+            free_port(port_range=(low, low + 1), avoid=frozenset({low + 1}))

@@ -188,6 +188,7 @@ def run_module(
     equivalent: dict[str, str],
     log: Path,
     files: list[str] | None = None,
+    children: int = 1,
 ) -> list[Score]:
     """Mutate ``files`` (default: all of the module's) in ``clone`` (``nice -n 19``, one
     process, at most ``cap_s``); return one Score per file (the module's name for one file)."""
@@ -195,7 +196,8 @@ def run_module(
     (clone / "setup.cfg").write_text(setup_cfg(module, files))
     subprocess.run(["rm", "-rf", str(clone / "mutants")], check=True)
     began = time.monotonic()
-    argv = ["timeout", str(module.cap_s), "nice", "-n", "19", mutmut, "run", "--max-children", "1"]
+    argv = ["timeout", str(module.cap_s), "nice", "-n", "19", mutmut, "run"]
+    argv += ["--max-children", str(children)]
     with log.open("w") as out:
         done = subprocess.run(
             [*argv, *module.mutants], cwd=clone, stdout=out, stderr=subprocess.STDOUT, check=False
@@ -240,9 +242,22 @@ def show_survivors(score: Score, mutmut: str, clone: Path) -> None:
         print(f"  listed equivalent but killed (remove it from equivalent.toml): {name}")
 
 
+def record_entry(score: Score, source: Path, engine: str) -> dict:
+    """Return measured.toml's entry for one file's score (its sha256 and today's date)."""
+    return {
+        "sha256": fingerprint(source),
+        "killed": score.killed,
+        "total": len(score.counted),
+        "equivalent": len(score.equivalent),
+        "engine": engine,
+        "measured": time.strftime("%Y-%m-%d"),
+    }
+
+
 def goal_of(path: str, measured: dict[str, dict], goal: float) -> float:
-    """Return the score a file must reach: ``goal``, or for a file recorded below it, its
-    recorded score (a ratchet: a change may not make a file's tests catch less)."""
+    """Return the score (percent) a file must reach: ``goal``, or for a file recorded below
+    it, its recorded score (a ratchet: a change may not make a file's tests catch less).
+    ``path`` is the file (mutmut's score) or ``own:`` and the file (the own operators')."""
     entry = measured.get(path)
     if not entry or not entry["total"]:
         return goal
@@ -266,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the files whose sha256 differs from measured.toml")  # fmt: skip
     parser.add_argument("--record", type=Path,
                         help="write the measured files' sha256 and scores into this toml")  # fmt: skip
+    parser.add_argument("--children", type=int, default=1,
+                        help="mutants tested at once (more where tests wait on servers, not CPU)")  # fmt: skip
     parser.add_argument("modules", nargs="*", help="module names (default: all of the file)")
     args = parser.parse_args(argv)
     modules = load_modules(args.modules_file)
@@ -307,27 +324,22 @@ def main(argv: list[str] | None = None) -> int:
                              f, module.tests, module.mutants, module.cap_s)  # fmt: skip
                 mine = own.run_module(one, args.clone, equivalent,
                                       logs / f"{one.name.replace('/', '.')}.own.log", Score)  # fmt: skip
-                scores.append((mine, goal_of(f, measured, args.goal)))
+                scores.append((mine, goal_of(f"own:{f}", measured, args.goal)))
                 print(mine.line(), flush=True)
                 for name in mine.survivors:
                     print(f"  survived: {name}"[:300])
+                if not (mine.capped or mine.broken):
+                    recorded[f"own:{f}"] = record_entry(mine, args.clone / f, "own")
         if args.engine == "own":
             continue
         found = run_module(module, args.clone, args.mutmut, equivalent,
-                           logs / f"{module.name}.log", files)  # fmt: skip
+                           logs / f"{module.name}.log", files, args.children)  # fmt: skip
         for f, score in zip(by_file, found, strict=True):
             scores.append((score, goal_of(f, measured, args.goal)))
             print(score.line(), flush=True)
             show_survivors(score, args.mutmut, args.clone)
             if not (score.capped or score.broken):
-                recorded[f] = {
-                    "sha256": fingerprint(args.clone / f),
-                    "killed": score.killed,
-                    "total": len(score.counted),
-                    "equivalent": len(score.equivalent),
-                    "engine": "mutmut",
-                    "measured": time.strftime("%Y-%m-%d"),
-                }
+                recorded[f] = record_entry(score, args.clone / f, "mutmut")
     print()
     for score, goal in scores:
         below = "" if score.percent >= goal else f"  BELOW ITS GOAL ({goal:.1f} %)"

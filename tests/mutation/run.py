@@ -281,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the files whose sha256 differs from measured.toml")  # fmt: skip
     parser.add_argument("--record", type=Path,
                         help="write the measured files' sha256 and scores into this toml")  # fmt: skip
+    parser.add_argument("--only", metavar="GLOB",
+                        help="only the files of the chosen modules that match (e.g. '*/search.py')")  # fmt: skip
     parser.add_argument("--children", type=int, default=1,
                         help="mutants tested at once (more where tests wait on servers, not CPU)")  # fmt: skip
     parser.add_argument("modules", nargs="*", help="module names (default: all of the file)")
@@ -302,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
             module = Module(module.name, module.source, module.tests, module.mutants, args.cap,
                             module.exclude)  # fmt: skip
         files = module.files(args.clone)
+        if args.only:
+            files = [f for f in files if fnmatch.fnmatch(f, args.only)]
+            if not files:
+                continue
         if args.changed_only:
             same = [
                 f for f in files

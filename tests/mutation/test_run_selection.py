@@ -112,7 +112,7 @@ def test_changed_only_skips_unchanged_files_and_reports_their_recorded_score(
     monkeypatch.setattr(run, "load_measured", lambda path: measured)
     ran: list[list[str]] = []
 
-    def fake_run_module(module, clone, mutmut, equivalent, log, files=None):
+    def fake_run_module(module, clone, mutmut, equivalent, log, files=None, children=1):
         ran.append(list(files))
         return [run.Score(f"pkg/{Path(f).name}") for f in files]
 
@@ -126,3 +126,19 @@ def test_changed_only_skips_unchanged_files_and_reports_their_recorded_score(
     (tmp_path / "gpudoctor/pkg/beta.py").write_text("# beta, edited\n")
     assert run.main(argv) == 0
     assert ran == [["gpudoctor/pkg/beta.py"]]  # only the edited file
+
+
+def test_only_narrows_a_glob_module_to_the_matching_files(tmp_path: Path, monkeypatch) -> None:
+    make_tree(tmp_path)
+    listing = tmp_path / "modules.toml"
+    listing.write_text('[[module]]\nname = "pkg"\nsource = "gpudoctor/pkg/*.py"\ntests = ["t"]\n')
+    ran: list[list[str]] = []
+
+    def fake_run_module(module, clone, mutmut, equivalent, log, files=None, children=1):
+        ran.append(list(files))
+        return [run.Score(f"pkg/{Path(f).name}") for f in files]
+
+    monkeypatch.setattr(run, "run_module", fake_run_module)
+    argv = ["--clone", str(tmp_path), "--modules-file", str(listing), "--only", "*/beta.py"]
+    assert run.main(argv) == 0
+    assert ran == [["gpudoctor/pkg/beta.py"]]

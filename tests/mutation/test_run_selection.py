@@ -107,7 +107,7 @@ def test_changed_only_skips_unchanged_files_and_reports_their_recorded_score(
             "engine": "mutmut",
             "measured": "2026-12-04",
         }
-        for n in ("alpha", "beta", "core")
+        for n in ("alpha", "beta")  # core.py: never measured
     }
     monkeypatch.setattr(run, "load_measured", lambda path: measured)
     ran: list[list[str]] = []
@@ -119,10 +119,11 @@ def test_changed_only_skips_unchanged_files_and_reports_their_recorded_score(
     monkeypatch.setattr(run, "run_module", fake_run_module)
     argv = ["--clone", str(tmp_path), "--modules-file", str(listing), "--changed-only"]
     assert run.main(argv) == 0
-    assert ran == []  # nothing changed: nothing mutated
-    assert "pkg/alpha.py: unchanged since measured (killed 9 of 10, 2026-12-04)" in (
-        capsys.readouterr().out
-    )
+    assert ran == []  # nothing changed: nothing mutated; core.py is not measured yet
+    out = capsys.readouterr().out
+    assert "pkg/alpha.py: unchanged since measured (killed 9 of 10, 2026-12-04)" in out
+    assert "pkg/core.py: not measured yet" in out
+    assert "1 file(s) not measured yet" in out
     (tmp_path / "gpudoctor/pkg/beta.py").write_text("# beta, edited\n")
     assert run.main(argv) == 0
     assert ran == [["gpudoctor/pkg/beta.py"]]  # only the edited file

@@ -75,6 +75,12 @@ class NodeSystemd(SystemdContainer):
         return self.attach(["/usr/bin/journalctl", "-u", unit, "-o", "cat", "--no-pager"],
                            30).stdout  # fmt: skip
 
+    def idle(self) -> bool:
+        """Return True when the path unit watches (``waiting``) and the service is not
+        running: a change now starts a new run."""
+        watching = self.show("SubState", PATH_UNIT) == "waiting"
+        return watching and self.show("ActiveState") in ("inactive", "failed")
+
     def ran_since(self, since_us: int) -> bool:
         """Return True once a run of the service that started after ``since_us``
         (CLOCK_MONOTONIC, µs: the same kernel clock inside) has ended."""
@@ -158,15 +164,12 @@ def test_a_moved_major_is_followed_by_the_nodes_own_unit_restarting_only_its_ct(
 
     # a second trigger with nothing moved (the node's attributes touched): changes nothing
     a_pid, a_config = a.init_pid(), a.config_path.read_bytes()
-    idle = lambda: node.show("SubState", PATH_UNIT) == "waiting" and node.show(  # noqa: E731
-        "ActiveState"
-    ) in ("inactive", "failed")
-    assert wait_for(idle, 60), node.systemctl("status", PATH_UNIT)  # watching again
+    assert wait_for(node.idle, 60), node.systemctl("status", PATH_UNIT)  # watching again
     since = now_us()
     os.utime(uvm)
-    assert wait_for(lambda: node.ran_since(since), 120), node.journal()[-2000:] + node.journal(
-        PATH_UNIT
-    ) + node.systemctl("status", PATH_UNIT)
+    assert wait_for(lambda: node.ran_since(since), 120), (
+        node.journal()[-2000:] + node.journal(PATH_UNIT) + node.systemctl("status", PATH_UNIT)
+    )
     last = [ln for ln in node.journal().splitlines() if ln.startswith("follow-driver:")][-1]
     assert last.startswith("follow-driver: nothing changed"), last
     assert (a.init_pid(), b.init_pid()) == (a_pid, b_pid)

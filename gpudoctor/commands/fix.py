@@ -109,7 +109,8 @@ def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: s
     help="Instead of a CT: install a systemd oneshot that creates /dev/nvidia-uvm at boot "
     "before containers start, and the triggers that run --follow-driver after a driver "
     "reload (a udev rule on the NVIDIA modules' load, a path unit on the moving nodes; "
-    "--device PATH: watch that node too).",
+    "--device PATH: watch that node too). With --cluster/--inventory: on each node where a "
+    "CT's state shows the host lacked /dev/nvidia-uvm when the CT started.",
 )
 @click.option(
     "--follow-driver",
@@ -162,7 +163,8 @@ def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: s
 def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
         devices: tuple[str, ...], mode: str, dev_gid: int | None, prune: bool,
         driver_libs: str | None, dry_run: bool,
-        yes: bool, no_restart: bool, host_prep: bool, follow_driver: bool, if_host_changed: bool, lxcpath: str | None,
+        yes: bool, no_restart: bool, host_prep: bool, follow_driver: bool,
+        if_host_changed: bool, lxcpath: str | None,
         known_hosts: str | None, accept_new_host_key: bool, identity_file: str | None,
         api: str | None, as_json: bool, cluster: str | None = None,
         inventory_file: str | None = None, max_restarts: int = 2, keep_going: bool = False,
@@ -237,7 +239,8 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
             "--mode devn writes Proxmox devN entries; a plain LXC config (--flavor lxc) takes"
             " --mode rules (or auto)"
         )
-    if not dry_run and not host_prep:  # the local backup copy: refused before any work
+    fleet = bool(cluster or inventory_file)
+    if not dry_run and (not host_prep or fleet):  # the local backup copy: before any work
         require_writable_dir(Layout.from_env().client_backup_dir, "GPUDOCTOR_CLIENT_BACKUP_DIR")
     _check_device_paths(devices)
     plan_options = PlanOptions(
@@ -270,6 +273,7 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
             accept_new_host_key=accept_new_host_key,
             identity_file=identity_file,
             as_json=as_json,
+            host_prep=host_prep,
             credentials=api_credentials(api_auth),
         )
         ask = lambda question: sys.stdin.isatty() and click.confirm(question, default=False)  # noqa: E731
@@ -303,8 +307,10 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
         if host_prep:
             code = _run_host_prep(host, dry_run, yes, as_json, devices)
         elif follow_driver:
-            code = _run_follow(host, flavor, layout, (dry_run, yes, if_host_changed), as_json,
-                               host_spec)  # fmt: skip
+            from gpudoctor.commands.fix_follow import run_follow
+
+            code = run_follow(host, flavor, layout, (dry_run, yes, if_host_changed), as_json,
+                              host_spec)  # fmt: skip
         else:
             options = FixOptions(ct=ct or "", flavor=flavor, plan=plan_options, dry_run=dry_run,
                                  yes=yes, restart=not no_restart, layout=layout, api=settings,
@@ -383,37 +389,6 @@ def _run_fix(host: Any, options: Any, host_label: str, as_json: bool) -> int:
     name = outcome.target.ct if outcome.target else ""
     click.echo(f"CT {name}: {outcome.message}")
     return outcome.exit_code
-
-
-def _run_follow(host: Any, flavor: str, layout: Any, flags: tuple[bool, bool, bool],
-                as_json: bool, host_label: str) -> int:  # fmt: skip
-    """Run ``--follow-driver`` (``flags``: dry run, yes, if-host-changed): one line per CT
-    that was (or would be) changed, then the summary (stdout: the unit's journal); return
-    the exit code."""
-    from gpudoctor.pve.follow import follow_driver
-
-    dry_run, yes, if_host_changed = flags
-    if not dry_run and not yes and not sys.stdin.isatty():
-        _say("not applied: --follow-driver changes CTs without asking each: pass --yes "
-             f"(or --dry-run) (exit {ExitCode.NOTHING_DONE})")  # fmt: skip
-        return ExitCode.NOTHING_DONE
-    if not dry_run and not yes and not click.confirm(
-        "Bring every CT of this node in line with the host's devices (restarting those "
-        "whose devices changed)?", default=False):  # fmt: skip
-        return ExitCode.NOTHING_DONE
-    label = "" if host_label == "local" else host_label
-    result = follow_driver(host, flavor, layout, dry_run=dry_run, progress=_say, host_label=label,
-                           if_host_changed=if_host_changed)  # fmt: skip
-    if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
-        return result.exit_code
-    for item in result.changed:
-        restarted = " (restarted)" if item.restarted else ""
-        click.echo(f"CT {item.ct}: {item.status}{restarted}: {item.message}")
-        for reason in item.reasons:
-            click.echo(f"  why: {reason}")
-    click.echo(f"follow-driver: {result.summary()}")
-    return result.exit_code
 
 
 def _run_host_prep(host: Any, dry_run: bool, yes: bool, as_json: bool,

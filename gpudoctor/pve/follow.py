@@ -163,8 +163,11 @@ def list_cts(host: Host, flavor: str, layout: Layout) -> tuple[str, ...]:
                          "(plain LXC: --flavor lxc)") from None  # fmt: skip
     local = host.run(["readlink", f"{layout.pve_root}/local"], timeout=15)
     node = local.stdout.strip().rsplit("/", 1)[-1] if local.ok else ""
+    if not node:  # never another node's CTs: pmxcfs shows the whole cluster's configs
+        raise ApplyError("not_pve", f"cannot tell this node's name: readlink "
+                         f"{layout.pve_root}/local failed")  # fmt: skip
     mine = [ct for ct, entry in ids.items()
-            if entry.get("type") == "lxc" and (not node or str(entry.get("node")) == node)]  # fmt: skip
+            if entry.get("type") == "lxc" and str(entry.get("node")) == node]  # fmt: skip
     return tuple(sorted(mine, key=lambda ct: (len(ct), ct)))
 
 

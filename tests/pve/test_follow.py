@@ -98,3 +98,15 @@ def test_one_follow_at_a_time(tmp_path) -> None:
         thread.join(30)
     with follow_lock(layout, wait_s=0.3):  # free again once the first is done
         pass
+
+
+def test_a_node_whose_name_cannot_be_read_touches_no_ct(tmp_path) -> None:
+    """pmxcfs shows every node's configs: without /etc/pve/local (this node's name) the
+    follow refuses (exit 1) instead of following other nodes' CTs."""
+    tree = PveTree(tmp_path)
+    conf = tree.add_ct("200", PASSES_NULL)
+    (tree.root / "local").unlink()
+    env = tree.env(GPUDOCTOR_PCT=stopped_pct(tmp_path))
+    result = fix_in_process(["--follow-driver", "--yes"], env)
+    assert result.exit_code == 1 and "cannot tell this node's name" in result.output
+    assert conf.read_text() == PASSES_NULL

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -67,7 +68,8 @@ def test_if_host_changed_looks_again_when_a_passed_node_changed(tmp_path) -> Non
     assert "CT 200: applied_not_running" in second.stdout, second.output
     assert "c 1:5 rwm" in conf.read_text()
     layout = tree.layout()
-    assert json.loads(open(state_path(layout, "")).read())[1][-1][0] == "/dev/zero"
+    saved = json.loads(Path(state_path(layout, "")).read_text())
+    assert saved[1][-1][0] == "/dev/zero"
 
 
 def test_follow_driver_usage_errors() -> None:

@@ -143,13 +143,44 @@ def _read(host: Host, path: str, layout: Layout) -> tuple[str, str]:
     return data.decode("utf-8", "replace"), sha
 
 
-def gpudoctor_command(host: Host) -> str:
-    """Return how the node runs gpudoctor: this very interpreter (``python -m gpudoctor``)
-    when the host is this machine, else ``command -v gpudoctor`` there; "" when not found."""
+def gpudoctor_command(host: Host) -> tuple[str, tuple[str, ...]]:
+    """Return how the node runs gpudoctor and the files that command runs: this very
+    interpreter, isolated (``python -I -m gpudoctor``: no working directory, PYTHONPATH or
+    user site on its path), and the package it imports, when the host is this machine;
+    else ``command -v gpudoctor`` there. ("", ()) when not found."""
     if isinstance(host, LocalHost):
-        return follow_units.command_line([sys.executable, "-m", "gpudoctor"])
+        import gpudoctor
+
+        package = os.path.dirname(os.path.abspath(gpudoctor.__file__))
+        argv = [sys.executable, "-I", "-m", "gpudoctor"]
+        return follow_units.command_line(argv), (sys.executable, package)
     found = host.run(["sh", "-c", "command -v gpudoctor"], timeout=15)
-    return found.stdout.strip() if found.ok else ""
+    path = found.stdout.strip() if found.ok else ""
+    return (path, (path,)) if path.startswith("/") else ("", ())
+
+
+def untrusted(host: Host, paths: tuple[str, ...]) -> str:
+    """Return why root should not run ``paths`` at every trigger ("" when it may): each
+    path, what a link in it leads to, and every directory above either must belong to
+    root and be writable by no one else (a sticky directory such as /tmp above is fine).
+    ``readlink -f PATH; stat -c '%u %a %n' ...`` on the host."""
+    names: list[str] = []
+    for path in paths:
+        real = host.run(["readlink", "-f", path], timeout=15)
+        for one in dict.fromkeys([path, real.stdout.strip() if real.ok else path]):
+            parts = one.rstrip("/").split("/")
+            names += ["/".join(parts[:i]) or "/" for i in range(1, len(parts) + 1)]
+    names = list(dict.fromkeys(names))
+    listed = host.run(["stat", "-L", "-c", "%u %a %n", *names], timeout=15)
+    if not listed.ok:
+        return f"cannot stat {', '.join(paths)}: {_why(listed)}"
+    for line in listed.stdout.splitlines():
+        uid, mode, name = line.split(" ", 2)
+        bits = int(mode, 8)
+        sticky_dir_above = bits & 0o1000 and name not in paths
+        if uid != "0" or (bits & 0o022 and not sticky_dir_above):
+            return f"{name} (uid {uid}, mode {bits & 0o7777:04o}) can be changed by a user other than root"
+    return ""
 
 
 def plan_host_prep(host: Host, root: str, layout: Layout, watch: tuple[str, ...] = ()) -> HostPrep:
@@ -170,8 +201,14 @@ def plan_host_prep(host: Host, root: str, layout: Layout, watch: tuple[str, ...]
     )
     wanted = [(_unit_path(root, UNIT_NAME), unit_text(boot_modprobe), boot_why)]
     enable = [UNIT_NAME]
-    gpudoctor = gpudoctor_command(host)
-    if gpudoctor:
+    gpudoctor, runs = gpudoctor_command(host)
+    why_not = untrusted(host, runs) if gpudoctor else ""
+    if why_not:
+        warnings.append(
+            f"not installing the unit that follows a driver reload: it would run gpudoctor as "
+            f"root at every trigger, and {why_not} (install gpudoctor as root, e.g. pipx)"
+        )
+    if gpudoctor and not why_not:
         old_path, _ = _read(host, _unit_path(root, follow_units.PATH_UNIT), layout)
         watched = follow_units.watched_paths(old_path, watch)
         wanted += [
@@ -185,7 +222,7 @@ def plan_host_prep(host: Host, root: str, layout: Layout, watch: tuple[str, ...]
              f"starts {follow_units.SERVICE} when an NVIDIA module is loaded (udev add event)"),
         ]  # fmt: skip
         enable.append(follow_units.PATH_UNIT)
-    else:
+    elif not gpudoctor:
         warnings.append(
             "gpudoctor is not installed on the host (command -v gpudoctor): the unit that "
             "follows a driver reload needs it there; only the boot unit is planned"

@@ -118,3 +118,34 @@ def test_host_prep_installs_the_follow_driver_triggers_and_never_drops_a_watch(
     again = run_host_prep(LocalHost(), yes=True, layout=layout, root=str(root))
     assert again.status == "nothing_to_change", again.plan.diff
     assert "PathChanged=/dev/fakeuvm\n" in (units / follow_units.PATH_UNIT).read_text()
+
+
+def test_no_follow_unit_runs_files_another_user_can_change(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The follow unit would run gpudoctor as root at every trigger: when the interpreter
+    it would run belongs to another user (or sits in a directory others can write), only
+    the boot unit is planned, with a warning naming the file; a root-owned one is fine."""
+    import os
+
+    from gpudoctor.pve import follow_units, uvm_unit
+
+    python = tmp_path / "bin" / "python3"
+    python.parent.mkdir()
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    os.chown(python, 65534, 65534)
+    monkeypatch.setattr(uvm_unit, "gpudoctor_command",
+                        lambda host: (f"{python} -I -m gpudoctor", (str(python),)))  # fmt: skip
+    layout = PveTree(tmp_path).layout()
+    prep = uvm_unit.plan_host_prep(LocalHost(), str(root), layout)
+    assert [f.path.rsplit("/", 1)[1] for f in prep.files] == [UNIT_NAME]
+    [warning] = [w for w in prep.plan.warnings if "follows a driver reload" in w]
+    assert f"{python} (uid 65534, mode 0755)" in warning
+    os.chown(python, 0, 0)
+    python.parent.chmod(0o777)  # root's file in a directory anyone can write: refused too
+    prep = uvm_unit.plan_host_prep(LocalHost(), str(root), layout)
+    assert [f.path.rsplit("/", 1)[1] for f in prep.files] == [UNIT_NAME]
+    python.parent.chmod(0o755)
+    prep = uvm_unit.plan_host_prep(LocalHost(), str(root), layout)
+    assert follow_units.SERVICE in [f.path.rsplit("/", 1)[1] for f in prep.files]

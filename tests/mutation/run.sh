@@ -4,7 +4,7 @@
 #   bash tests/mutation/run.sh pve.entries      # one module (names from modules.toml)
 #   MUTATION_CAP_S=300 bash tests/mutation/run.sh   # a tighter time cap per module
 #   bash tests/mutation/run.sh --engine both    # also gpudoctor's own operators (as CI)
-#   bash tests/mutation/run.sh --engine own --modules-file tests/mutation/beyond_core.toml
+#   bash tests/mutation/run.sh --engine own --modules-file tests/mutation/beyond.toml
 # It clones the committed HEAD into a fresh folder (uncommitted edits are not mutated), runs
 # mutmut there one module at a time under `nice -n 19` with one process and that module's
 # fast unit tests only, and prints `NAME: killed N of M (P %)` per module. The virtual

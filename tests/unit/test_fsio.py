@@ -871,3 +871,207 @@ def test_make_dirs_refuses_a_file_on_the_way(tmp_path: Path) -> None:
         fsio.make_dirs(tmp_path, "file/sub")
     assert caught.value.errno == 20
     assert str(caught.value) == f"{tmp_path / 'file'} exists and is not a directory"
+
+
+# -- defaults, directory links, private-until-set modes, close-on-exec --------------------
+
+
+def test_every_call_by_default_accepts_a_shared_directory_and_refuses_a_directory_link(
+    tmp_path: Path, fsynced: list
+) -> None:
+    """The defaults: no ownership check of the directory (callers that need it ask for
+    ``require_trusted_dir``), a symlinked directory refused, everything fsync'ed."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    fsio.create_new(shared / "new")  # no data given: an empty file
+    assert (shared / "new").read_bytes() == b""
+    assert fsynced == [ident(shared / "new"), ident(shared)]
+    fsio.atomic_replace(shared / "state", "s")
+    fsio.durable_append(shared / "log", "l\n")
+    fsio.truncate_file(shared / "log", 1)
+    os.close(fsio.open_lock(shared / "lock"))
+    os.close(fsio.open_dir(shared))
+    assert fsio.read_regular(shared / "state") == b"s"
+    os.close(fsio.open_regular(shared / "log"))
+    link = tmp_path / "run"
+    link.symlink_to(shared)
+    calls = {
+        "truncate_file": lambda **kw: fsio.truncate_file(link / "log", 0, **kw),
+        "open_lock": lambda **kw: os.close(fsio.open_lock(link / "lock", **kw)),
+        "open_regular": lambda **kw: os.close(fsio.open_regular(link / "log", **kw)),
+        "read_regular": lambda **kw: fsio.read_regular(link / "state", **kw),
+        "durable_append": lambda **kw: fsio.durable_append(link / "log", "m\n", **kw),
+        "create_new": lambda **kw: fsio.create_new(link / f"new{len(kw)}", **kw),
+        "atomic_replace": lambda **kw: fsio.atomic_replace(link / "state", "s", **kw),
+    }
+    for call in calls.values():
+        with pytest.raises(FsioError, match=r"run is a symlink"):
+            call()
+        call(follow_dir_link=True)  # the caller may allow it
+    assert (shared / "log").read_bytes() == b"m\n" and (shared / "new1").exists()
+
+
+def test_open_dir_names_the_option_of_an_untrusted_directory(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(FsioError) as caught:
+        fsio.open_dir(shared, require_trusted_dir=True)
+    assert str(caught.value) == (
+        f"{shared} (above path) is writable by others and not sticky (mode 0777); choose"
+        f" another path or chmod o-w,+t {shared}"
+    )
+
+
+def test_durable_append_by_default_does_not_wait_for_a_lock(tmp_path: Path) -> None:
+    target = tmp_path / "results.jsonl"
+    target.write_text("")
+    holder = os.open(target, os.O_RDONLY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        worker = threading.Thread(target=fsio.durable_append, args=(target, "mine\n"))
+        worker.start()
+        worker.join()
+        assert target.read_text() == "mine\n"
+    finally:
+        os.close(holder)
+
+
+def test_a_directory_where_a_file_belongs_is_refused_by_name(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    target = tmp_path / "d"
+    for call in (
+        lambda: fsio.durable_append(target, "x\n"),
+        lambda: os.close(fsio.open_lock(target)),
+        lambda: fsio.truncate_file(target, 0),
+        lambda: fsio.atomic_replace(target, "x"),
+    ):
+        with pytest.raises(FsioError) as caught:
+            call()
+        assert str(caught.value) == write_refusal(target, "a directory")
+    with pytest.raises(IsADirectoryError):  # not refused: the caller takes what is there
+        fsio.durable_append(target, "x\n", refuse_non_regular=False)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(FsioError) as caught:
+        fsio.truncate_file(fifo, 0)  # no reader: refused, never a hang
+    assert str(caught.value) == write_refusal(fifo, "a FIFO")
+
+
+def test_append_through_a_link_the_caller_allows_can_repair_the_tail(tmp_path: Path) -> None:
+    real = tmp_path / "real.jsonl"
+    real.write_bytes(b"a\ntor")
+    link = tmp_path / "results.jsonl"
+    link.symlink_to(real)
+    assert fsio.durable_append(link, "b\n", repair_torn_tail=True, follow_link=True) == 3
+    assert real.read_bytes() == b"a\nb\n" and link.is_symlink()
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(FsioError) as caught:
+        fsio.durable_append(loop, "x\n", follow_link=True)
+    assert str(caught.value) == write_refusal(loop, "a symlink")
+
+
+@pytest.fixture
+def mode_before_chmod(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the mode of each file or directory at the moment fsio sets its final mode."""
+    seen: list[int] = []
+    real = os.fchmod
+
+    def spy(fd: int, mode: int) -> None:
+        seen.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        real(fd, mode)
+
+    monkeypatch.setattr(fsio.os, "fchmod", spy)
+    return seen
+
+
+def test_new_files_and_directories_stay_private_until_their_mode_is_set(
+    tmp_path: Path, umask_0: None, mode_before_chmod: list[int]
+) -> None:
+    """Under umask 0 nobody else may open a new file or enter a new directory in the
+    moment before gpudoctor gives it its final mode."""
+    fsio.atomic_replace(tmp_path / "report.md", "x", mode=0o644)
+    fsio.make_dirs(tmp_path, "a/b", 0o755)
+    assert mode_before_chmod == [0o600, 0o700, 0o700]
+    assert mode_of(tmp_path / "report.md") == 0o644 and mode_of(tmp_path / "a/b") == 0o755
+
+
+def test_a_new_directory_swapped_for_a_link_is_never_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: between mkdir and chmod another user renames the new directory away and
+    puts a link to /etc-like in its place; the chmod must not reach the link's target."""
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o700)
+    real_mkdir = os.mkdir
+
+    def mkdir_then_swap(path: Path, mode: int = 0o777) -> None:
+        real_mkdir(path, mode)
+        os.rename(path, tmp_path / "moved")
+        os.symlink(victim, path)
+
+    monkeypatch.setattr(fsio.os, "mkdir", mkdir_then_swap)
+    with pytest.raises(OSError):
+        fsio.make_dirs(tmp_path, "new", 0o777)
+    assert mode_of(victim) == 0o700
+
+
+def test_a_temp_name_planted_as_a_link_is_never_written_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: another user who guessed the temp name put a link there first."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    monkeypatch.setattr(fsio.secrets, "token_hex", lambda n: "guessed")
+    (tmp_path / ".state.guessed.tmp").symlink_to(victim)
+    with pytest.raises(FileExistsError):
+        fsio.atomic_replace(tmp_path / "state", "mine")
+    assert victim.read_text() == "precious" and not (tmp_path / "state").exists()
+
+
+def test_a_failed_replace_reports_its_own_error_when_the_temp_file_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The temp file removed by someone else (a tmp cleaner) before the write failed: the
+    caller still gets the write's error, not the cleanup's."""
+    target = tmp_path / "state"
+
+    def vanish_then_fail(fd: int, data: bytes) -> None:
+        for name in os.listdir(tmp_path):
+            os.unlink(tmp_path / name)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fsio, "_write_all", vanish_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        fsio.atomic_replace(target, "x")
+    assert os.listdir(tmp_path) == []
+
+
+def _cloexec(fd: int) -> bool:
+    return bool(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC)
+
+
+def test_no_fd_fsio_opens_is_inherited_by_a_child_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every fd is close-on-exec: a hook or server started meanwhile never holds one."""
+    written: list[bool] = []
+    real = fsio._write_all
+
+    def spy(fd: int, data: bytes) -> None:
+        written.append(_cloexec(fd))
+        real(fd, data)
+
+    monkeypatch.setattr(fsio, "_write_all", spy)
+    fsio.atomic_replace(tmp_path / "state", "x")
+    fsio.create_new(tmp_path / "new", "x")
+    fsio.durable_append(tmp_path / "log", "x\n")
+    assert written == [True, True, True]
+    for fd in (fsio.open_lock(tmp_path / "lock"), fsio.open_regular(tmp_path / "state"),
+               fsio.open_append(tmp_path / "log"), fsio.open_dir(tmp_path)):  # fmt: skip
+        try:
+            assert _cloexec(fd)
+        finally:
+            os.close(fd)

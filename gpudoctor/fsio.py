@@ -332,11 +332,11 @@ def open_append(
     with _parent(path, follow_dir_link, require_trusted_dir) as dir_fd:
         try:
             fd = os.open(path.name, flags, create_mode, dir_fd=dir_fd)
-        except OSError as exc:
+        except OSError:  # ELOOP: a symlink; ENXIO: a FIFO; EISDIR: a directory
             st = _lstat_at(dir_fd, path.name)
-            if exc.errno == 40 and st is not None and stat.S_ISLNK(st.st_mode):  # ELOOP
-                _refuse(path, st)
-            if refuse_non_regular and exc.errno == 6 and st is not None:  # ENXIO: FIFO
+            if st is not None and (
+                stat.S_ISLNK(st.st_mode) or (refuse_non_regular and not stat.S_ISREG(st.st_mode))
+            ):
                 _refuse(path, st)
             raise
     st = os.fstat(fd)
@@ -405,9 +405,9 @@ def truncate_file(
     with _parent(path, follow_dir_link, require_trusted_dir) as dir_fd:
         try:
             fd = os.open(path.name, flags, dir_fd=dir_fd)
-        except OSError as exc:
+        except OSError:  # ELOOP: a symlink; ENXIO: a FIFO; EISDIR: a directory
             st = _lstat_at(dir_fd, path.name)
-            if exc.errno == 40 and st is not None:
+            if st is not None and not stat.S_ISREG(st.st_mode):
                 _refuse(path, st)
             raise
     try:
@@ -464,9 +464,9 @@ def _open_regular_at(
     with _parent(path, follow_dir_link, require_trusted_dir) as dir_fd:
         try:
             fd = os.open(path.name, flags, mode, dir_fd=dir_fd)
-        except OSError as exc:
+        except OSError:  # ELOOP: a symlink; ENXIO: a FIFO; EISDIR: a directory
             st = _lstat_at(dir_fd, path.name)
-            if exc.errno in (6, 40) and st is not None:  # ENXIO: a FIFO; ELOOP: a symlink
+            if st is not None and not stat.S_ISREG(st.st_mode):
                 refuse(path, st)
             raise
     st = os.fstat(fd)

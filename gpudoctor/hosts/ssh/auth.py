@@ -84,6 +84,21 @@ def _public_blob(path: str) -> bytes | None:
     return None
 
 
+def _load_key(path: str, passphrase: str | None) -> Any:
+    """Return the private key in ``path``, decrypted with ``passphrase`` only when it is
+    encrypted; raise PasswordRequiredException when it is and none was given. The
+    certificate paramiko loads from ``path-cert.pub`` is dropped: candidate_keys pairs
+    certificates itself and offers the plain key after, as ssh does."""
+    try:
+        key = paramiko.PKey.from_path(path)
+    except TypeError:  # cryptography: "password-protected, but password was not provided"
+        if passphrase is None:
+            raise paramiko.PasswordRequiredException(path) from None
+        key = paramiko.PKey.from_path(path, password=passphrase.encode())
+    key.public_blob = None
+    return key
+
+
 def _load_certificates(target: SSHTarget) -> list[paramiko.PublicBlob]:
     """Return the user certificates configured for ``target`` (``CertificateFile`` and
     ``IDENTITY-cert.pub`` beside each identity file) that exist."""
@@ -136,7 +151,7 @@ def candidate_keys(
             continue
         elif os.path.isfile(path):
             try:
-                key = paramiko.PKey.from_path(path, password=creds.passphrase)
+                key = _load_key(path, creds.passphrase)
             except paramiko.PasswordRequiredException:
                 notes.append(f"{path} is encrypted (load it into ssh-agent: ssh-add {path})")
                 continue

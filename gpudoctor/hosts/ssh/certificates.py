@@ -150,6 +150,11 @@ def check_host_certificate(
 
 
 def _when(stamp: int) -> str:
+    """Return ``stamp`` (seconds since 1970) as a UTC date, ``forever`` from 2^63 on, or
+    the raw seconds where the C library cannot represent the date (a typo in ``-V``)."""
     if stamp >= 2**63:
         return "forever"
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
+    except (OverflowError, OSError, ValueError):
+        return f"{stamp} seconds after 1970"

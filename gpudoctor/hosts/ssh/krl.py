@@ -141,7 +141,7 @@ def _parse(data: bytes) -> Krl:
     reader.uint64()  # generated_date
     reader.uint64()  # flags (none defined)
     reader.string()  # reserved
-    krl.comment = reader.text()
+    krl.comment = reader.cstring()
     while reader.remaining():
         kind = reader.byte()
         section = Reader(reader.string())
@@ -198,7 +198,7 @@ def _certificates(section: Reader, krl: Krl) -> None:
             _bitmap(entry, sub.uint64(), sub.string())
         elif kind == CERT_KEY_ID:
             while sub.remaining():
-                entry.key_ids.add(sub.text())
+                entry.key_ids.add(sub.cstring())
         elif kind == CERT_EXTENSION:
             _extension(sub, "a KRL certificate section")
         else:

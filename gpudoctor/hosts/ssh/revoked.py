@@ -68,12 +68,12 @@ def _line_key(line: bytes, number: int) -> bytes:
     """Return the plain key blob of one ``TYPE BASE64 [COMMENT]`` line."""
     fields = line.split()
     try:
+        if len(fields) < 2:
+            raise ValueError("expected TYPE BASE64")
         kind = fields[0].decode("ascii")
         key = base64.b64decode(fields[1], validate=True)
         if blob_type(key) != kind:
             raise ValueError(f"the key is a {blob_type(key)}, the line says {kind}")
         return plain_key_blob(key)
-    except (IndexError, UnicodeDecodeError, binascii.Error, ValueError) as exc:
-        raise RevocationError(
-            f"line {number} is not a public key ({exc or 'expected TYPE BASE64'})"
-        ) from None
+    except (UnicodeDecodeError, binascii.Error, ValueError) as exc:
+        raise RevocationError(f"line {number} is not a public key ({exc})") from None

@@ -55,6 +55,15 @@ class Reader:
         except UnicodeDecodeError as exc:
             raise WireError(f"a text field is not UTF-8: {exc}") from None
 
+    def cstring(self) -> str:
+        """Return the next ``string`` as text the way OpenSSH's ``sshbuf_get_cstring`` reads
+        it: a NUL inside raises WireError; bytes that are not UTF-8 are kept (as
+        ``surrogateescape`` code points, equal only to themselves), never refused."""
+        raw = self.string()
+        if b"\0" in raw:
+            raise WireError("a NUL byte inside a text field")
+        return raw.decode("utf-8", "surrogateescape")
+
     def end(self, what: str) -> None:
         """Raise WireError when bytes are left after ``what`` was read."""
         if self.remaining():

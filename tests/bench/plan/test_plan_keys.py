@@ -172,6 +172,7 @@ def test_a_bad_engine_key_is_one_line_naming_file_line_and_key(body: str, messag
         ('name = "command"\ncommand = ["serve"]', "plan.toml:3: engine.command: must contain {port} (gpudoctor picks a free port)"),
         ('name = "command"\ncommand = ["serve", "--port={port}"]\nmetrics_path = "metrics"', """plan.toml:4: engine.metrics_path: a path such as "/metrics", for name = "command" only (sglang and vllm: built in)"""),
         ('name = "sglang"\nargs = { tp-size = 2 }', "plan.toml:3: engine.args.tp-size: --tp-size is set by gpudoctor (it passes the model path, host, port and tp itself); remove tp-size from the plan"),
+        ('name = "transformers"\nargs = { model = "/m" }', "plan.toml:3: engine.args.model: --model is set by gpudoctor (it passes the model path, host, port and tp itself); remove model from the plan"),
         ('name = "sglang"\nargs = { model-path = "/m" }', "plan.toml:3: engine.args.model-path: --model-path is set by gpudoctor (it passes the model path, host, port and tp itself); remove model-path from the plan"),
     ],
 )  # fmt: skip
@@ -312,8 +313,10 @@ def test_the_values_of_the_tables_as_given() -> None:
     )  # fmt: skip
     for key in ("range_ratio", "request_rate", "burstiness", "trace_slowdown"):
         assert isinstance(getattr(plan.workload, key), float), key
-    limited = parse_plan(_table("limits", "max_failed_fraction = 0.5"))
-    assert limited.limits.max_failed_fraction == 0.5
+    limited = parse_plan(_table("limits", "max_failed_fraction = 0.5\nrequest_timeout_s = 1"))
+    assert limited.limits.max_failed_fraction == 0.5 and limited.limits.request_timeout_s == 1.0
+    short = parse_plan(_table("limits", "cell_timeout_s = 0.5")).limits  # a second is no floor
+    assert short.cell_timeout_s == 0.5
     assert parse_plan(_table("hardware", "gpus = 4")).hardware == HardwareSpec(count=4)
     assert parse_plan(_table("hardware", "gpus = [0]")).hardware == HardwareSpec(gpus=(0,))
     assert parse_plan(_table("workload", "range_ratio = 0.5")).workload.range_ratio == 0.5
@@ -357,3 +360,17 @@ def test_a_bad_top_level_key_is_named_on_its_line(top: str, message: str) -> Non
 def test_a_missing_table_names_the_file_without_a_line() -> None:
     assert _error('[engine]\nname = "vllm"\n') == "plan.toml: model: missing table"
     assert _error('[model]\npath = "/m"\n', "p/x.toml") == "p/x.toml: engine: missing table"
+
+
+def test_a_plan_read_without_a_file_name_is_plan_toml() -> None:
+    from gpudoctor.bench.plan.parser import parse
+
+    assert parse(HEAD).source == "plan.toml" and parse(HEAD).name == "plan"
+    with pytest.raises(PlanError, match=r"^plan\.toml:1: name: expected a string, got 1$"):
+        parse("name = 1\n" + HEAD)
+
+
+def test_one_gpu_and_an_engine_that_rejects_ignore_eos() -> None:
+    assert parse_plan(_table("hardware", "gpus = 1")).hardware == HardwareSpec(count=1)
+    transformers = parse_plan(HEAD.replace('"vllm"', '"transformers"')).workload
+    assert transformers.ignore_eos is False  # the engine's own default, not unset

@@ -80,6 +80,10 @@ class EngineSpec:
         version: for ``command``: the version to record (nothing to ask).
         metrics_path: for ``command``: its Prometheus endpoint (``/metrics``) when it
             serves vLLM's or SGLang's metric names; None = no server signals.
+        port_range: ``(low, high)``, inclusive: the loopback ports a server may listen on
+            (a firewall's allowed range); None = any free port.
+        server_url: a server already running (``http://127.0.0.1:30000``): the launcher
+            starts none, checks it answers and measures every cell against it.
     """
 
     name: str
@@ -92,6 +96,8 @@ class EngineSpec:
     ready_path: str | None = None
     version: str | None = None
     metrics_path: str | None = None
+    port_range: tuple[int, int] | None = None
+    server_url: str | None = None
 
 
 @dataclass(frozen=True)

@@ -277,9 +277,10 @@ def _dry_run_text(result: dict) -> str:
             f"{config['label']}  (key {config['key']}, concurrency {config['concurrencies']})"
         )
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in config["env"].items())
-        lines.append(
-            f"  $ {env} {shlex.join(config['command'])}".replace("--port 0", "--port <free>")
-        )
+        if config["command"]:  # none for a plan's running server (engine.server_url)
+            lines.append(
+                f"  $ {env} {shlex.join(config['command'])}".replace("--port 0", "--port <free>")
+            )
         for cell in (c for c in result["cells"] if c["label"] == config["label"]):
             why = f"  {cell['reason']}" if cell["reason"] else ""
             lines.append(f"    c={cell['concurrency']:<4} {cell['action']:<5} {cell['key']}{why}")

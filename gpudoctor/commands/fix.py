@@ -106,8 +106,26 @@ def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: s
 @click.option(
     "--host-prep",
     is_flag=True,
-    help="Instead of a CT: install a systemd oneshot "
-    "that creates /dev/nvidia-uvm at boot before containers start.",
+    help="Instead of a CT: install a systemd oneshot that creates /dev/nvidia-uvm at boot "
+    "before containers start, and the triggers that run --follow-driver after a driver "
+    "reload (a udev rule on the NVIDIA modules' load, a path unit on the moving nodes; "
+    "--device PATH: watch that node too). With --cluster/--inventory: on each node where a "
+    "CT's state shows the host lacked /dev/nvidia-uvm when the CT started.",
+)
+@click.option(
+    "--follow-driver",
+    is_flag=True,
+    help="Instead of one CT: every CT of the node against the host's devices NOW (after a "
+    "driver reload or upgrade moved a major): a missing allow rule added where a passed "
+    "node's major moved, and a restart only for the CTs whose devices changed; CTs that "
+    "pass no device, or whose devices are the host's, are not touched. What the unit "
+    "--host-prep installs runs (journalctl -u gpudoctor-follow-driver).",
+)
+@click.option(
+    "--if-host-changed",
+    is_flag=True,
+    help="With --follow-driver: do nothing when the host's devices are as the last follow "
+    "left them (what the installed unit passes: a trigger with nothing changed is a no-op).",
 )
 @LXCPATH
 @KNOWN_HOSTS
@@ -145,7 +163,8 @@ def _open_host(spec: str, known_hosts: str | None, accept_new: bool, identity: s
 def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
         devices: tuple[str, ...], mode: str, dev_gid: int | None, prune: bool,
         driver_libs: str | None, dry_run: bool,
-        yes: bool, no_restart: bool, host_prep: bool, lxcpath: str | None,
+        yes: bool, no_restart: bool, host_prep: bool, follow_driver: bool,
+        if_host_changed: bool, lxcpath: str | None,
         known_hosts: str | None, accept_new_host_key: bool, identity_file: str | None,
         api: str | None, as_json: bool, cluster: str | None = None,
         inventory_file: str | None = None, max_restarts: int = 2, keep_going: bool = False,
@@ -160,6 +179,7 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
       gpudoctor fix --host local --ct 200 --mode rules    # old style, even on PVE >= 8.1
       gpudoctor fix --host root@box --ct web1 --flavor lxc --device /dev/dri
       gpudoctor fix --host root@pve1 --host-prep          # /dev/nvidia-uvm before CTs boot
+      gpudoctor fix --follow-driver --yes                 # on the node, after a driver reload
       gpudoctor fix --host root@pve1 --ct 200 --driver-libs bind  # libs follow the host
       gpudoctor fix --cluster pve1 --yes                  # every GPU CT, 2 restarts at a time
       gpudoctor fix --inventory hosts.toml --ct 'llm-*' --dry-run
@@ -182,11 +202,16 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
     run the same fix again to finish an interrupted one. A second run says "nothing to
     change" and touches nothing.
 
+    --follow-driver does that for every CT of the node, for the nodes each already passes
+    (rules mode: no devN migration, no node added), one at a time under one lock, and
+    restarts only the CTs whose devices changed. --host-prep installs the unit that runs
+    it when an NVIDIA module is loaded or a moving node is re-created.
+
     \b
     Exit codes:
       0  applied, or nothing to change
       1  gpudoctor error (host unreachable, backup not saved, not a Proxmox host)
-      2  usage error (bad option, --device that is no character device)
+      2  usage error (bad option, --device that is missing or no character device)
       3  not applied, failed or rolled back (locked CT, changed since the plan, CT did
          not come back, device still fails), or nothing to pass through (no NVIDIA
          driver on the host and no --device)
@@ -200,6 +225,13 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
     from gpudoctor.pve.planner import FixPlanError, PlanOptions
 
     exclusive(cluster=cluster, inventory=inventory_file)
+    if if_host_changed and not follow_driver:
+        raise click.UsageError("--if-host-changed goes with --follow-driver")
+    if follow_driver and (ct or host_prep or cluster or inventory_file or devices or api):
+        raise click.UsageError(
+            "--follow-driver looks at every CT of one node: it takes no --ct, --host-prep, "
+            "--cluster, --inventory, --device or --api"
+        )
     if host_spec and (cluster or inventory_file):  # as check says it
         raise click.UsageError("--host is for one machine; --cluster/--inventory name the nodes")
     if mode == "devn" and flavor == "lxc":
@@ -207,10 +239,10 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
             "--mode devn writes Proxmox devN entries; a plain LXC config (--flavor lxc) takes"
             " --mode rules (or auto)"
         )
-    if not dry_run and not host_prep:  # the local backup copy: refused before any work
+    fleet = bool(cluster or inventory_file)
+    if not dry_run and (not host_prep or fleet):  # the local backup copy: before any work
         require_writable_dir(Layout.from_env().client_backup_dir, "GPUDOCTOR_CLIENT_BACKUP_DIR")
-    if not host_prep:
-        _check_device_paths(devices)
+    _check_device_paths(devices)
     plan_options = PlanOptions(
         mode=mode,
         devices=tuple(p.rstrip("/") for p in devices),
@@ -241,6 +273,7 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
             accept_new_host_key=accept_new_host_key,
             identity_file=identity_file,
             as_json=as_json,
+            host_prep=host_prep,
             credentials=api_credentials(api_auth),
         )
         ask = lambda question: sys.stdin.isatty() and click.confirm(question, default=False)  # noqa: E731
@@ -261,8 +294,8 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
         settings = ApiSettings(api, auth.token, auth.verify, user=auth.user or "",
                                password=auth.password or "")  # fmt: skip
     host_spec = host_spec or "local"
-    if not host_prep and not ct:
-        raise click.UsageError("--ct is required (or --host-prep)")
+    if not host_prep and not follow_driver and not ct:
+        raise click.UsageError("--ct is required (or --host-prep, --follow-driver)")
     layout = Layout.from_env()
     if lxcpath:
         layout = Layout(**{**layout.__dict__, "lxcpath": lxcpath})
@@ -272,7 +305,12 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
         raise click.ClickException(str(exc)) from None
     try:
         if host_prep:
-            code = _run_host_prep(host, dry_run, yes, as_json)
+            code = _run_host_prep(host, dry_run, yes, as_json, devices)
+        elif follow_driver:
+            from gpudoctor.commands.fix_follow import run_follow
+
+            code = run_follow(host, flavor, layout, (dry_run, yes, if_host_changed), as_json,
+                              host_spec)  # fmt: skip
         else:
             options = FixOptions(ct=ct or "", flavor=flavor, plan=plan_options, dry_run=dry_run,
                                  yes=yes, restart=not no_restart, layout=layout, api=settings,
@@ -353,7 +391,8 @@ def _run_fix(host: Any, options: Any, host_label: str, as_json: bool) -> int:
     return outcome.exit_code
 
 
-def _run_host_prep(host: Any, dry_run: bool, yes: bool, as_json: bool) -> int:
+def _run_host_prep(host: Any, dry_run: bool, yes: bool, as_json: bool,
+                   watch: tuple[str, ...] = ()) -> int:  # fmt: skip
     from gpudoctor.pve.uvm_unit import run_host_prep
 
     def confirm(plan: Any) -> bool:
@@ -361,7 +400,8 @@ def _run_host_prep(host: Any, dry_run: bool, yes: bool, as_json: bool) -> int:
         _show_plan(plan, click.echo)
         return _confirm(plan)
 
-    outcome = run_host_prep(host, dry_run=dry_run, yes=yes, confirm=confirm, progress=_say)
+    outcome = run_host_prep(host, dry_run=dry_run, yes=yes, confirm=confirm, progress=_say,
+                            watch=tuple(p.rstrip("/") for p in watch))  # fmt: skip
     if as_json:
         click.echo(json.dumps(outcome.to_dict(), indent=2))
     else:

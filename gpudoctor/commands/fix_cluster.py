@@ -47,6 +47,7 @@ class ClusterFixRequest:
         keep_going: ``--keep-going``.
         known_hosts, accept_new_host_key, identity_file: SSH options.
         as_json: print the result as JSON.
+        host_prep: ``--host-prep``: install the boot unit on each node that needs it.
         credentials: the Proxmox API credentials and TLS trust (secrets never shown).
     """
 
@@ -59,6 +60,7 @@ class ClusterFixRequest:
     accept_new_host_key: bool = False
     identity_file: str | None = None
     as_json: bool = False
+    host_prep: bool = False
     credentials: ApiAuth = field(default_factory=ApiAuth)
 
 
@@ -110,6 +112,7 @@ def run_cluster_fix(
         yes=template.yes,
         restart=template.restart,
         driver_libs=template.driver_libs,
+        host_prep=request.host_prep,
         connection=FleetSettings(
             known_hosts=request.known_hosts,
             accept_new_host_key=request.accept_new_host_key,
@@ -119,9 +122,11 @@ def run_cluster_fix(
 
     def confirm(changes: Sequence[CtFix]) -> bool:
         show(changes, echo, with_diff=True)
+        nodes = ClusterFixResult(tuple(changes)).host_prep if request.host_prep else ()
+        prep = f" and install the host prep on {', '.join(n for n, _ in nodes)}" if nodes else ""
         return ask(
             f"Apply these changes to {len(changes)} CT(s), restarting at most "
-            f"{request.max_restarts} at a time?"
+            f"{request.max_restarts} at a time{prep}?"
         )
 
     result = fix_cluster(
@@ -139,8 +144,15 @@ def report(result: ClusterFixResult, as_json: bool, dry_run: bool, echo: Echo) -
     show(result.fixes, echo, with_diff=dry_run)
     if any(f.status == "declined" for f in result.fixes):
         echo("not applied: nothing written (pass --yes to apply without asking)")
+    prepared = {p.node: p for p in result.prepared}
     for node, why in result.host_prep:
-        echo(f"{node}: {why}")
+        done = prepared.get(node)
+        if done is None:
+            echo(f"{node}: {why}")
+            continue
+        if dry_run and done.diff:
+            echo(done.diff.rstrip("\n"))
+        echo(f"{node}: --host-prep: {done.status}: {done.message}")
     if result.stopped_by:
         echo(f"stopped after {result.stopped_by}: the remaining CTs were not touched "
              "(--keep-going fixes them anyway)")  # fmt: skip

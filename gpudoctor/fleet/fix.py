@@ -23,10 +23,11 @@ from gpudoctor.exit_codes import ExitCode
 from gpudoctor.fleet.execute import FleetSettings, error_text, open_node
 from gpudoctor.fleet.inventory import CtSpec, Inventory, NodeSpec
 from gpudoctor.fleet.pool import DeadlinePool, Job
-from gpudoctor.hosts.base import Host
-from gpudoctor.pve.apply import Layout
+from gpudoctor.hosts.base import Host, HostError
+from gpudoctor.pve.apply import ApplyError, Layout
 from gpudoctor.pve.fixer import FixOptions, FixOutcome, run_fix
 from gpudoctor.pve.planner import PlanOptions
+from gpudoctor.pve.uvm_unit import run_host_prep
 
 OK_STATUSES = ("nothing_to_change", "dry_run", "applied", "applied_not_running")
 NEEDS_CHANGE = "dry_run"
@@ -51,6 +52,9 @@ class ClusterFixSettings:
         connection: SSH options (``known_hosts``, ``identity_file``, ...; its
             ``parallel`` and ``options`` are not used).
         driver_libs: ``fix --driver-libs`` for every CT ("" = none).
+        host_prep: ``--host-prep``: install the boot unit (and the follow-driver
+            triggers) on each node where a CT's state points to the host
+            (:attr:`ClusterFixResult.host_prep`).
     """
 
     plan: PlanOptions = field(default_factory=PlanOptions)
@@ -61,6 +65,7 @@ class ClusterFixSettings:
     yes: bool = False
     restart: bool = True
     driver_libs: str = ""
+    host_prep: bool = False
     parallel: int = 8
     plan_timeout_s: float = 120.0
     apply_timeout_s: float = 600.0
@@ -109,16 +114,35 @@ class CtFix:
 
 
 @dataclass(frozen=True)
+class NodePrep:
+    """What ``--host-prep`` did on one node: ``status`` is the host prep's (``applied``,
+    ``nothing_to_change``, ``dry_run``) or ``error``; ``exit_code`` 0 unless ``error``."""
+
+    node: str
+    status: str
+    exit_code: int
+    message: str
+    diff: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the node's host prep as JSON-ready data."""
+        return {"node": self.node, "status": self.status, "exit_code": self.exit_code,
+                "message": self.message, "diff": self.diff}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class ClusterFixResult:
     """Every CT's result, in inventory order.
 
     Attributes:
         fixes: one CtFix per CT.
         stopped_by: ``node/ct`` of the rollback that stopped the apply phase, or None.
+        prepared: with ``--host-prep``, one :class:`NodePrep` per node that needed it.
     """
 
     fixes: tuple[CtFix, ...]
     stopped_by: str | None = None
+    prepared: tuple[NodePrep, ...] = ()
 
     @property
     def host_prep(self) -> tuple[tuple[str, str], ...]:
@@ -135,7 +159,7 @@ class ClusterFixResult:
     @property
     def exit_code(self) -> int:
         """Return 0 when every CT is fixed or needed nothing (or only planned), else 3."""
-        ok = all(f.exit_code == ExitCode.OK for f in self.fixes)
+        ok = all(f.exit_code == ExitCode.OK for f in [*self.fixes, *self.prepared])
         return ExitCode.OK if ok else ExitCode.FAILED
 
     def to_dict(self) -> dict[str, Any]:
@@ -146,6 +170,7 @@ class ClusterFixResult:
             "stopped_by": self.stopped_by,
             "cts": [f.to_dict() for f in self.fixes],
             "host_prep": [{"node": node, "why": why} for node, why in self.host_prep],
+            "prepared": [p.to_dict() for p in self.prepared],
         }
 
 
@@ -167,7 +192,8 @@ def fix_cluster(
         planned = _plan_all(inventory, settings, hosts, progress)
         changes = [f for f in planned if f.status == NEEDS_CHANGE]
         if settings.dry_run or not changes:
-            return ClusterFixResult(tuple(planned))
+            result = ClusterFixResult(tuple(planned))
+            return replace(result, prepared=prepare_nodes(result, settings, hosts.get, progress))
         if not settings.yes and not confirm(changes):
             declined = [
                 replace(f, status="declined", exit_code=ExitCode.OK, message="not applied: declined")
@@ -177,9 +203,37 @@ def fix_cluster(
             return ClusterFixResult(tuple(declined))
         applied, stopped_by = _apply_all(inventory, changes, settings, hosts, progress)
         merged = [applied.get((f.node, f.ct), f) for f in planned]
-        return ClusterFixResult(tuple(merged), stopped_by)
+        # the nodes named by the plans: the restarts cured the CTs, the unit keeps the
+        # next boot from bringing the race back
+        named = ClusterFixResult(tuple(planned))
+        prepared = prepare_nodes(named, settings, hosts.get, progress)
+        return ClusterFixResult(tuple(merged), stopped_by, prepared)
     finally:
         hosts.close()
+
+
+def prepare_nodes(
+    result: ClusterFixResult,
+    settings: ClusterFixSettings,
+    host_of: Callable[[str], Host],
+    progress: Progress = lambda text: None,
+) -> tuple[NodePrep, ...]:
+    """With ``settings.host_prep``, run ``--host-prep`` (:func:`uvm_unit.run_host_prep`; a
+    dry run in a dry run) on each node of ``result.host_prep``, once per node, one node
+    after the other; return what it did per node (empty without ``host_prep``)."""
+    done = []
+    for node, _why in result.host_prep if settings.host_prep else ():
+        progress(f"{node}: --host-prep")
+        try:
+            out = run_host_prep(host_of(node), dry_run=settings.dry_run, yes=True,
+                                layout=settings.layout)  # fmt: skip
+        except (ApplyError, HostError) as exc:
+            done.append(NodePrep(node, "error", ExitCode.FAILED, str(exc)))
+            continue
+        pending = out.status == "dry_run"
+        done.append(NodePrep(node, out.status, ExitCode.OK if pending else out.exit_code,
+                             out.message, out.plan.diff))  # fmt: skip
+    return tuple(done)
 
 
 class _NodeHosts:

@@ -259,23 +259,15 @@ def write_command(
     target: Target, layout: Layout, expected_sha1: str, backup_path: str
 ) -> list[str]:
     """Return the argv of the locked compare-and-swap write (``flock -w 10 LOCK python3 ...``);
-    the new content goes on its stdin, base64-encoded."""
-    return [
-        "flock",
-        "-E",
-        str(LOCK_BUSY_RC),
-        "-w",
-        str(LOCK_WAIT_S),
-        target.lock_path,
-        layout.python,
-        "-I",
-        "-c",
-        HOST_PROGRAM,
-        "write",
-        target.config_path,
-        expected_sha1,
-        backup_path or "-",
-    ]
+    the new content goes on its stdin, base64-encoded. gpudoctor's own lock (in
+    ``layout.own_lock_dir``) is taken by the program itself, which removes the file when it
+    is done; Proxmox's lock file is Proxmox's, held by ``flock`` and left in place."""
+    program = [layout.python, "-I", "-c", HOST_PROGRAM, "write", target.config_path,
+               expected_sha1, backup_path or "-"]  # fmt: skip
+    if target.lock_path.startswith(layout.own_lock_dir.rstrip("/") + "/"):
+        return [*program, target.lock_path]
+    flock = ["flock", "-E", str(LOCK_BUSY_RC), "-w", str(LOCK_WAIT_S), target.lock_path]
+    return [*flock, *program]
 
 
 def compare_and_swap(

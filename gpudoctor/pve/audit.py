@@ -116,13 +116,18 @@ def device_refusal(asked: str, path: str, node: HostNode | None) -> str | None:
     """Return why ``--device ASKED`` (host node ``path``) cannot be passed, or None: only
     char nodes and directories under /dev holding char nodes are (``--device /root`` would
     bind-mount the host's /root read-write), at paths a devN value and a mount entry can
-    carry (no ``,`` ``=`` or whitespace). A missing path is not refused here: the plan
-    reports it and passes nothing."""
+    carry (no ``,`` ``=`` or whitespace). A path missing on the host is refused too: a
+    typo must not end in "nothing to change" (issue 34.7)."""
     what = f"--device {asked}" + (f" (host {path})" if path != asked else "")
     odd = unwritable(path)
     if odd:
         return f"{what}: {odd}"
-    if node is None or not node.exists or node.kind == "char":
+    if node is None or not node.exists:
+        return (
+            f"{what} does not exist on the host: check the path (ls -l {path} on the host);"
+            " a device node appears once its driver is loaded"
+        )
+    if node.kind == "char":
         return None
     normal = posixpath.normpath(path) == path and path.startswith("/dev/")
     if node.kind == "dir" and normal and node.char_nodes:

@@ -1,7 +1,11 @@
 """The program that runs ON the CT's host for every config read and write (``python3 -I -c``).
 
 Stdlib only, no gpudoctor import: it is sent as ``-c`` text, so nothing needs to be
-installed on the host. ``write`` does, under the caller's ``flock``: compare the file's
+installed on the host. ``write`` does, under the config lock (Proxmox's own, held by the
+caller's ``flock``; or gpudoctor's own, in its private lock directory, passed as the fifth
+argument: taken here with ``flock`` after checking that the path still names the file it
+opened, and unlinked while still held as the program ends, so ``/run/gpudoctor`` does not
+keep one file per CT forever): compare the file's
 SHA-1 with the plan's (exit :data:`RC_CHANGED`), clear ``<conf>.tmp.*`` left by killed
 writers, back the old bytes up (``.part`` + rename), write ``<conf>.tmp.<pid>``
 (``O_CREAT|O_EXCL|O_NOFOLLOW``: a name another user planted in a user-owned lxcpath after
@@ -39,6 +43,35 @@ def fsync_write(path, data, mode, fresh=False):
                 raise
     finally:
         os.close(fd)
+lock = sys.argv[5] if op == 'write' and len(sys.argv) > 5 else '-'
+if lock != '-':  # gpudoctor's own lock: taken here, and removed as it is released
+    import atexit, fcntl, time
+    deadline = time.monotonic() + @LOCK_WAIT_S@
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    sys.exit(@LOCK_BUSY_RC@)
+                time.sleep(0.05)
+        try:  # the holder before us may have removed the file we locked: take the new one
+            now = os.stat(lock, follow_symlinks=False)
+        except FileNotFoundError:
+            now = None
+        mine = os.fstat(fd)
+        if now is not None and (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+            break
+        os.close(fd)
+    def release(fd=fd):
+        try:
+            os.unlink(lock)  # still held: nobody can have locked this file meanwhile
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    atexit.register(release)
 try:
     old = open(conf, 'rb').read()
 except FileNotFoundError:
@@ -79,4 +112,4 @@ if check != new:  # the read-back differs: put the old bytes back the same way
     print(json.dumps(reply)); sys.exit(11 if restored else 13)
 print(json.dumps(reply))
 sys.exit(0)
-"""
+""".replace("@LOCK_WAIT_S@", str(LOCK_WAIT_S)).replace("@LOCK_BUSY_RC@", str(LOCK_BUSY_RC))

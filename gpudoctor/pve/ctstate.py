@@ -103,7 +103,7 @@ def host_cause(host: Host, layout: Layout, missing: Iterable[str], host_label: s
     late = host_made(missing)
     if not late:
         return ""
-    prep, _, _ = uvm_unit.plan_host_prep(host, uvm_unit.systemd_root(), layout)
+    prep = uvm_unit.plan_host_prep(host, uvm_unit.systemd_root(), layout).plan
     if not prep.explanation:
         return ""
     return (

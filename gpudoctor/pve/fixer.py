@@ -236,7 +236,7 @@ def _host_prep_offer(
         return None
     if not uvm_unit.needs_boot_nodes(the_plan.dev_paths):
         return None
-    prep, _, _ = uvm_unit.plan_host_prep(host, uvm_unit.systemd_root(), options.layout)
+    prep = uvm_unit.plan_host_prep(host, uvm_unit.systemd_root(), options.layout).plan
     return prep if prep.explanation else None
 
 

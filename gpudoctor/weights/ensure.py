@@ -8,6 +8,7 @@ fill the mirror. The unit of resume is a finished file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 from gpudoctor.weights import localfs, trust
 from gpudoctor.weights.complete import FileProblem, unfinished_problems
 from gpudoctor.weights.errors import VerifyError, WeightsError
-from gpudoctor.weights.manifest import Manifest, ManifestFile, utc_now_iso
+from gpudoctor.weights.manifest import MANIFEST_NAME, Manifest, ManifestFile, utc_now_iso
 from gpudoctor.weights.mirror import fill_mirror, mirror_state, revision_problem
 from gpudoctor.weights.plan import WorkPlan, plan_work, revision_matches
 from gpudoctor.weights.progress import Progress
@@ -145,8 +146,9 @@ def ensure(
     ``notify(line)`` is told, before any download starts, why ``--mirror`` cannot serve.
     Raises :class:`WeightsError` (one-line message) on any failure, file-system
     errors included; its ``mirror_problem`` attribute (and its message) say why the
-    mirror could not serve, when it could not. A failed run leaves ``TARGET.partial``
-    for the next run to resume from.
+    mirror could not serve, when it could not. A failed first download leaves
+    ``TARGET.partial`` for the next run to resume from; a failed repair of an existing
+    ``TARGET`` renames it back, so the user's directory never disappears.
     """
     t0 = time.monotonic()
     _check_request(req)
@@ -227,60 +229,25 @@ def _ensure_locked(
     plan = _plan_for(existing, local, source, req.repo_id, known_bad)
     _precheck_space(req, source, plan.fetch, mirror_path, mirrored)
 
-    if existing == target:
+    renamed = existing == target
+    if renamed:
         os.rename(target, partial)
     elif existing is None:
         try:
             os.mkdir(partial, 0o700)
         except PermissionError:
             raise WeightsError(f"permission denied: cannot create {partial}") from None
-    localfs.write_partial_marker(partial, req.repo_id, source.revision)
-    localfs.clean_incomplete(partial)
-    localfs.remove_files(partial, plan.delete)
-    fetch = list(plan.fetch)
-    if plan.hash_first:
-        suspects = full_verify(partial, plan.hash_first, progress)
-        localfs.remove_files(partial, [p.path for p in suspects])
-        bad = {p.path for p in suspects}
-        fetch += [f for f in plan.hash_first if f.path in bad]
-    snapshot = hub.RemoteSnapshot(req.repo_id, source.revision, source.files)
-    copied_bad = _fetch(req, source, snapshot, fetch, partial, mirror_path, progress)
-    warnings: list[str] = []
-    problems = _problems(partial, source.files, req.verify, progress)
-    if copied_bad:  # proven wrong while restored: said as such, not as "missing"
-        bad_paths = {p.path for p in copied_bad}
-        problems = copied_bad + [p for p in problems if p.path not in bad_paths]
-    if problems:
-        warnings.append(f"{len(problems)} file(s) failed {req.verify} verify and were re-fetched")
-        if req.mirror_only:
-            raise VerifyError(
-                f"--mirror-only: {problems[0].path} from the mirror failed verify"
-                f" ({problems[0].detail}); nothing was downloaded. Kept in {partial}"
-            )
-        bad_paths = {p.path for p in problems}
-        localfs.remove_files(partial, bad_paths)
-        refetch = [f for f in source.files if f.path in bad_paths]
-        from_hub = _Source(source.files, source.revision, "hub")
-        try:
-            _fetch(req, from_hub, snapshot, refetch, partial, None, progress)
-        except WeightsError as exc:
-            raise WeightsError(
-                f"{problems[0].path} from the {source.kind} failed verify"
-                f" ({problems[0].detail}) and fetching it again failed: {exc}"
-            ) from None
-        again = _problems(partial, tuple(refetch), req.verify, progress)
-        if again:
-            raise VerifyError(
-                f"{len(again)} file(s) still wrong after re-download, e.g. {again[0].path}"
-                f" ({again[0].detail}); the source serves bad bytes. Kept in {partial}"
-            )
-    manifest = Manifest(req.repo_id, source.revision, source.files, utc_now_iso())
-    localfs.drop_hf_cache(partial)
-    localfs.remove_partial_marker(partial)
-    leftovers = unfinished_problems(localfs.list_names(partial), (), manifest_paths(source))
-    localfs.remove_leftovers(partial, [p.path for p in leftovers])
-    localfs.write_manifest(partial, manifest)
-    localfs.publish(partial, target)
+    try:
+        manifest, fetch, warnings = _build(
+            req, source, plan, partial, mirror_path, progress, renamed
+        )
+    except BaseException as exc:
+        if renamed:  # the user's directory keeps its name, whatever failed (issue 34.7)
+            same_revision = local is not None and local.revision == source.revision
+            verified = not isinstance(exc, VerifyError)  # else it holds files proven wrong
+            with contextlib.suppress(OSError):  # the first error is the one to tell
+                _put_back(partial, target, keep_manifest=same_revision and verified)
+        raise
     from gpudoctor.weights.record import TargetRecord, remember
 
     mirror_text = str(req.mirror.absolute()) if req.mirror else None
@@ -316,6 +283,84 @@ def _ensure_locked(
         warnings=tuple(warnings),
         mirror_problem=notes["mirror_problem"],
     )
+
+
+def _build(
+    req: EnsureRequest,
+    source: _Source,
+    plan: WorkPlan,
+    partial: Path,
+    mirror_path: Path | None,
+    progress: Progress,
+    renamed: bool,
+) -> tuple[Manifest, list[ManifestFile], list[str]]:
+    """Fill ``partial`` per ``plan``, verify it, write its manifest and publish it as
+    ``req.target``; return the manifest written, the files fetched and the warnings."""
+    from gpudoctor.weights import hub
+
+    kept_in = req.target if renamed else partial
+    localfs.write_partial_marker(partial, req.repo_id, source.revision)
+    localfs.clean_incomplete(partial)
+    localfs.remove_files(partial, plan.delete)
+    fetch = list(plan.fetch)
+    if plan.hash_first:
+        suspects = full_verify(partial, plan.hash_first, progress)
+        localfs.remove_files(partial, [p.path for p in suspects])
+        bad = {p.path for p in suspects}
+        fetch += [f for f in plan.hash_first if f.path in bad]
+    snapshot = hub.RemoteSnapshot(req.repo_id, source.revision, source.files)
+    copied_bad = _fetch(req, source, snapshot, fetch, partial, mirror_path, progress)
+    warnings: list[str] = []
+    problems = _problems(partial, source.files, req.verify, progress)
+    if copied_bad:  # proven wrong while restored: said as such, not as "missing"
+        bad_paths = {p.path for p in copied_bad}
+        problems = copied_bad + [p for p in problems if p.path not in bad_paths]
+    if problems:
+        warnings.append(f"{len(problems)} file(s) failed {req.verify} verify and were re-fetched")
+        if req.mirror_only:
+            raise VerifyError(
+                f"--mirror-only: {problems[0].path} from the mirror failed verify"
+                f" ({problems[0].detail}); nothing was downloaded. Kept in {kept_in}"
+            )
+        bad_paths = {p.path for p in problems}
+        localfs.remove_files(partial, bad_paths)
+        refetch = [f for f in source.files if f.path in bad_paths]
+        from_hub = _Source(source.files, source.revision, "hub")
+        try:
+            _fetch(req, from_hub, snapshot, refetch, partial, None, progress)
+        except WeightsError as exc:
+            raise WeightsError(
+                f"{problems[0].path} from the {source.kind} failed verify"
+                f" ({problems[0].detail}) and fetching it again failed: {exc}"
+            ) from None
+        again = _problems(partial, tuple(refetch), req.verify, progress)
+        if again:
+            raise VerifyError(
+                f"{len(again)} file(s) still wrong after re-download, e.g. {again[0].path}"
+                f" ({again[0].detail}); the source serves bad bytes. Kept in {kept_in}"
+            )
+    manifest = Manifest(req.repo_id, source.revision, source.files, utc_now_iso())
+    localfs.drop_hf_cache(partial)
+    localfs.remove_partial_marker(partial)
+    leftovers = unfinished_problems(localfs.list_names(partial), (), manifest_paths(source))
+    localfs.remove_leftovers(partial, [p.path for p in leftovers])
+    localfs.write_manifest(partial, manifest)
+    localfs.publish(partial, req.target)
+    return manifest, fetch, warnings
+
+
+def _put_back(partial: Path, target: Path, keep_manifest: bool) -> None:
+    """Rename the user's directory, moved to ``partial`` for a repair that failed, back to
+    ``target``. Its manifest stays only when the repair fetched the same revision (the
+    files are then what it lists); otherwise it is removed, so nothing calls a mix of two
+    revisions complete (``weights status`` then says so, and the next run resumes)."""
+    if target.exists() or not partial.is_dir():
+        return
+    localfs.remove_partial_marker(partial)
+    localfs.drop_hf_cache(partial)
+    if not keep_manifest:
+        localfs.remove_files(partial, [MANIFEST_NAME])
+    os.rename(partial, target)
 
 
 def manifest_paths(source: _Source) -> list[str]:

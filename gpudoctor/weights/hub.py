@@ -95,8 +95,15 @@ def translate_error(exc: BaseException, repo_id: str, revision: str | None) -> W
         msg = f"revision {rev!r} not found in {repo_id} on {hub}"
     elif isinstance(exc, hf_errors.RemoteEntryNotFoundError):
         msg = f"a file of {repo_id}@{rev} is missing on {hub}: {_first_line(exc)}"
-    elif isinstance(exc, (hf_errors.OfflineModeIsEnabled, hf_errors.LocalEntryNotFoundError)):
+    elif isinstance(exc, hf_errors.OfflineModeIsEnabled) or (
+        isinstance(exc, hf_errors.LocalEntryNotFoundError) and _offline()
+    ):
         msg = f"offline (HF_HUB_OFFLINE is set) and no complete local copy or mirror of {repo_id}"
+    elif isinstance(exc, hf_errors.LocalEntryNotFoundError):
+        # hf_hub_download's wrapper for a failed HEAD: the cause is the real story.
+        cause = exc.__cause__
+        why = f"{type(cause).__name__}: {_first_line(cause)}" if cause else _first_line(exc)
+        msg = f"cannot reach the Hub at {hub} to fetch a file of {repo_id}@{rev} ({why})"
     elif isinstance(exc, hf_errors.HfHubHTTPError):
         status = getattr(getattr(exc, "response", None), "status_code", "?")
         msg = f"the Hub ({hub}) answered HTTP {status} for {repo_id}: {_first_line(exc)}"
@@ -109,6 +116,13 @@ def translate_error(exc: BaseException, repo_id: str, revision: str | None) -> W
     else:
         msg = f"{type(exc).__name__}: {_first_line(exc)}"
     return WeightsError(scrub(msg))
+
+
+def _offline() -> bool:
+    """Return True when huggingface_hub runs offline (``HF_HUB_OFFLINE=1``)."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -117,8 +117,12 @@ CAPS = HostNode(
     [
         ("/dev/nvidia0", "/dev/nvidia0", CHAR, None),
         ("/dev/nvidia-caps", "/dev/nvidia-caps", CAPS, None),
-        ("/dev/nope", "/dev/nope", None, None),  # missing: the plan reports it
-        ("/dev/nope", "/dev/nope", HostNode("/dev/nope", "missing"), None),
+        ("/dev/nope", "/dev/nope", None,
+         "--device /dev/nope does not exist on the host: check the path (ls -l /dev/nope on the"
+         " host); a device node appears once its driver is loaded"),
+        ("/dev/gpu", "/dev/nope", HostNode("/dev/nope", "missing"),
+         "--device /dev/gpu (host /dev/nope) does not exist on the host: check the path (ls -l"
+         " /dev/nope on the host); a device node appears once its driver is loaded"),
         ("/dev/empty", "/dev/empty", HostNode("/dev/empty", "dir"),
          "--device /dev/empty is a directory that holds no character device: only character "
          "devices, or directories under /dev that hold them, can be passed into a CT"),

@@ -26,17 +26,19 @@ CONF = "arch: amd64\nhostname: ct\n"
         ("/dev/shm", "a directory that holds no character device"),
         ("/dev/../root", "without '.', '..'"),
         ("/dev", "a directory outside /dev"),
+        ("/dev/doesnotexist", "does not exist on the host: check the path"),
     ],
 )
 def test_non_devices_are_refused_and_nothing_is_written(tmp_path, path: str, why: str) -> None:
     """The attack: ``fix --device /root --yes`` bind-mounting the host's /root read-write."""
-    if not os.path.exists(path.replace("/dev/../", "/")):
+    if path != "/dev/doesnotexist" and not os.path.exists(path.replace("/dev/../", "/")):
         pytest.skip(f"{path} does not exist on this machine")
     tree = PveTree(tmp_path)
     conf = tree.add_ct("200", CONF)
     result = fix(["--ct", "200", "--device", path, "--yes"], tree.env())
     assert result.returncode == 2, result.stdout + result.stderr
     assert why in result.stdout + result.stderr
+    assert "nothing to change" not in result.stdout  # once a warning, then exit 0 (issue 34.7)
     assert "Traceback" not in result.stderr
     assert conf.read_text() == CONF and tree.backups() == []
 

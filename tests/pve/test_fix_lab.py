@@ -86,6 +86,7 @@ def test_lxc_flavor_fix_over_ssh_then_second_run_touches_nothing(
     assert out["probes"]["before"] == {"/dev/fakegpu": "EPERM", **basic}
     assert out["probes"]["after"] == {"/dev/fakegpu": "OK", **basic}  # nothing lost
     assert opened_inside(ct) == "OK"
+    assert os.listdir(tmp_path / "locks") == []  # the config lock went with the write (34.8)
     # the catalogue's device checks ran INSIDE the CT (agent over stdin, nothing installed)
     opens = [c for c in out["checks"] if c["check"] == "device.open"]
     assert opens and opens[0]["status"] == "PASS" and opens[0]["subject"] == "/dev/fakegpu"

@@ -217,13 +217,15 @@ def test_plain_lxc_device_behind_a_bind_mount_gets_a_per_minor_rule() -> None:
     assert p.probe_paths == ("/dev/fakegpu",)
 
 
-def test_missing_requested_device_is_a_warning_not_an_edit() -> None:
-    p = plan(
-        parse(INCIDENT),
-        h200_facts(),
-        PlanOptions(devices=("/dev/nope",), include_host_nvidia=False),
-    )
-    assert any("/dev/nope does not exist" in w for w in p.warnings)
+def test_missing_requested_device_is_a_usage_error_not_a_warning() -> None:
+    """Issue 34.7: a warning then "nothing to change", exit 0, hid a typo."""
+    with pytest.raises(FixPlanError, match="/dev/nope does not exist on the host") as raised:
+        plan(
+            parse(INCIDENT),
+            h200_facts(),
+            PlanOptions(devices=("/dev/nope",), include_host_nvidia=False),
+        )
+    assert raised.value.code == "usage"
 
 
 @pytest.mark.parametrize("path", sorted((DATA / "community").glob("*.conf")), ids=lambda p: p.name)

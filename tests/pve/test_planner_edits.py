@@ -269,6 +269,19 @@ def test_an_nvidia_path_that_is_not_a_device_node_is_not_passed() -> None:
     assert not any("/dev/nvidia-uvm " in a for a in added(p))
 
 
+def test_an_nvidia_node_gone_between_listing_and_stat_is_reported_not_passed() -> None:
+    """/dev listed nvidia-uvm, then it vanished before its stat (a driver unloading): the
+    node the host no longer has is said and not passed; a requested one is refused
+    (``device_refusal``, issue 34.7), so only a found one reaches this warning."""
+    base = h200_facts()
+    gone = HostNode("/dev/nvidia-uvm", "missing")
+    facts = replace(base, nodes=tuple(gone if n.path == gone.path else n for n in base.nodes))
+    p = plan(parse("arch: amd64\n"), facts, PlanOptions())
+    assert "/dev/nvidia-uvm does not exist on the host: not passed" in p.warnings
+    assert not any("/dev/nvidia-uvm " in a for a in added(p))
+    assert any("/dev/nvidia0 " in a for a in added(p))  # the others still are
+
+
 def test_a_device_that_is_no_char_node_is_refused_as_a_usage_error() -> None:
     facts = facts_with(node("/dev/sda", 8, 0, "block"))
     with pytest.raises(FixPlanError) as info:

@@ -81,3 +81,71 @@ def test_a_node_missing_at_the_cts_start_proposes_host_prep_until_it_is_installe
     assert host_cause(LocalHost(), layout, ["/dev/fakegpu"], "root@pve1") == ""
     run_host_prep(LocalHost(), yes=True, layout=layout, root=str(root))
     assert host_cause(LocalHost(), layout, ["/dev/nvidia-uvm"], "root@pve1") == ""
+
+
+def test_host_prep_installs_the_follow_driver_triggers_and_never_drops_a_watch(
+    root: Path, tmp_path: Path
+) -> None:
+    """Issue 32 item 6: with the boot unit come the follow-driver service, its path unit
+    (enabled by the real ``systemctl --root``; NVIDIA's moving nodes and ``--device``
+    watched) and the udev rule; ``systemd-analyze verify`` accepts the units; a later
+    ``--host-prep`` without ``--device`` keeps the watched path (nothing to change)."""
+    from gpudoctor.pve import follow_units
+
+    layout = PveTree(tmp_path).layout()
+    done = run_host_prep(LocalHost(), yes=True, layout=layout, root=str(root),
+                         watch=("/dev/fakeuvm",))  # fmt: skip
+    assert done.status == "applied", done.message
+    units = root / "etc/systemd/system"
+    service = (units / follow_units.SERVICE).read_text()
+    assert "Type=oneshot\n" in service
+    assert "-m gpudoctor fix --follow-driver --if-host-changed --yes $GPUDOCTOR_FOLLOW_ARGS\n" in (
+        service
+    )
+    path_unit = (units / follow_units.PATH_UNIT).read_text()
+    for watched in ("/dev/nvidia-uvm", "/dev/nvidia-caps", "/dev/fakeuvm"):
+        assert f"PathChanged={watched}\n" in path_unit
+    assert (units / "multi-user.target.wants" / follow_units.PATH_UNIT).is_symlink()
+    rule = (root / follow_units.UDEV_RULE).read_text()
+    assert 'SUBSYSTEM=="module", KERNEL=="nvidia|nvidia_uvm|nvidia_modeset"' in rule
+    assert f"--no-block start {follow_units.SERVICE}" in rule
+    verify = subprocess.run(["systemd-analyze", "verify", "--man=no",
+                             str(units / follow_units.PATH_UNIT), str(units / follow_units.SERVICE)],
+                            capture_output=True, text=True)  # fmt: skip
+    assert "Unknown key" not in verify.stderr and "Invalid" not in verify.stderr, verify.stderr
+    assert "Unknown section" not in verify.stderr, verify.stderr
+
+    again = run_host_prep(LocalHost(), yes=True, layout=layout, root=str(root))
+    assert again.status == "nothing_to_change", again.plan.diff
+    assert "PathChanged=/dev/fakeuvm\n" in (units / follow_units.PATH_UNIT).read_text()
+
+
+def test_no_follow_unit_runs_files_another_user_can_change(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The follow unit would run gpudoctor as root at every trigger: when the interpreter
+    it would run belongs to another user (or sits in a directory others can write), only
+    the boot unit is planned, with a warning naming the file; a root-owned one is fine."""
+    import os
+
+    from gpudoctor.pve import follow_units, uvm_unit
+
+    python = tmp_path / "bin" / "python3"
+    python.parent.mkdir()
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    os.chown(python, 65534, 65534)
+    monkeypatch.setattr(uvm_unit, "gpudoctor_command",
+                        lambda host: (f"{python} -I -m gpudoctor", (str(python),)))  # fmt: skip
+    layout = PveTree(tmp_path).layout()
+    prep = uvm_unit.plan_host_prep(LocalHost(), str(root), layout)
+    assert [f.path.rsplit("/", 1)[1] for f in prep.files] == [UNIT_NAME]
+    [warning] = [w for w in prep.plan.warnings if "follows a driver reload" in w]
+    assert f"{python} (uid 65534, mode 0755)" in warning
+    os.chown(python, 0, 0)
+    python.parent.chmod(0o777)  # root's file in a directory anyone can write: refused too
+    prep = uvm_unit.plan_host_prep(LocalHost(), str(root), layout)
+    assert [f.path.rsplit("/", 1)[1] for f in prep.files] == [UNIT_NAME]
+    python.parent.chmod(0o755)
+    prep = uvm_unit.plan_host_prep(LocalHost(), str(root), layout)
+    assert follow_units.SERVICE in [f.path.rsplit("/", 1)[1] for f in prep.files]

@@ -53,8 +53,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gpudoctor.checks",),  # the catalogue: Findings from what ctx.host reads
     ("gpudoctor.runner",),  # -> Report
     ("gpudoctor.output",),  # Report -> human, JSON, Prometheus
-    # the fixer's run (write, restart, then the re-check inside the CT runs the runner)
-    ("gpudoctor.pve.fixer", "gpudoctor.pve.inside"),
+    # the fixer's run (write, restart, then the re-check inside the CT runs the runner),
+    # and --follow-driver, which runs the fixer on every CT of a node
+    ("gpudoctor.pve.fixer", "gpudoctor.pve.inside", "gpudoctor.pve.follow"),
     # bench, bottom to top
     # the floor of bench: shared types (the plan's model types too: the engines name them)
     (

@@ -10,9 +10,7 @@ scheduling: a strategy (serial, packed, search) decides what runs where and asks
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +23,7 @@ from gpudoctor.bench.launch.live_state import LiveState
 from gpudoctor.bench.launch.outcome import cell_outcome
 from gpudoctor.bench.launch.progress import PlainReporter
 from gpudoctor.bench.launch.run_writer import RunWriter
-from gpudoctor.bench.launch.server import ServerProcess
+from gpudoctor.bench.launch.server import ExternalServer, ServerProcess
 from gpudoctor.bench.launch.steps import clamp_workload, keeps_text
 from gpudoctor.bench.plan import Cell, Plan, ServerConfig, load_fields
 from gpudoctor.bench.results.trace import cell_label, trace_path
@@ -41,7 +39,7 @@ class RunningServer:
     record of a cell it ran."""
 
     config: ServerConfig
-    process: ServerProcess
+    process: ServerProcess | ExternalServer
     base_url: str
     facts: dict[str, Any]
     started: float  # time.monotonic() when its configuration began (first start attempt)
@@ -163,10 +161,9 @@ class CellRunner:
             # a server dying as the requests failed: the kernel closes its sockets (the
             # requests fail) before its exit can be reaped; give the exit a moment to land
             # (a server that answered, 4xx or 5xx, is alive: no wait for it)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.proc.wait(timeout=EXIT_GRACE_S)
+            process.wait_exit(EXIT_GRACE_S)
         if not process.alive():
-            reason = f"server exited with code {process.proc.returncode} during the cell"
+            reason = f"server exited with code {process.returncode} during the cell"
             self.record(cell, "crashed", reason=reason, server_log_tail=process.tail(), **common)
             return reason
         self.record(cell, **outcome, **common)

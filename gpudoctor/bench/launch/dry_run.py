@@ -85,9 +85,16 @@ def dry_run(plan: Plan, options: LaunchOptions, validate: bool = True) -> dict[s
         pool, source, decisions, learn_estimates(list(done.values()), servers)
     )
     configs = []
+    if plan.engine.port_range:
+        low, high = plan.engine.port_range
+        notes.append(f"each server listens on a free port of {low}-{high} (engine.port_range)")
+    if plan.engine.server_url:
+        notes.append(f"no server is started: every cell is measured against the running"
+                     f" server at {plan.engine.server_url} (engine.server_url)")  # fmt: skip
     for config in plan.configs:
-        argv = engine.command(config, plan.model, 0)
-        env = engine.environment(config)
+        external = plan.engine.server_url is not None
+        argv = [] if external else engine.command(config, plan.model, 0)
+        env = {} if external else engine.environment(config)
         configs.append({"label": config.label, "key": config.key, "command": argv, "env": env,
                         "concurrencies": list(config.concurrencies)})  # fmt: skip
     cells = [{"key": d.cell.key, "label": d.cell.config.label, "concurrency": d.cell.concurrency,

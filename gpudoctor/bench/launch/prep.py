@@ -122,9 +122,14 @@ def inspect_engine(plan: Plan, engine: Engine, help_cache: Path | None,
                    quirks_path: Path) -> Inspection:  # fmt: skip
     """Validate every flag against the engine's ``--help`` (it runs), learn its version,
     the GPU architecture and the quirks; return them. CampaignError on a bad flag, an
-    engine not installed or an unreadable quirks table."""
-    help_text = validate_flags(plan, engine, help_cache)
-    version = engine.version()
+    engine not installed or an unreadable quirks table. A plan's running server
+    (``engine.server_url``) has no flags to check and no install to ask: its version is
+    ``engine.version`` when the plan gives one."""
+    if plan.engine.server_url:
+        help_text, version = "", plan.engine.version
+    else:
+        help_text = validate_flags(plan, engine, help_cache)
+        version = engine.version()
     arch = quirks_mod.detect_arch()
     try:
         quirk_list = quirks_mod.load_quirks(quirks_path)
@@ -136,7 +141,10 @@ def inspect_engine(plan: Plan, engine: Engine, help_cache: Path | None,
 def gpu_pool(plan: Plan) -> tuple[GpuPool | None, str | None]:
     """Return the pool of the host's GPUs (NVML, or ``$GPUDOCTOR_FAKE_GPUS``) capped by the
     plan's ``[hardware]``, and where they were learnt; (None, None) without a GPU (one
-    server at a time). CampaignError when ``[hardware]`` asks for GPUs that are not there."""
+    server at a time). CampaignError when ``[hardware]`` asks for GPUs that are not there.
+    A plan's running server (``engine.server_url``) is placed by nobody: (None, None)."""
+    if plan.engine.server_url:
+        return None, None
     gpus, source = discover_gpus()
     hw = plan.hardware
     if not gpus:

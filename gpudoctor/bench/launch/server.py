@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import re
 import signal
 import socket
@@ -44,11 +45,77 @@ class ServerCrashed(RuntimeError):
         self.returncode = returncode
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port that is free on ``host`` right now (bind to port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+class NoFreePort(RuntimeError):
+    """Every port of the plan's ``engine.port_range`` is in use (the message says which)."""
+
+
+class ExternalServer:
+    """A server gpudoctor did not start (the plan's ``engine.server_url``): the face of a
+    :class:`ServerProcess` with nothing to watch, read or stop. It counts as alive; a server
+    that goes away shows as failed requests (connection errors), never as a crash."""
+
+    pid = None
+    returncode = None
+    log_ready_s = None
+
+    def __init__(self) -> None:
+        self.started_at = time.monotonic()
+
+    def alive(self) -> bool:
+        """Return True: its process is not ours to see."""
+        return True
+
+    def tail(self, count: int = 50) -> list[str]:
+        """Return []: its log is not ours."""
+        return []
+
+    def wait_ready(self, probe: Callable[[], bool], timeout_s: float, log_pattern: str = "",
+                   interval_s: float = 0.2) -> float:  # fmt: skip
+        """Return the seconds until ``probe()`` was True; ServerCrashed after ``timeout_s``."""
+        deadline = self.started_at + timeout_s
+        while not probe():
+            if time.monotonic() > deadline:
+                raise ServerCrashed(f"no answer after {timeout_s:.0f} s", [], None)
+            time.sleep(interval_s)
+        return time.monotonic() - self.started_at
+
+    def wait_exit(self, timeout_s: float) -> None:
+        """Return at once: it is not ours to wait for."""
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        """Leave it running (it is not ours); return None (no exit code)."""
+        return None
+
+
+def free_port(
+    host: str = "127.0.0.1",
+    port_range: tuple[int, int] | None = None,
+    avoid: frozenset[int] = frozenset(),
+) -> int:
+    """Return a TCP port that is free on ``host`` right now: any (bind to port 0), or one of
+    ``port_range`` (low, high inclusive) not in ``avoid`` (ports handed to servers still
+    starting), tried from a random one on. Raises NoFreePort when the whole range is taken."""
+    if port_range is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            return int(s.getsockname()[1])
+    low, high = port_range
+    count = high - low + 1
+    first = random.randrange(count)
+    for step in range(count):
+        port = low + (first + step) % count
+        if port in avoid:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise NoFreePort(
+        f"no free port in engine.port_range {low}-{high} ({count} port(s), all in use on"
+        f" {host}): widen the range or stop what listens there (ss -ltnp)"
+    )
 
 
 try:  # resolved in the parent: the child between fork and exec only calls it
@@ -205,6 +272,16 @@ class ServerProcess:
                 self.stop(grace_s=10)
                 raise ServerCrashed(f"server not ready after {timeout_s:.0f} s", tail, None)
             time.sleep(interval_s)
+
+    def wait_exit(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the process to exit (a dying server's exit to land)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=timeout_s)
+
+    @property
+    def returncode(self) -> int | None:
+        """Return the exit code, None while it runs."""
+        return self.proc.returncode
 
     def stop(self, grace_s: float = 30.0) -> int | None:
         """Stop the server's whole process group (SIGTERM, then SIGKILL after ``grace_s``)

@@ -15,17 +15,26 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpudoctor.bench.engines import Engine
 from gpudoctor.bench.launch.cell_runner import EngineFacts, RunningServer
 from gpudoctor.bench.launch.live_state import LiveState
 from gpudoctor.bench.launch.progress import PlainReporter
 from gpudoctor.bench.launch.run_writer import RunWriter
-from gpudoctor.bench.launch.server import ServerCrashed, ServerProcess, free_port
+from gpudoctor.bench.launch.server import (
+    ExternalServer,
+    NoFreePort,
+    ServerCrashed,
+    ServerProcess,
+    free_port,
+)
 from gpudoctor.bench.launch.slots import Slot, visible_devices
+from gpudoctor.bench.launch.steps import CampaignError
 from gpudoctor.bench.plan import Plan, ServerConfig
 from gpudoctor.bench.plan import quirks as quirks_mod
 
+ATTACH_WAIT_S = 10.0  # how long a plan's running server (engine.server_url) may take to answer
 _PORT_TAKEN = re.compile(r"address already in use|Errno 98|EADDRINUSE", re.IGNORECASE)
 
 
@@ -54,14 +63,22 @@ class ServerLifecycle:
         self.quirks_path = quirks_path
         self.starts = 0  # server processes started by this launch
         self.live: dict[int, ServerProcess] = {}  # running servers by slot (0 = unpacked)
+        self.ports: set[int] = set()  # ports handed out to servers not stopped yet
         self._lock = threading.Lock()
 
     def start(self, config: ServerConfig, slot: Slot | None = None) -> RunningServer:
         """Start ``config``'s server (on ``slot``'s GPUs) and wait until it is ready; return
-        it. Raises StartFailed (the server stopped) when it does not start."""
+        it. Raises StartFailed (the server stopped) when it does not start, CampaignError
+        when ``engine.port_range`` has no free port (the cells stay pending for a resume)."""
         started = time.monotonic()
+        if self.plan.engine.server_url:
+            return self._attach(config, started)
         for attempt in (1, 2):
-            process, base_url, facts = self._spawn(config, attempt, slot)
+            try:
+                port = self._pick_port()
+            except NoFreePort as exc:  # the machine's, not the configuration's: stop here
+                raise CampaignError(f"{exc}; nothing was run for {config.label}") from None
+            process, base_url, facts = self._spawn(config, attempt, slot, port)
             server = RunningServer(config, process, base_url, facts, started)
             try:
                 self._wait_ready(server)
@@ -79,12 +96,40 @@ class ServerLifecycle:
                 raise
         raise AssertionError("unreachable: the second attempt returns or raises")
 
+    def _pick_port(self) -> int:
+        """Return a free port for a new server, never one handed to a server of this launch
+        that is still running (it may not listen yet: slots start at once)."""
+        with self._lock:
+            ports = frozenset(self.ports)
+            port = free_port(port_range=self.plan.engine.port_range, avoid=ports)
+            self.ports.add(port)
+            return port
+
+    def _attach(self, config: ServerConfig, started: float) -> RunningServer:
+        """Return the plan's already running server (``engine.server_url``) once it answers
+        its readiness check; CampaignError when it does not. Nothing is started (or, at the
+        end, stopped): its facts say ``launched: false``."""
+        url = str(self.plan.engine.server_url)
+        facts: dict[str, Any] = {"launched": False, "url": url, "port": urlsplit(url).port}
+        self.reporter.config(config.label, f"measuring the running server at {url} (not started)")
+        server = RunningServer(config, ExternalServer(), url, facts, started)
+        try:
+            self._wait_ready(server, min(self.plan.engine.startup_timeout_s, ATTACH_WAIT_S))
+        except ServerCrashed:
+            path = getattr(self.engine, "ready_path", "/health")
+            raise CampaignError(
+                f"engine.server_url {url} does not answer (GET {path}): start the server first,"
+                " or remove server_url to let gpudoctor start one"
+            ) from None
+        self.state.start("0", {"label": config.label, "slot": 0, "pid": None, "gpus": [],
+                               "gpu_indices": [], "log": None, "url": url})  # fmt: skip
+        return server
+
     def _spawn(
-        self, config: ServerConfig, attempt: int, slot: Slot | None
+        self, config: ServerConfig, attempt: int, slot: Slot | None, port: int
     ) -> tuple[ServerProcess, str, dict[str, Any]]:
-        """Start the server of ``config`` on a free port (on ``slot``'s GPUs when given:
+        """Start the server of ``config`` on ``port`` (on ``slot``'s GPUs when given:
         ``CUDA_VISIBLE_DEVICES=<uuids>``); return it, its URL and its facts."""
-        port = free_port()
         argv = self.engine.command(config, self.plan.model, port)
         rundir = self.writer.rundir
         log = rundir.log_path(config.label)
@@ -113,14 +158,16 @@ class ServerLifecycle:
                                        "log": facts["log"]})  # fmt: skip
         return process, f"http://127.0.0.1:{port}", facts
 
-    def _wait_ready(self, server: RunningServer) -> None:
-        """Wait for readiness, then learn the real max context (raises ServerCrashed)."""
+    def _wait_ready(self, server: RunningServer, timeout_s: float | None = None) -> None:
+        """Wait for readiness (``timeout_s``, default the plan's ``startup_timeout_s``), then
+        learn the real max context (raises ServerCrashed)."""
         import httpx
 
         facts, base_url = server.facts, server.base_url
+        timeout_s = self.plan.engine.startup_timeout_s if timeout_s is None else timeout_s
         with httpx.Client() as client:
             facts["startup_s"] = round(server.process.wait_ready(
-                lambda: self.engine.is_ready(client, base_url), self.plan.engine.startup_timeout_s,
+                lambda: self.engine.is_ready(client, base_url), timeout_s,
                 self.engine.log_ready_pattern), 3)  # fmt: skip
             log_ready_s = server.process.log_ready_s
             facts["log_ready_s"] = None if log_ready_s is None else round(log_ready_s, 3)
@@ -129,7 +176,9 @@ class ServerLifecycle:
     def stop(self, server: RunningServer) -> None:
         """Stop ``server`` and append its line (stop time, exit code) to servers.jsonl."""
         t0 = time.monotonic()
-        code = server.process.stop(self.plan.engine.stop_timeout_s)
+        code = server.process.stop(self.plan.engine.stop_timeout_s)  # external: left running
+        with self._lock:
+            self.ports.discard(server.facts.get("port"))
         done = time.monotonic()
         number = server.facts.get("slot", 0)
         if self.live.get(number) is server.process:

@@ -8,6 +8,7 @@ import itertools
 import json
 import posixpath
 import re
+import urllib.parse
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -225,6 +226,12 @@ def parse(text: str, source: str = "plan.toml", base_dir: PurePath | None = None
     limits = _parse_limits(r, r.table(data, "limits", "limits"))
     preflight = _parse_preflight(r, r.table(data, "preflight", "preflight"))
     configs = _expand_configs(r, data, engine, model)
+    if engine.server_url and (len(configs) != 1 or configs[0].args or configs[0].env):
+        raise r.error(
+            "configs",
+            "with engine.server_url the plan measures the one running server: give one"
+            " configuration without args, env or sweep (its name labels the cells)",
+        )
     repeats = r.typed(data, "repeats", "repeats", (int,), 1)
     if repeats < 1:
         raise r.error("repeats", f"must be at least 1, got {repeats}")
@@ -296,6 +303,8 @@ def _parse_engine(r: _Reader, t: dict) -> EngineSpec:
         "ready_path",
         "version",
         "metrics_path",
+        "port_range",
+        "server_url",
     }
     r.check_keys(t, keys, "engine")
     name = r.typed(t, "name", "engine.name", (str,), None)
@@ -304,7 +313,7 @@ def _parse_engine(r: _Reader, t: dict) -> EngineSpec:
     command = r.typed(t, "command", "engine.command", (list,), [])
     if not all(isinstance(w, str) for w in command):
         raise r.error("engine.command", "expected a list of strings (argv)")
-    if (name == "command") != bool(command):
+    if (name == "command") != bool(command) and "server_url" not in t:
         raise r.error("engine.command", 'needed with name = "command" (and only then)')
     if command and not any("{port}" in w for w in command):
         raise r.error("engine.command", "must contain {port} (gpudoctor picks a free port)")
@@ -331,7 +340,51 @@ def _parse_engine(r: _Reader, t: dict) -> EngineSpec:
         ready_path=r.typed(t, "ready_path", "engine.ready_path", (str,), None),
         version=r.typed(t, "version", "engine.version", (str,), None),
         metrics_path=metrics_path,
+        port_range=_port_range(r, t),
+        server_url=_server_url(r, t),
     )
+
+
+_STARTS_A_SERVER = ("python", "args", "env", "command", "port_range")
+
+
+def _server_url(r: _Reader, t: dict) -> str | None:
+    """Return ``engine.server_url`` (a running server's base URL, no trailing ``/``)."""
+    url = r.typed(t, "server_url", "engine.server_url", (str,), None)
+    if url is None:
+        return None
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.path.strip("/"):
+        raise r.error(
+            "engine.server_url", f'expected "http://HOST:PORT" (a running server), got {url!r}'
+        )
+    for key in _STARTS_A_SERVER:
+        if key in t:
+            raise r.error(
+                f"engine.{key}",
+                "says how to start a server; with engine.server_url gpudoctor starts none"
+                " (remove one of the two)",
+            )
+    return url.rstrip("/")
+
+
+_PORT_RANGE = re.compile(r"^\s*(\d{1,5})\s*-\s*(\d{1,5})\s*$")
+
+
+def _port_range(r: _Reader, t: dict) -> tuple[int, int] | None:
+    """Return ``engine.port_range`` ("30000-30100") as (low, high), or None when absent."""
+    text = r.typed(t, "port_range", "engine.port_range", (str,), None)
+    if text is None:
+        return None
+    match = _PORT_RANGE.match(text)
+    low, high = (int(match[1]), int(match[2])) if match else (0, 0)
+    if not match or not 1024 <= low <= high <= 65535:
+        raise r.error(
+            "engine.port_range",
+            f'expected "LOW-HIGH" with 1024 <= LOW <= HIGH <= 65535 (e.g. "30000-30100"),'
+            f" got {text!r}",
+        )
+    return low, high
 
 
 def _parse_workload(r: _Reader, t: dict, base_dir: PurePath | None) -> WorkloadSpec:

@@ -66,9 +66,12 @@ def histogram_text(cell: CellResult) -> str:
 def markdown_section(cells: Sequence[CellResult]) -> str:
     """Return report.md's "Server signals" section: one row per measured cell, and why
     a signal is not available (the first reason seen per signal)."""
-    measured = [c for c in cells if c.measurement and c.measurement.get("server_signals")]
+    measured = _worth_showing(cells)
     if not measured:
         return ""
+    if not _any_available(measured):
+        why = next(iter(unavailable_reasons(measured).values()), "no cell exported one")
+        return f"## Server signals\n\nNone available ({why}).\n"
     head = ["config", "TP", "load", *(c for c, _ in COLUMNS.values()), "accept per position"]
     lines = ["## Server signals (scraped from /metrics during each cell)", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
@@ -80,6 +83,19 @@ def markdown_section(cells: Sequence[CellResult]) -> str:
     if reasons:
         lines += ["", *(f"- {s}: not available ({why})" for s, why in reasons.items())]
     return "\n".join(lines) + "\n"
+
+
+def _worth_showing(cells: Sequence[CellResult]) -> list[CellResult]:
+    """Return the cells whose server signals a report shows: none when no cell scraped a
+    /metrics (the plan asked for none, e.g. a CPU run with no ``metrics_path``)."""
+    measured = [c for c in cells if c.measurement and c.measurement.get("server_signals")]
+    scraped = any((c.measurement or {}).get("server_signals", {}).get("url") for c in measured)
+    return measured if scraped else []
+
+
+def _any_available(cells: Sequence[CellResult]) -> bool:
+    """Return whether any cell has any signal with a value."""
+    return any(value(c, s) is not None for c in cells for s in COLUMNS)
 
 
 def unavailable_reasons(cells: Sequence[CellResult]) -> dict[str, str]:
@@ -97,9 +113,12 @@ def html_panels(cells: Sequence[CellResult], x_of: Callable[[CellResult], float 
                 xlabel: str) -> list[str]:  # fmt: skip
     """Return report.html's panels: one chart per signal over load, a line per
     configuration; a signal no cell has says so instead of a chart."""
-    measured = [c for c in cells if c.measurement and c.measurement.get("server_signals")]
+    measured = _worth_showing(cells)
     if not measured:
         return []
+    if not _any_available(measured):  # one line, not a panel of "not available" per signal
+        why = next(iter(unavailable_reasons(measured).values()), "no cell exported one")
+        return [f'<p class="na">Server signals: none available ({html.escape(why)})</p>']
     out = []
     configs: dict[str, list[CellResult]] = {}
     for c in measured:

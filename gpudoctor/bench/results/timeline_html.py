@@ -91,7 +91,7 @@ def svg(doc: dict[str, Any]) -> str:
         failed = b.get("cat") == "failed"
         args = b.get("args") if isinstance(b.get("args"), dict) else {}
         tip = html.escape(f"{b.get('name')}: sent {b['ts'] / 1e6:.3f} s, ended "
-                          f"{(b['ts'] + b['dur']) / 1e6:.3f} s, TTFT {args.get('ttft_s')}"
+                          f"{(b['ts'] + b['dur']) / 1e6:.3f} s, TTFT {_ms(args.get('ttft_s'))}"
                           + (f", {args.get('error')}" if failed else ""))  # fmt: skip
         wait = ttft.get((b["tid"], b["ts"]))
         color = "#d62728" if failed else "#1f77b4"
@@ -109,3 +109,10 @@ def svg(doc: dict[str, Any]) -> str:
         out.append("</g>")
     out.append("</svg>")
     return "".join(out)
+
+
+def _ms(seconds: object) -> str:
+    """Return a TTFT in seconds as the tooltip shows it ("6.67 ms"; "-" when unknown)."""
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+        return f"{seconds * 1000:.3g} ms"
+    return "-"

@@ -1,0 +1,114 @@
+"""``fix --follow-driver`` on a Proxmox-like tree (LocalHost, real files and real char nodes
+of this machine; the pct stand-in of tests/pve/support.py says every CT is stopped, so
+nothing is restarted): only the CT whose passed node no rule allows is changed, a CT that
+passes no node and one whose node is allowed are never touched, a second run and a
+``--if-host-changed`` run change nothing; the lock lets one run at a time.
+
+The restart of a running CT whose node moved, under a real systemd trigger, is in
+tests/ops/test_follow_driver_drill.py."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.pve.apply import ApplyError
+from gpudoctor.pve.follow import follow_lock, state_path
+from tests.fakes.pvetree import PveTree
+from tests.pve.support import fix_in_process, stopped_pct
+
+PASSES_NULL = "arch: amd64\nlxc.mount.entry: /dev/null dev/fakegpu none bind,optional,create=file\n"
+PLAIN = "arch: amd64\nhostname: web\n"
+
+
+def test_only_the_ct_whose_node_is_not_allowed_is_changed_and_a_rerun_is_a_no_op(tmp_path) -> None:
+    tree = PveTree(tmp_path)
+    moved = tree.add_ct("200", PASSES_NULL)  # /dev/null is 1:3 and no rule allows it
+    plain = tree.add_ct("201", PLAIN)  # passes no device: never looked at further
+    right = tree.add_ct("202", PASSES_NULL + "lxc.cgroup2.devices.allow: c 1:3 rwm\n")
+    tree.add_ct("300", PASSES_NULL, node="pve2")  # another node's CT: not this node's
+    before = {p: p.read_bytes() for p in (moved, plain, right)}
+    env = tree.env(GPUDOCTOR_PCT=stopped_pct(tmp_path))
+
+    dry = fix_in_process(["--follow-driver", "--dry-run", "--json"], env)
+    assert dry.exit_code == 4, dry.output
+    doc = json.loads(dry.stdout)
+    statuses = {c["ct"]: c["status"] for c in doc["cts"]}
+    assert statuses == {"200": "pending", "201": "no_devices", "202": "unchanged"}
+    assert any("c 1:3 rwm" in r for r in doc["cts"][0]["reasons"])
+    assert {p: p.read_bytes() for p in before} == before and tree.backups() == []
+
+    done = fix_in_process(["--follow-driver", "--yes"], env)
+    assert done.exit_code == 0, done.output
+    assert "CT 200: applied_not_running" in done.stdout
+    assert "lxc.cgroup2.devices.allow: c 1:3 rwm" in moved.read_text()
+    assert (plain.read_bytes(), right.read_bytes()) == (before[plain], before[right])
+    assert len(tree.backups()) == 1
+
+    again = fix_in_process(["--follow-driver", "--yes"], env)
+    assert again.exit_code == 0 and "follow-driver: nothing changed: the 3 CT(s)" in again.stdout
+    assert len(tree.backups()) == 1
+    quick = fix_in_process(["--follow-driver", "--if-host-changed", "--yes"], env)
+    assert "as the last follow left them" in quick.stdout, quick.output
+
+
+def test_if_host_changed_looks_again_when_a_passed_node_changed(tmp_path) -> None:
+    """The fingerprint of the last follow covers the nodes the CTs pass: a CT config that
+    now passes another node (/dev/zero) makes the next --if-host-changed run look."""
+    tree = PveTree(tmp_path)
+    conf = tree.add_ct("200", PASSES_NULL + "lxc.cgroup2.devices.allow: c 1:3 rwm\n")
+    env = tree.env(GPUDOCTOR_PCT=stopped_pct(tmp_path))
+    first = fix_in_process(["--follow-driver", "--if-host-changed", "--yes"], env)
+    assert "nothing changed: the 1 CT(s)" in first.stdout, first.output  # no state: a full look
+    conf.write_text(conf.read_text() + "lxc.mount.entry: /dev/zero dev/z none bind,create=file\n")
+    second = fix_in_process(["--follow-driver", "--if-host-changed", "--yes"], env)
+    assert "CT 200: applied_not_running" in second.stdout, second.output
+    assert "c 1:5 rwm" in conf.read_text()
+    layout = tree.layout()
+    saved = json.loads(Path(state_path(layout, "")).read_text())
+    assert saved[1][-1][0] == "/dev/zero"
+
+
+def test_follow_driver_usage_errors() -> None:
+    bad = fix_in_process(["--follow-driver", "--ct", "200"], {})
+    assert bad.exit_code == 2 and "--follow-driver looks at every CT" in bad.output
+    lone = fix_in_process(["--if-host-changed"], {})
+    assert lone.exit_code == 2 and "goes with --follow-driver" in lone.output
+
+
+def test_one_follow_at_a_time(tmp_path) -> None:
+    layout = PveTree(tmp_path).layout()
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with follow_lock(layout):
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(ApplyError) as busy, follow_lock(layout, wait_s=0.3):
+            pass
+        assert busy.value.code == "lock_busy"
+    finally:
+        release.set()
+        thread.join(30)
+    with follow_lock(layout, wait_s=0.3):  # free again once the first is done
+        pass
+
+
+def test_a_node_whose_name_cannot_be_read_touches_no_ct(tmp_path) -> None:
+    """pmxcfs shows every node's configs: without /etc/pve/local (this node's name) the
+    follow refuses (exit 1) instead of following other nodes' CTs."""
+    tree = PveTree(tmp_path)
+    conf = tree.add_ct("200", PASSES_NULL)
+    (tree.root / "local").unlink()
+    env = tree.env(GPUDOCTOR_PCT=stopped_pct(tmp_path))
+    result = fix_in_process(["--follow-driver", "--yes"], env)
+    assert result.exit_code == 1 and "cannot tell this node's name" in result.output
+    assert conf.read_text() == PASSES_NULL

@@ -129,7 +129,7 @@ def test_a_bad_key_in_a_table_is_one_line_naming_file_line_and_key(
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ("bogus = 1", "plan.toml:5: engine.bogus: unknown key (allowed: args, command, env, metrics_path, name, python, ready_path, startup_timeout_s, stop_timeout_s, version)"),
+        ("bogus = 1", "plan.toml:5: engine.bogus: unknown key (allowed: args, command, env, metrics_path, name, port_range, python, ready_path, server_url, startup_timeout_s, stop_timeout_s, version)"),
         ("python = 3", "plan.toml:5: engine.python: expected a string, got 3"),
         ("ready_path = 1", "plan.toml:5: engine.ready_path: expected a string, got 1"),
         ("version = 0.9", "plan.toml:5: engine.version: expected a string, got 0.9"),

@@ -374,3 +374,50 @@ def test_one_gpu_and_an_engine_that_rejects_ignore_eos() -> None:
     assert parse_plan(_table("hardware", "gpus = 1")).hardware == HardwareSpec(count=1)
     transformers = parse_plan(HEAD.replace('"vllm"', '"transformers"')).workload
     assert transformers.ignore_eos is False  # the engine's own default, not unset
+
+
+_RANGE = 'expected "LOW-HIGH" with 1024 <= LOW <= HIGH <= 65535 (e.g. "30000-30100"), got '
+_STARTS = "says how to start a server; with engine.server_url gpudoctor starts none (remove one of the two)"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("port_range = 5", "plan.toml:5: engine.port_range: expected a string, got 5"),
+        ('port_range = "30000"', f"plan.toml:5: engine.port_range: {_RANGE}'30000'"),
+        ('port_range = "1023-2000"', f"plan.toml:5: engine.port_range: {_RANGE}'1023-2000'"),
+        ('port_range = "2000-1999"', f"plan.toml:5: engine.port_range: {_RANGE}'2000-1999'"),
+        ('port_range = "30000-65536"', f"plan.toml:5: engine.port_range: {_RANGE}'30000-65536'"),
+        ("server_url = 5", "plan.toml:5: engine.server_url: expected a string, got 5"),
+        ('server_url = "ftp://h:1"', """plan.toml:5: engine.server_url: expected "http://HOST:PORT" (a running server), got 'ftp://h:1'"""),
+        ('server_url = "http://"', """plan.toml:5: engine.server_url: expected "http://HOST:PORT" (a running server), got 'http://'"""),
+        ('server_url = "http://h:1/v1"', """plan.toml:5: engine.server_url: expected "http://HOST:PORT" (a running server), got 'http://h:1/v1'"""),
+        ('server_url = "http://h:1"\nargs = { dtype = "x" }', f"plan.toml:6: engine.args: {_STARTS}"),
+        ('server_url = "http://h:1"\nenv = { A = "1" }', f"plan.toml:6: engine.env: {_STARTS}"),
+        ('server_url = "http://h:1"\npython = "/usr/bin/python3"', f"plan.toml:6: engine.python: {_STARTS}"),
+        ('server_url = "http://h:1"\nport_range = "30000-30100"', f"plan.toml:6: engine.port_range: {_STARTS}"),
+    ],
+)  # fmt: skip
+def test_a_running_server_or_a_port_range_refused_on_its_line(body: str, message: str) -> None:
+    assert _error(HEAD + body + "\n") == message
+
+
+def test_a_port_range_and_a_running_server_as_given() -> None:
+    def engine(body: str) -> EngineSpec:
+        return parse_plan(HEAD + body + "\n").engine
+
+    assert engine('port_range = " 30000 - 30100 "').port_range == (30000, 30100)
+    assert engine('port_range = "1024-1024"').port_range == (1024, 1024)
+    assert engine('port_range = "65535-65535"').port_range == (65535, 65535)
+    assert engine("").port_range is None and engine("").server_url is None
+    assert engine('server_url = "http://127.0.0.1:30000/"').server_url == "http://127.0.0.1:30000"
+    assert engine('server_url = "https://h"').server_url == "https://h"
+    running = '[model]\npath = "/m"\n[engine]\nname = "command"\nserver_url = "http://h:1"\n'
+    assert parse_plan(running).engine.command == ()  # no command needed: nothing is started
+    two = running + '[[configs]]\nname = "a"\n[[configs]]\nname = "b"\nenv = { A = "1" }\n'
+    assert _error(two).endswith(  # the line: _find does not match a [[configs]] header alone
+        " configs: with engine.server_url the plan measures the one running server: give one"
+        " configuration without args, env or sweep (its name labels the cells)"
+    )
+    sweep = running + '[[configs]]\nname = "a"\nsweep = { dtype = ["x"] }\n'
+    assert _error(sweep).startswith("plan.toml: configs: with engine.server_url")

@@ -154,7 +154,7 @@ class _Reader:
         if not isinstance(value, list):
             value = [value]
         rates = [rate_from_json(v) if not isinstance(v, bool) else None for v in value]
-        if not value or any(r is None or r <= 0 for r in rates):
+        if not value or any(r is None or not r > 0 for r in rates):  # nan too
             raise self.error(
                 path, f'expected a non-empty list of positive numbers or "inf", got {value!r}'
             )
@@ -403,7 +403,7 @@ def _parse_workload(r: _Reader, t: dict, base_dir: PurePath | None) -> WorkloadS
         if key in values and values[key] < 1:
             raise r.error(f"workload.{key}", f"must be at least 1, got {values[key]}")
     for key in ("burstiness", "trace_slowdown", "request_rate"):
-        if key in values and values[key] <= 0:
+        if key in values and not values[key] > 0:  # nan too
             raise r.error(f"workload.{key}", f"must be > 0, got {values[key]}")
     kind = values.get("kind", "random")
     if kind not in WORKLOAD_KINDS:

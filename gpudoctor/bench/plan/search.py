@@ -12,6 +12,7 @@ and goes on where it stopped. This module is pure: the launcher runs the probes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,8 @@ def parse_search(
     if high is None:
         raise r.error("search.high", "missing: the highest load to try")
     tolerance = r.typed(t, "tolerance", "search.tolerance", (int, float), None)
+    if tolerance is not None and not math.isfinite(tolerance):
+        raise r.error("search.tolerance", f"must be a finite number, got {tolerance}")
     if not 0 < low < high:
         raise r.error("search", f"expected 0 < low < high, got low = {low}, high = {high}")
     if over == "concurrency":

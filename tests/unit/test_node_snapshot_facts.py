@@ -81,7 +81,7 @@ def test_the_snapshot_holds_every_node_its_stat_and_the_files(tmp_path: Path) ->
 def test_again_looks_at_every_path_of_before_and_the_nodes_now(tmp_path: Path) -> None:
     root = ct_root(tmp_path)
     host = RootedHost(str(root))
-    before = node_snapshot.take(host, extra=["/dev/nvidia1"])
+    before = node_snapshot.take(host, extra=["/dev/nvidia1", "/dev/null"])  # a --device path
     os.unlink(root / "dev/nvidia-uvm")
     os.mknod(root / "dev/nvidia-uvm-tools", 0o020666, os.makedev(511, 1))
     os.mknod(root / "dev/nvidia1", 0o020666, os.makedev(195, 1))
@@ -121,8 +121,15 @@ def test_what_counts_as_a_changed_node(after: FileStat, changed: bool) -> None:
 
 
 def test_a_path_missing_before_and_after_is_no_change() -> None:
-    gone = NodeSnapshot((), (("/dev/nvidia1", None),))
+    """... and the paths after it are still compared."""
+    gone = NodeSnapshot(
+        (), (("/dev/nvidia1", None), ("/dev/nvidia0", node("/dev/nvidia0", 195, 0)))
+    )
     assert changes(gone, gone) == []
+    moved = NodeSnapshot(
+        (), (("/dev/nvidia1", None), ("/dev/nvidia0", node("/dev/nvidia0", 511, 0)))
+    )
+    assert [(c.path, c.kind) for c in changes(gone, moved)] == [("/dev/nvidia0", "changed")]
 
 
 def test_the_early_snapshot_reads_as_the_same_snapshot(tmp_path: Path) -> None:

@@ -111,7 +111,7 @@ def test_a_module_modinfo_does_not_know_is_found_on_disk(
     """modinfo without depmod's index says "not found"; the module file is there anyway
     (a packaged driver's extra/, a hand-built one's misc/): present, with where and why."""
     modinfo_finds(bin_dir, {})
-    tool(bin_dir, "dkms", "exit 127\n")
+    tool(bin_dir, "dkms", 'echo "nvidia/535.183.01, 6.1.0-28-amd64, x86_64: built"\n')
     host = root_with(tmp_path, "6.1.0-28-amd64")
     where = tmp_path / "root/lib/modules/6.1.0-28-amd64" / sub
     where.mkdir(parents=True)
@@ -122,8 +122,9 @@ def test_a_module_modinfo_does_not_know_is_found_on_disk(
     assert facts.modules["6.1.0-28-amd64"] == ModuleState(
         "6.1.0-28-amd64", True, path,
         (f"modinfo -k 6.1.0-28-amd64 nvidia: {NOT_FOUND}", f"found {path}"),
+        (DkmsEntry("nvidia", "535.183.01", "6.1.0-28-amd64", "built"),),
     )  # fmt: skip
-    assert (facts.dkms, facts.dkms_versions, facts.proxmox) == ((), (), False)
+    assert (facts.dkms_versions, facts.proxmox) == (("535.183.01",), False)
 
 
 def test_a_kernel_without_a_modules_directory_and_without_modinfo(
@@ -219,6 +220,13 @@ def test_boot_kernels_sections_and_version_order() -> None:
         "Manually selected kernels:\n6.5.13-6-pve\n\nAutomatically selected kernels:\n6.14.8-2-pve\n"
     )
     assert manual.manual == ("6.5.13-6-pve",) and manual.boots_next()[0] == "6.14.8-2-pve"
+    # a line before any section heading (a warning, a stray version) belongs to no section
+    stray = parse_kernel_list(
+        "6.8.12-4-pve\nE: warning\nAutomatically selected kernels:\n6.8.12-5-pve\n"
+    )
+    assert stray == parse_kernel_list("Automatically selected kernels:\n6.8.12-5-pve\n")
+    assert stray.automatic == ("6.8.12-5-pve",)
+    assert parse_kernel_list("Manually selected kernels:\nNone.\n").boots_next() == ("", "")
     assert sorted(["6.8.12-10-pve", "6.8.12-9-pve", "6.14.8-2-pve", "6.5.13-6-pve"], key=version_key) == [
         "6.5.13-6-pve", "6.8.12-9-pve", "6.8.12-10-pve", "6.14.8-2-pve"]  # fmt: skip
 

@@ -54,7 +54,7 @@ def comparable(stat: FileStat | None) -> tuple | None:
 
 def test_the_snapshot_holds_every_node_its_stat_and_the_files(tmp_path: Path) -> None:
     host = RootedHost(str(ct_root(tmp_path)))
-    snap = node_snapshot.take(host, extra=["/dev/dri/card0", "/dev/nvidia-loop", "/dev/nvidia0"],
+    snap = node_snapshot.take(host, extra=["/dev/nvidia-loop", "/dev/dri/card0", "/dev/nvidia0"],
                               files=["/proc/devices", "/proc/driver/nvidia/params"])  # fmt: skip
     assert snap.nodes == (
         "/dev/nvidia-uvm",

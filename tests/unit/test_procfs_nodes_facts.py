@@ -13,19 +13,22 @@ from gpudoctor.facts import cuda_errors, idmap, nodes, procfs
 from gpudoctor.facts.procfs import DriverVersion, Mount
 
 PROC = Path(__file__).parent.parent / "data" / "recorded" / "proc_devices"
-H200 = procfs.parse_proc_devices((PROC / "h200-lab_580.159.04_proc-devices.txt").read_text())
-OLD = procfs.parse_proc_devices(
-    (PROC / "nvidia-container-toolkit-115_535.104.05_proc-devices.txt").read_text()
-)
+H200 = "h200-lab_580.159.04_proc-devices.txt"
+OLD = "nvidia-container-toolkit-115_535.104.05_proc-devices.txt"
+
+
+def proc_devices(name: str) -> procfs.ProcDevices:
+    return procfs.parse_proc_devices((PROC / name).read_text())
 
 
 def test_proc_devices_sections() -> None:
-    assert H200.char[:3] == ((1, "mem"), (4, "/dev/vc/0"), (4, "tty"))
-    assert H200.char[-1] == (254, "ndctl") and len(H200.char) == 34
-    assert H200.block == ((7, "loop"), (253, "zram"), (254, "virtblk"), (259, "blkext"))
-    assert H200.char_names(195) == ["nvidia", "nvidiactl"] and H200.char_names(99) == []
-    assert H200.char_major("nvidia-frontend", "nvidiactl") == 195
-    assert H200.char_major("nvidia-frontend") is None
+    h200 = proc_devices(H200)
+    assert h200.char[:3] == ((1, "mem"), (4, "/dev/vc/0"), (4, "tty"))
+    assert h200.char[-1] == (254, "ndctl") and len(h200.char) == 34
+    assert h200.block == ((7, "loop"), (253, "zram"), (254, "virtblk"), (259, "blkext"))
+    assert h200.char_names(195) == ["nvidia", "nvidiactl"] and h200.char_names(99) == []
+    assert h200.char_major("nvidia-frontend", "nvidiactl") == 195
+    assert h200.char_major("nvidia-frontend") is None
     # zram is a block major: never taken for a char name
     assert procfs.parse_proc_devices("Block devices:\n253 zram\n").char == ()
     garbled = procfs.parse_proc_devices("junk\n195 nvidia\nCharacter devices:\nx y\n 10  misc \n")
@@ -38,10 +41,9 @@ def test_proc_devices_sections() -> None:
              "nvidia-caps-imex-channels": 242, "nvidia-nvswitch": 239}, "nvidia/nvidiactl"),
      (OLD, {"nvidia": 195, "nvidia-uvm": 510, "nvidia-caps": 236, "nvidia-nvswitch": 234}, "nvidia-frontend")],
 )  # fmt: skip
-def test_each_familys_major_now(
-    devices: procfs.ProcDevices, majors: dict[str, int], name195: str
-) -> None:
+def test_each_familys_major_now(devices: str, majors: dict[str, int], name195: str) -> None:
     """580 registers 195 as nvidia + nvidiactl, 535 as nvidia-frontend; uvm's is dynamic."""
+    devices = proc_devices(devices)
     assert nodes.nvidia_majors(devices) == majors
     assert nodes.driver_name_for_major(devices, 195) == name195
     assert nodes.driver_name_for_major(devices, 504) == "major 504 (not in /proc/devices)"
@@ -62,19 +64,28 @@ def test_which_paths_are_nvidia_nodes(path: str, family: str | None) -> None:
     assert (got.driver if got else None) == family
 
 
-def test_discovery_lists_the_nvidia_nodes_of_each_directory() -> None:
-    listing = {"/dev": ["null", "nvidia-caps", "nvidia-uvm", "nvidia0", "nvidiactl", "shm"],
-               "/dev/nvidia-caps": ["nvidia-cap1", "nvidia-cap2"]}  # fmt: skip
-
+@pytest.mark.parametrize(
+    ("listing", "found"),
+    [({"/dev": ["null", "nvidia-caps", "nvidia-uvm", "nvidia0", "nvidiactl", "shm"],
+       "/dev/nvidia-caps": ["nvidia-cap1", "nvidia-cap2"]},
+      ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl",
+       "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2"]),
+     # no /dev/nvidia-caps (no MIG), but IMEX channels: they are still found
+     ({"/dev": ["nvidia0", "nvidiactl"], "/dev/nvidia-caps-imex-channels": ["channel0"]},
+      ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-caps-imex-channels/channel0"])],
+)  # fmt: skip
+def test_discovery_lists_the_nvidia_nodes_of_each_directory(
+    listing: dict[str, list[str]], found: list[str]
+) -> None:
     def list_dir(path: str) -> list[str]:
         if path not in listing:
             raise FileNotFoundError(2, "No such file or directory", path)
         return listing[path]
 
-    assert nodes.discover_nvidia_nodes(list_dir) == [
-        "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl",
-        "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2",
-    ]  # fmt: skip
+    assert nodes.discover_nvidia_nodes(list_dir) == found
+
+
+def test_the_node_families() -> None:
     caps = [f for f in nodes.NVIDIA_FAMILIES if f.is_dir]
     assert [(f.driver, f.directory) for f in caps] == [
         ("nvidia-caps", "/dev/nvidia-caps"),
@@ -117,6 +128,8 @@ MOUNTS = (
     "udev /dev/nvidia0 devtmpfs rw,nosuid,relatime,size=65536k,mode=755 0 0\n"
     "tmpfs /dev/shm tmpfs rw,nosuid,nodev,size=65536000k,uid=100000 0 0\n"
     "/dev/sdb1 /mnt/model\\040store ext4 rw 0 0\n"
+    "/dev/nvme0n1p1 /srv/gpuX ext4 rw 0 0\n"
+    "/dev/sdc1 /mnt/a\\040 ext4 rw 0 0\n"
     "short line\n"
 )
 
@@ -129,6 +142,8 @@ def test_mounts_and_the_mount_holding_a_path() -> None:
         "/dev/nvidia0",
         "/dev/shm",
         "/mnt/model store",
+        "/srv/gpuX",
+        "/mnt/a ",
     ]
     assert mounts[3] == Mount("tmpfs", "/dev/shm", "tmpfs",
                               ("rw", "nosuid", "nodev", "size=65536000k", "uid=100000"))  # fmt: skip
@@ -136,10 +151,11 @@ def test_mounts_and_the_mount_holding_a_path() -> None:
     assert mounts[1].option("uid") == "100000"
     held = {p: procfs.mount_of(mounts, p).target for p in
             ("/dev/shm", "/dev/shm/x", "/dev/shmem", "/dev/nvidia0", "/dev/nvidia-uvm",
-             "/mnt/model store/llama", "/etc/hosts")}  # fmt: skip
+             "/mnt/model store/llama", "/etc/hosts", "/srv/gpuX/models", "/mnt/a/x")}  # fmt: skip
     assert held == {"/dev/shm": "/dev/shm", "/dev/shm/x": "/dev/shm", "/dev/shmem": "/dev",
                     "/dev/nvidia0": "/dev/nvidia0", "/dev/nvidia-uvm": "/dev",
-                    "/mnt/model store/llama": "/mnt/model store", "/etc/hosts": "/"}  # fmt: skip
+                    "/mnt/model store/llama": "/mnt/model store", "/etc/hosts": "/",
+                    "/srv/gpuX/models": "/srv/gpuX", "/mnt/a/x": "/"}  # fmt: skip
     # mounted twice on the same target: the last mount is the one seen
     again = procfs.parse_mounts(MOUNTS + "none /dev/shm tmpfs ro 0 0\n")
     assert procfs.mount_of(again, "/dev/shm/x").options == ("ro",)

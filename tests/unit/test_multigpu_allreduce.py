@@ -172,8 +172,11 @@ def needs_torch() -> None:
         )
 
 
-def test_real_launcher_all_reduces_on_cpu_with_gloo():
+def test_real_launcher_all_reduces_on_cpu_with_gloo(tmp_path, monkeypatch):
     needs_torch()
+    # the launcher's work dir (and so its ranks' command lines) under this test's own tmp
+    # dir: other runs of the probe on the machine (a parallel mutation run) are not counted
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     host = LocalHost()
     host.python = sys.executable
     result = run_allreduce_probe(host, 2, 240.0, backend="gloo")
@@ -182,19 +185,20 @@ def test_real_launcher_all_reduces_on_cpu_with_gloo():
     assert result.env["NCCL_NVLS_ENABLE"] == "0"
     assert result.env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
     assert result.env["NVSHMEM_DISABLE_NVLS"] == "1"
-    assert launcher_processes("gpudoctor-allreduce-") == []
+    assert launcher_processes(f"{tmp_path}/gpudoctor-allreduce-") == []
 
 
-def test_real_launcher_kills_ranks_at_its_deadline():
+def test_real_launcher_kills_ranks_at_its_deadline(tmp_path, monkeypatch):
     """A deadline far below torch's import time: every rank is still starting when it passes."""
     needs_torch()
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     host = LocalHost()
     host.python = sys.executable
     result = run_allreduce_probe(host, 2, 0.3, backend="gloo")
     assert result.timed_out and not result.ok
     assert {r.step for r in result.ranks} <= {"start", "import"}
     assert {r.returncode for r in result.ranks} == {-9}
-    assert launcher_processes("gpudoctor-allreduce-") == []
+    assert launcher_processes(f"{tmp_path}/gpudoctor-allreduce-") == []
 
 
 def test_real_launcher_without_torch(tmp_path):

@@ -209,11 +209,21 @@ def run_module(
         statuses = {
             k: s for k, s in statuses.items() if any(fnmatch.fnmatch(k, p) for p in module.mutants)
         }
-    score.statuses = statuses
+    score.statuses = unchecked_as_untested(statuses, score.capped)
     score.equivalent = {k: why for k, why in equivalent.items() if k in statuses}
     if files == [module.source]:
         return [score]
     return [split(score, module.name, f) for f in files]
+
+
+def unchecked_as_untested(statuses: dict[str, str], capped: bool) -> dict[str, str]:
+    """Return ``statuses`` with "not checked" read as "no tests" when the time cap did not
+    stop the run: mutmut then left them unchecked because no selected test covers them
+    ("Stopping early, because we could not find any test case for any mutant"), and a
+    file none of whose mutants was run must score 0, never "0 of 0 (100 %)"."""
+    if capped:
+        return statuses
+    return {k: "no tests" if s == "not checked" else s for k, s in statuses.items()}
 
 
 def split(score: Score, group: str, path: str) -> Score:

@@ -143,3 +143,15 @@ def test_only_narrows_a_glob_module_to_the_matching_files(tmp_path: Path, monkey
     argv = ["--clone", str(tmp_path), "--modules-file", str(listing), "--only", "*/beta.py"]
     assert run.main(argv) == 0
     assert ran == [["gpudoctor/pkg/beta.py"]]
+
+
+def test_mutants_no_test_reached_are_survivors_unless_the_time_cap_stopped_the_run() -> None:
+    # mutmut stops early, every mutant "not checked", when no selected test covers the file
+    statuses = {"gpudoctor.pkg.models.x_f__mutmut_1": "not checked", "m2": "killed"}
+    score = run.Score("pkg/models.py")
+    score.statuses = run.unchecked_as_untested(statuses, capped=False)
+    assert (score.killed, len(score.counted), score.percent) == (1, 2, 50.0)
+    capped = run.Score("pkg/models.py", capped=True)
+    capped.statuses = run.unchecked_as_untested(statuses, capped=True)
+    assert (capped.killed, len(capped.counted)) == (1, 1)  # reported as unchecked, not counted
+    assert "not checked (time cap)" in capped.line()

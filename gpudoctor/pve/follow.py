@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpudoctor import fsio
 from gpudoctor.exit_codes import ExitCode
 from gpudoctor.hosts.base import Host, HostError
 from gpudoctor.pve.apply import ApplyError, Layout, read_config, resolve_target
@@ -193,9 +194,8 @@ def follow_lock(layout: Layout, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
     the node itself when its unit runs it: one follow at a time; a second waits for the
     first (up to ``wait_s`` seconds, then ApplyError ``lock_busy``)."""
     os.makedirs(layout.own_lock_dir, mode=0o700, exist_ok=True)
-    fd = os.open(
-        f"{layout.own_lock_dir}/follow-driver.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
-    )
+    fd = fsio.open_lock(f"{layout.own_lock_dir}/follow-driver.lock", mode=0o600,
+                        follow_dir_link=True)  # fmt: skip
     try:
         deadline = time.monotonic() + wait_s
         while True:

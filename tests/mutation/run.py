@@ -335,7 +335,6 @@ def main(argv: list[str] | None = None) -> int:
             files = [f for f in files if f not in same and f not in unmeasured]
             if not files:
                 continue
-        by_file = dict.fromkeys(files)
         if args.engine in ("own", "both"):
             import own
 
@@ -355,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         found = run_module(module, args.clone, args.mutmut, equivalent,
                            logs / f"{module.name}.log", files, args.children)  # fmt: skip
-        for f, score in zip(by_file, found, strict=True):
+        for f, score in zip(files, found, strict=True):
             scores.append((score, goal_of(f, measured, args.goal)))
             print(score.line(), flush=True)
             show_survivors(score, args.mutmut, args.clone)

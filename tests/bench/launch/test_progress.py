@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import io
+from types import SimpleNamespace
 
-from gpudoctor.bench.launch.progress import PlainReporter, eta_text
+import pytest
+
+from gpudoctor.bench.launch import progress
+from gpudoctor.bench.launch.progress import PlainReporter, eta_text, make_reporter
 from gpudoctor.terminal import printable
 
 
@@ -32,3 +36,97 @@ def test_a_servers_reason_reaches_the_log_with_its_escapes_shown_escaped() -> No
     out = reporter.stream.getvalue()
     assert not any(c in out for c in "\x1b\x07\u2028"), repr(out)
     assert out.count(printable(hostile)) == 2
+
+
+def test_time_left_in_words_at_each_unit_boundary() -> None:
+    assert eta_text(59.4) == "~59 s" and eta_text(59.5) == "~1 min"
+    assert eta_text(89 * 60 + 29) == "~89 min" and eta_text(90 * 60) == "~1 h 30 min"
+    assert eta_text(0) == "~1 s"
+
+
+def test_no_time_left_is_guessed_before_a_cell_or_after_the_last() -> None:
+    reporter = PlainReporter(io.StringIO())
+    reporter.begin(2, 0)
+    assert reporter.eta(now=5.0) is None  # nothing measured
+    reporter.cell_done("a@tp1", 1, "skipped", "needs 2 GPU(s)")
+    assert reporter.eta(now=5.0) is None  # a skipped cell is no measurement
+    reporter.cell_start("a@tp1", 2)
+    reporter.cell_done("a@tp1", 2, "ok")
+    assert reporter.done == reporter.total and reporter.eta() is None  # all done
+    reporter = PlainReporter(io.StringIO())
+    reporter.begin(3, 0)
+    reporter.first_cell = 100.0
+    reporter.cell_done("a@tp1", 1, "failed", "2 of 4 requests failed")
+    assert reporter.eta(now=130.0) == 60.0  # a failed cell was measured: 30 s, 2 left
+    reporter.cell_done("a@tp1", 2, "crashed", "server exited 1")
+    assert reporter.eta(now=130.0) == 15.0
+
+
+def test_each_event_is_one_line_with_the_running_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]  # the reporter's monotonic clock, set by the test
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    reporter = PlainReporter(io.StringIO())
+    reporter.begin(5, 1)
+    clock[0] = 1010.0  # preflight took 10 s
+    reporter.config("a@tp1", "starting server")
+    clock[0] = 1030.0
+    reporter.cell_start("a@tp1", 2)  # the first cell's time starts with its server's start-up
+    reporter.requests(3, 4)
+    clock[0] = 1050.0
+    reporter.cell_done("a@tp1", 2, "ok")
+    reporter.cell_done("a@tp1", 4, "failed", "3 of 4 requests failed")
+    reporter.cell_done("a@tp1", 8, "crashed", "server exited 1")
+    reporter.cell_done("b@tp2", 1, "skipped")
+    reporter.note("GPU 1 out of the pool")
+    reporter.end()
+    assert reporter.stream.getvalue().splitlines() == [
+        "bench: 5 cells, 1 already done",
+        "bench: a@tp1: starting server",
+        "bench: a@tp1 concurrency 2: measuring",
+        "bench: a@tp1 concurrency 2: ok [2/5 done: 1 ok, 0 failed, 0 crashed, 0 skipped; 50 s, ~2 min left]",
+        "bench: a@tp1 concurrency 4: FAILED (3 of 4 requests failed) "
+        "[3/5 done: 1 ok, 1 failed, 0 crashed, 0 skipped; 50 s, ~40 s left]",
+        "bench: a@tp1 concurrency 8: crashed (server exited 1) "
+        "[4/5 done: 1 ok, 1 failed, 1 crashed, 0 skipped; 50 s, ~13 s left]",
+        "bench: b@tp2 concurrency 1: skipped [5/5 done: 1 ok, 1 failed, 1 crashed, 1 skipped; 50 s]",
+        "bench: GPU 1 out of the pool",
+        "bench: finished [5/5 done: 1 ok, 1 failed, 1 crashed, 1 skipped; 50 s]",
+    ]
+
+
+def test_a_pipe_gets_plain_lines() -> None:
+    assert type(make_reporter()) is PlainReporter  # pytest's stderr is no terminal
+    assert type(make_reporter(quiet_rich=True)) is PlainReporter
+
+
+def test_the_terminal_display_shows_the_cells_and_the_current_cells_requests(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The rich display's two bars, read from its progress model (no terminal here)."""
+    reporter = progress.RichReporter()
+    reporter.begin(4, 1)
+    cells, current = reporter.progress.tasks
+    assert (cells.total, cells.completed) == (4, 1)
+    assert cells.fields["counts"] == "0 ok · 0 failed · 0 crashed · 0 skipped"
+    assert not current.visible
+    reporter.cell_start("a@tp1\x1b[2J", 8)
+    assert current.visible and current.description == "a@tp1\\x1b[2J c=8"
+    assert (current.completed, current.total, current.fields["counts"]) == (0, 1, "requests")
+    reporter.requests(3, 16)
+    assert (current.completed, current.total) == (3, 16)
+    reporter.requests(0, 0)  # a cell of no request yet: never a bar of 0
+    assert current.total == 1
+    reporter.cell_done("a@tp1", 8, "crashed", "server exited 1")
+    assert not current.visible and (cells.total, cells.completed) == (4, 2)
+    assert cells.fields["counts"] == "0 ok · 0 failed · 1 crashed · 0 skipped"
+    reporter.cell_start("a@tp1", 16)
+    assert (current.completed, current.total) == (0, 1)  # the new cell starts from 0
+    reporter.cell_done("a@tp1", 16, "ok")
+    reporter.note("a \x07 note")
+    reporter.end()
+    assert reporter.progress.live.is_started is False
+    err = capsys.readouterr().err
+    assert "bench: 4 cells, 1 already done" in err and "bench: a \\x07 note" in err
+    assert "bench: a@tp1 concurrency 8: crashed (server exited 1) [2/4 done" in err
+    assert "bench: finished [3/4 done: 1 ok, 0 failed, 1 crashed, 0 skipped;" in err
+    assert "\x07" not in err

@@ -96,3 +96,117 @@ def test_shards_split_every_cell_exactly_once() -> None:
     for bad in ("0/4", "5/4", "x", "1/0", "2"):
         with pytest.raises(ValueError, match="expected I/N"):
             sched.parse_shard(bad)
+
+
+# --- the rules one by one, at their edges -----------------------------------------------
+
+
+def test_a_shard_is_i_of_n_with_one_line_for_anything_else() -> None:
+    assert sched.parse_shard("1/1") == (1, 1) and sched.parse_shard("4/4") == (4, 4)
+    for bad in ("-1/2", "3/2", "2/4/5", "/4", "2/", "a/b"):
+        with pytest.raises(ValueError) as err:
+            sched.parse_shard(bad)
+        assert str(err.value) == f"--shard {bad!r}: expected I/N with 1 <= I <= N (e.g. 2/4)"
+
+
+def test_a_cells_shard_is_fixed_by_its_key_wherever_it_is_computed() -> None:
+    """The shards of a Slurm campaign are computed by each task on its own node and again by
+    `bench status` and `bench merge`: the first 12 hex digits of the key, modulo N, plus 1."""
+    assert sched.shard_of("0000000000070001", 4) == 4
+    assert sched.shard_of("00000000000a0000", 4) == 3
+    assert sched.shard_of("ffffffffffff", 1) == 1
+    assert sched.in_shard("0000000000070001", None) and sched.in_shard("0000000000070001", (4, 4))
+    assert not sched.in_shard("0000000000070001", (3, 4))
+
+
+def test_estimates_come_from_measured_cells_and_server_starts() -> None:
+    records = [
+        {"tp": 1, "status": "ok", "timings": {"cell_s": 10}},
+        {"tp": 1, "status": "crashed", "timings": {"cell_s": 40.0}},
+        {"tp": 1, "status": "ok", "timings": {"cell_s": 20.0}},
+        {"status": "ok", "timings": {"cell_s": 30.0}},  # no tp: TP1
+        {"tp": 2, "status": "ok", "timings": {"cell_s": 100.0}},
+        {"tp": 2, "status": "failed", "timings": {"cell_s": 1.0}},  # failed: not a cell's time
+        {"tp": 2, "status": "skipped", "timings": {"cell_s": 1.0}},
+        {"tp": 2, "status": "ok", "timings": {"cell_s": "n/a"}},
+        {"tp": 4, "status": "ok", "timings": None},
+        {"tp": 4, "status": "ok"},
+    ]
+    servers = [{"startup_s": 5}, {"startup_s": 9.0}, {"startup_s": 30.0}, {"startup_s": None}, {}]
+    est = sched.learn_estimates(records, servers)
+    assert est == sched.Estimates({1: 25.0, 2: 100.0}, 9.0)
+    assert est.cell(1) == 25.0 and est.cell(2) == 100.0
+    assert sched.Estimates({1: 10.0, 2: 40.0, 8: 100.0}, 0).cell(4) == 50.0  # the mean of all
+    none = sched.learn_estimates([], [])
+    assert none == sched.Estimates({}, 60.0) and none.cell(1) == 60.0
+
+
+def test_jobs_hold_their_start_and_cells_and_the_widest_longest_go_first() -> None:
+    est = sched.Estimates({1: 10.0, 2: 30.0}, 5.0)
+    a, b, c, d = (ServerConfig(n, tp, (), (), (1,), n) for n, tp in
+                  (("a", 1), ("b", 1), ("c", 2), ("d", 1)))  # fmt: skip
+    groups = [(a, [Cell(a, 1, "a1")]), (b, [Cell(b, 1, "b1"), Cell(b, 2, "b2")]), (d, []),
+              (c, [Cell(c, 1, "c1")])]  # fmt: skip
+    jobs = sched.make_jobs(groups, est)
+    assert [(j.config.name, j.estimate_s, j.gpus) for j in jobs] == [
+        ("c", 35.0, 2),
+        ("b", 25.0, 1),
+        ("a", 15.0, 1),
+    ]  # d has no pending cell: no job
+    assert jobs[1].cells == (Cell(b, 1, "b1"), Cell(b, 2, "b2"))
+    twins = sched.make_jobs([(b, [Cell(b, 1, "b1")]), (a, [Cell(a, 1, "a1")])], est)
+    assert [j.config.name for j in twins] == ["a", "b"]  # same size, same time: by label
+    wide_short = ServerConfig("ws", 4, (), (), (1,), "ws")
+    order = sched.make_jobs([(a, [Cell(a, i, f"a{i}") for i in range(9)]),
+                             (wide_short, [Cell(wide_short, 1, "w")])], est)  # fmt: skip
+    assert [j.config.name for j in order] == ["ws", "a"]  # GPUs before time
+
+
+def test_a_job_needing_exactly_the_free_gpus_starts_and_a_too_wide_one_is_passed_over() -> None:
+    queue = [_job("x8", 8, 1), _job("t4", 4, 50), _job("t1", 1, 5)]
+    assert sched.pick(queue, free=4, usable=4, running_ends=[], now=0.0) == 1
+    assert sched.pick(queue[:1], free=4, usable=4, running_ends=[], now=0.0) is None
+    assert sched.pick([_job("t4", 4, 5)], free=3, usable=4, running_ends=[], now=0.0) is None
+
+
+def test_backfill_fills_exactly_up_to_the_heads_start_and_no_later() -> None:
+    """The head (4 GPUs) waits for 3 GPUs that free at t=10; another GPU frees only at t=50.
+    A 1-GPU job may start now if it ends by t=10, when the head can start."""
+    running = [(50.0, 1), (10.0, 3)]
+    ten = [_job("wide", 4, 100), _job("ten", 1, 10)]
+    assert sched.pick(ten, free=1, usable=5, running_ends=running, now=0.0) == 1
+    thirty = [_job("wide", 4, 100), _job("thirty", 1, 30)]
+    assert sched.pick(thirty, free=1, usable=5, running_ends=running, now=0.0) is None
+    assert sched.pick(ten, free=1, usable=5, running_ends=running, now=0.5) is None
+    two = [_job("wide", 4, 100), _job("two", 2, 1)]  # ends in time but needs 2 GPUs, 1 free
+    assert sched.pick(two, free=1, usable=5, running_ends=running, now=0.0) is None
+
+
+def test_the_simulated_schedule_takes_the_lowest_gpus_and_counts_waves() -> None:
+    jobs = [_job("w", 2, 100.0), _job("a", 1, 30.0), _job("b", 1, 60.0), _job("c", 1, 30.0)]
+    placed = sched.simulate(jobs, [4, 5, 6])
+    assert [(p.label, p.gpus, p.wave, p.start_s, p.end_s, p.cells) for p in placed] == [
+        ("w@tp2", (4, 5), 1, 0.0, 100.0, 1),
+        ("a@tp1", (6,), 1, 0.0, 30.0, 1),
+        ("b@tp1", (6,), 2, 30.0, 90.0, 1),
+        ("c@tp1", (6,), 3, 90.0, 120.0, 1),
+    ]
+    assert sched.makespan(placed) == 120.0 and sched.makespan([]) == 0.0
+    later = sched.simulate([_job("x", 1, 10.0), _job("y", 2, 10.0)], [0, 1])
+    assert [(p.label, p.gpus, p.wave, p.start_s) for p in later] == [
+        ("x@tp1", (0,), 1, 0.0),
+        ("y@tp2", (0, 1), 2, 10.0),
+    ]  # y waits for GPU 0: one wave after the wave that held it
+
+
+def test_a_job_wider_than_the_pool_is_left_out_of_the_schedule() -> None:
+    placed = sched.simulate([_job("huge", 8, 10.0), _job("a", 1, 10.0)], [0, 1])
+    assert [p.label for p in placed] == ["a@tp1"]
+    assert sched.simulate([_job("huge", 8, 10.0)], [0, 1]) == []
+
+
+def test_the_lower_bound_is_gpu_time_over_gpus_or_the_longest_job() -> None:
+    jobs = [_job("w", 2, 100.0), _job("a", 1, 30.0)]
+    assert sched.ideal_s(jobs, 2) == 115.0  # (200 + 30) GPU-s over 2 GPUs
+    assert sched.ideal_s(jobs, 8) == 100.0  # many GPUs: the longest job
+    assert sched.ideal_s([], 4) == 0.0 and sched.ideal_s(jobs, 0) == 0.0

@@ -386,3 +386,57 @@ def test_strings_of_the_run_reach_the_terminal_escaped(tmp_path: Path) -> None:
     text = render(run_status(run))
     assert not any(c in text for c in "\x1b\x07\x85\u2028")
     assert r"| \x1b]52;c;cm0gLXJmIH4=\x07 oom\x85next\u2028line" in text
+
+
+def test_odd_but_harmless_files_are_read_as_far_as_they_make_sense(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    rows = [record(run, "a@tp1", 1, "ok", 10.0),
+            {**record(run, "a@tp1", 2, "ok"), "timings": None},
+            {**record(run, "a@tp1", 4, "ok"), "timings": {"cell_s": "n/a"}},
+            {k: v for k, v in record(run, "w@tp2", 1, "ok", 50.0).items() if k != "tp"}]  # fmt: skip
+    jsonl(run / "results.jsonl", rows)
+    # run.json: a byte that is no UTF-8, a plan_dir that is no path, a shard that is no pair
+    (run / "run.json").write_bytes(b'{"stopped": "by \xff", "plan_dir": 5, "shard": "12"}')
+    (run / "state.json").write_text(json.dumps({"pid": os.getpid(), "pool": {"gpus": [1, 2]}}))
+    status = run_status(run)
+    assert status["stopped"] == "by \ufffd" and status["shard"] is None
+    assert status["progress"] == {"recorded": 4, "total": 6}  # keys resolved against the run
+    assert status["live"] is True and status["groups"][1]["running"] == []  # nothing running
+    # a record without tp counts as TP1: the TP1 median is (10, 50) = 30 s; the two pending
+    # TP2 cells: no TP2 measurement, the median of all (30 s) x 2 GPUs each, over 2 GPUs
+    assert status["eta_s"] == 2 * 30 * 2 / 2
+
+
+def test_a_state_json_too_large_to_be_the_launchers_is_not_read(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    state = {"pid": os.getpid(), "running": [], "pad": "x" * (5 << 20)}
+    (run / "state.json").write_text(json.dumps(state))
+    status = run_status(run)
+    assert status["live"] is False and len(status["unreadable"]) == 1
+    assert "state.json" in status["unreadable"][0]
+
+
+def test_a_server_starting_its_first_cell_marks_its_group_started(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    entry = {"label": "w@tp2", "slot": 1, "concurrency": 1, "since": "S"}
+    (run / "state.json").write_text(json.dumps({"pid": os.getpid(), "running": [entry]}))
+    status = run_status(run)
+    assert status["groups"][1]["running"] == [{"config": "w@tp2", "concurrency": 1, "gpus": [],
+                                               "gpu_indices": [], "slot": 1, "since": "S"}]  # fmt: skip
+    lines = render(status).splitlines()
+    assert "  [ ] TP1: 0 done, 0 failed, 0 running, 3 pending, 0 skipped, 0 crashed (of 3)" in lines
+    assert "  [>] TP2: 0 done, 0 failed, 1 running, 2 pending, 0 skipped, 0 crashed (of 3)" in lines
+    (run / "state.json").write_text(json.dumps({"pid": os.getpid()}))  # nothing runs yet
+    assert run_status(run)["groups"][1]["pending"] == 3
+
+
+def test_shards_are_listed_in_number_order_and_only_directories_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    campaign = tmp_path / "campaign"
+    for name in ("2", "10", "1"):
+        make_run(campaign / "shards", name)
+    (campaign / "shards" / "4").write_text("a file, not a shard\n")
+    fake_task_states(monkeypatch, {})
+    status = campaign_status(campaign)
+    assert [Path(s["run"]).name for s in status["shards"]] == ["1", "2", "10"]

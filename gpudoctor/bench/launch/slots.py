@@ -30,6 +30,9 @@ FAKE_GPUS = "GPUDOCTOR_FAKE_GPUS"
 FAKE_FAULTS = "GPUDOCTOR_FAKE_GPU_FAULTS"
 FAKE_TOPO = "GPUDOCTOR_FAKE_GPU_TOPO"
 
+NVIDIA_SMI_TIMEOUT_S = 30.0  # the longest `nvidia-smi topo -m` may take, seconds
+MAX_CANDIDATE_SETS = 20000  # TP sets scored at most (bounds the time on a large host)
+
 # `nvidia-smi topo -m` link kinds, best first (NV# = NVLink with # links, scored above all).
 _LINK_SCORE = {"X": 100, "NVS": 90, "PIX": 50, "PXB": 40, "PHB": 30, "NODE": 20, "SYS": 10}
 
@@ -195,7 +198,7 @@ def read_topology() -> dict[tuple[int, int], str]:
         return parse_topo(Path(path).read_text(encoding="utf-8")) if path else {}
     try:
         proc = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True,
-                              timeout=30)  # fmt: skip
+                              timeout=NVIDIA_SMI_TIMEOUT_S)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return {}
     return parse_topo(proc.stdout) if proc.returncode == 0 else {}
@@ -216,7 +219,8 @@ def cap_gpus(gpus: list[Gpu], indices: tuple[int, ...] | None, count: int | None
 
 def best_set(free: list[Gpu], n: int, links: dict[tuple[int, int], str]) -> list[Gpu] | None:
     """Return the ``n`` free GPUs with the best links among them (the weakest pair link
-    first, then the sum; lowest indices on a tie), or None when fewer are free."""
+    first, then the sum; lowest indices on a tie), or None when fewer are free. Only the
+    first :data:`MAX_CANDIDATE_SETS` sets (lowest indices first) are scored."""
     if n > len(free):
         return None
     if n == 1 or not links:
@@ -229,7 +233,7 @@ def best_set(free: list[Gpu], n: int, links: dict[tuple[int, int], str]) -> list
         ]
         return (min(pairs), sum(pairs))
 
-    candidates = itertools.islice(itertools.combinations(free, n), 20000)
+    candidates = itertools.islice(itertools.combinations(free, n), MAX_CANDIDATE_SETS)
     return list(max(candidates, key=score))
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
+import re
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -94,39 +97,69 @@ def test_each_event_is_one_line_with_the_running_counts(monkeypatch: pytest.Monk
     ]
 
 
-def test_a_pipe_gets_plain_lines() -> None:
+def test_every_kind_of_finished_cell_is_counted_each_time() -> None:
+    reporter = PlainReporter(io.StringIO())
+    reporter.begin(8, 0)
+    for status in ("failed", "crashed", "skipped", "not-run", "failed", "crashed", "skipped", "ok"):
+        reporter.cell_done("a@tp1", 1, status)
+    assert (reporter.ok, reporter.failed, reporter.crashed, reporter.skipped) == (1, 2, 2, 3)
+    assert reporter.done == 8
+
+
+def test_a_terminal_gets_the_live_display_and_a_pipe_plain_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     assert type(make_reporter()) is PlainReporter  # pytest's stderr is no terminal
-    assert type(make_reporter(quiet_rich=True)) is PlainReporter
+    master, replica = os.openpty()  # a real terminal (a pseudo-terminal) as stderr
+    with os.fdopen(replica, "w") as tty:
+        monkeypatch.setattr(sys, "stderr", tty)
+        monkeypatch.delenv("NO_COLOR", raising=False)
+        monkeypatch.setenv("TERM", "xterm")
+        assert type(make_reporter()) is progress.RichReporter
+        assert type(make_reporter(quiet_rich=True)) is PlainReporter
+    os.close(master)
 
 
 def test_the_terminal_display_shows_the_cells_and_the_current_cells_requests(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The rich display's two bars, read from its progress model (no terminal here)."""
+    """The rich display's two bars, read from its progress model and from the final frame
+    it leaves on stderr (not a terminal here: the frame is printed once, when it stops)."""
+    monkeypatch.setenv("COLUMNS", "200")
     reporter = progress.RichReporter()
-    reporter.begin(4, 1)
+    reporter.begin(5, 1)
     cells, current = reporter.progress.tasks
-    assert (cells.total, cells.completed) == (4, 1)
+    assert (cells.total, cells.completed) == (5, 1)
     assert cells.fields["counts"] == "0 ok · 0 failed · 0 crashed · 0 skipped"
     assert not current.visible
-    reporter.cell_start("a@tp1\x1b[2J", 8)
-    assert current.visible and current.description == "a@tp1\\x1b[2J c=8"
+    reporter.cell_start("[red]a[/red]@tp1\x1b[2J", 8)
+    assert current.visible and current.description == "[red]a[/red]@tp1\\x1b[2J c=8"
     assert (current.completed, current.total, current.fields["counts"]) == (0, 1, "requests")
     reporter.requests(3, 16)
     assert (current.completed, current.total) == (3, 16)
     reporter.requests(0, 0)  # a cell of no request yet: never a bar of 0
     assert current.total == 1
-    reporter.cell_done("a@tp1", 8, "crashed", "server exited 1")
-    assert not current.visible and (cells.total, cells.completed) == (4, 2)
+    reporter.requests(16, 16)
+    reporter.cell_done("[red]a[/red]@tp1", 8, "crashed", "server exited 1")
+    assert not current.visible and (cells.total, cells.completed) == (5, 2)
     assert cells.fields["counts"] == "0 ok · 0 failed · 1 crashed · 0 skipped"
     reporter.cell_start("a@tp1", 16)
     assert (current.completed, current.total) == (0, 1)  # the new cell starts from 0
     reporter.cell_done("a@tp1", 16, "ok")
-    reporter.note("a \x07 note")
+    reporter.cell_done("a@tp1", 32, "failed", "all 4 requests failed")
+    reporter.cell_done("b@tp2", 1, "skipped", "needs 2 GPU(s)")
+    reporter.note("[bold]GPU 1[/bold] \x07 left the pool")
     reporter.end()
     assert reporter.progress.live.is_started is False
-    err = capsys.readouterr().err
-    assert "bench: 4 cells, 1 already done" in err and "bench: a \\x07 note" in err
-    assert "bench: a@tp1 concurrency 8: crashed (server exited 1) [2/4 done" in err
-    assert "bench: finished [3/4 done: 1 ok, 0 failed, 1 crashed, 0 skipped;" in err
+    out, err = capsys.readouterr()
+    assert out == ""  # the display and its lines go to stderr
+    lines = err.splitlines()
+    assert lines[0] == "bench: 5 cells, 1 already done"
+    assert "bench: [red]a[/red]@tp1 concurrency 8: crashed (server exited 1) [2/5 done" in err
+    assert "bench: a@tp1 concurrency 16: ok [3/5 done" in err  # no reason: nothing in ()
+    assert "bench: [bold]GPU 1[/bold] \\x07 left the pool" in lines
+    assert lines[-1].startswith("bench: finished [5/5 done: 1 ok, 1 failed, 1 crashed, 1 skipped;")
+    frame = re.compile(r"cells ━+ +5/5 1 ok · 1 failed · 1 crashed · 1 skipped "
+                       r"\d+:\d\d:\d\d (\d+:\d\d:\d\d|-:--:--)")  # fmt: skip
+    assert [line for line in lines if frame.fullmatch(line.strip())], err
     assert "\x07" not in err

@@ -210,3 +210,30 @@ def test_the_lower_bound_is_gpu_time_over_gpus_or_the_longest_job() -> None:
     assert sched.ideal_s(jobs, 2) == 115.0  # (200 + 30) GPU-s over 2 GPUs
     assert sched.ideal_s(jobs, 8) == 100.0  # many GPUs: the longest job
     assert sched.ideal_s([], 4) == 0.0 and sched.ideal_s(jobs, 0) == 0.0
+
+
+def test_a_small_job_is_backfilled_in_the_simulation_too() -> None:
+    jobs = [_job("w", 2, 100.0), _job("h", 3, 50.0), _job("s", 1, 10.0)]
+    placed = sched.simulate(jobs, [0, 1, 2])
+    assert [(p.label, p.gpus, p.wave, p.start_s) for p in placed] == [
+        ("w@tp2", (0, 1), 1, 0.0),
+        ("s@tp1", (2,), 1, 0.0),  # ends by t=10, long before h could start
+        ("h@tp3", (0, 1, 2), 2, 100.0),
+    ]
+
+
+def test_of_two_jobs_ending_at_once_the_first_started_frees_its_gpus_first() -> None:
+    """p (5 s) and a (10 s) start at 0 on GPUs 0 and 1; b takes GPU 0 at 5 and ends at 10
+    with a. a, started first, gives GPU 1 back first: c starts there, in wave 2."""
+    jobs = [_job("p", 1, 5.0), _job("a", 1, 10.0), _job("b", 1, 5.0), _job("c", 1, 1.0)]
+    placed = sched.simulate(jobs, [0, 1])
+    assert [(p.label, p.gpus, p.wave, p.start_s) for p in placed] == [
+        ("p@tp1", (0,), 1, 0.0),
+        ("a@tp1", (1,), 1, 0.0),
+        ("b@tp1", (0,), 2, 5.0),
+        ("c@tp1", (1,), 2, 10.0),
+    ]
+
+
+def test_one_gpu_has_a_lower_bound_too() -> None:
+    assert sched.ideal_s([_job("a", 1, 30.0), _job("b", 1, 20.0)], 1) == 50.0

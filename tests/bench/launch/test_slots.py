@@ -10,6 +10,7 @@ the driver's ``nvidia-smi topo -m``.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
@@ -357,3 +358,34 @@ def test_a_slot_is_given_its_gpus_by_uuid() -> None:
     assert slot.uuids == ["GPU-3aaa", "GPU-1aaa"]
     assert visible_devices(list(slot.gpus)) == "GPU-3aaa,GPU-1aaa"
     assert visible_devices([]) == ""
+
+
+def test_a_hung_nvidia_smi_is_given_up_on(no_gpu_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text("#!/bin/sh\nexec sleep 600\n")
+    (bindir / "nvidia-smi").chmod(0o755)
+    no_gpu_env.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    no_gpu_env.setattr(slots, "NVIDIA_SMI_TIMEOUT_S", 0.2)
+    assert read_topology() == {}  # no topology: GPUs are taken lowest index first
+
+
+def test_on_a_large_host_the_search_stops_at_its_bound() -> None:
+    """A TP2 set on 256 GPUs has 32640 candidates; only the first MAX_CANDIDATE_SETS are
+    scored (the time a take may cost stays bounded): a better pair just past them is not
+    found, the lowest indices are taken."""
+    gpus = [Gpu(i, f"GPU-{i}") for i in range(256)]
+    past = list(itertools.islice(itertools.combinations(range(256), 2),
+                                 slots.MAX_CANDIDATE_SETS, None))  # fmt: skip
+    a, b = past[0]
+    links = {(a, b): "NV18", (b, a): "NV18"}
+    assert [g.index for g in best_set(gpus, 2, links)] == [0, 1]
+    last_in = list(itertools.combinations(range(256), 2))[slots.MAX_CANDIDATE_SETS - 1]
+    links = {last_in: "NV18", last_in[::-1]: "NV18"}
+    assert tuple(g.index for g in best_set(gpus, 2, links)) == last_in
+
+
+def test_taking_a_free_gpu_out_of_the_pool() -> None:
+    pool = GpuPool(FOUR)
+    pool.remove(FOUR[2], "ECC")  # not held by any slot: out all the same
+    assert pool.out == {"GPU-2aaa": "ECC"} and [g.index for g in pool.free()] == [0, 1, 3]

@@ -340,6 +340,7 @@ def test_a_directory_of_shards_is_shown_shard_by_shard_with_slurms_view(
     assert status["eta_s"] == max(etas) and None not in etas
     assert status["merged"] is None and status["unreadable"] == []
     assert status["slurm"]["tasks"] == {"100": {}, "101": {"1": "COMPLETED", "2": "RUNNING"}}
+    assert [s["array_job"] for s in status["slurm"]["submissions"]] == ["100", "101"]
     lines = render(status).splitlines()
     assert lines[0] == (f"{campaign}: 2 shard(s), 2/6 cells recorded, "
                         f"~{status['eta_s'] / 60:.1f} min left")  # fmt: skip
@@ -351,7 +352,9 @@ def test_a_directory_of_shards_is_shown_shard_by_shard_with_slurms_view(
     jsonl(merged / "results.jsonl", [record(merged, "a@tp1", 1, "ok", 1.0)])
     status = campaign_status(campaign)
     assert status["merged"]["progress"] == {"recorded": 1, "total": 6}
-    assert render(status).splitlines()[-1] == f"merged: 1 cells in {campaign}/merged"
+    shown = render(status).splitlines()
+    assert shown[-2:] == ["", f"merged: 1 cells in {campaign}/merged"]
+    assert shown[0].startswith(f"{campaign}: 2 shard(s), 2/6 cells recorded")
 
 
 def test_shards_without_slurm_or_submissions_still_show(
@@ -375,6 +378,7 @@ def test_shards_without_slurm_or_submissions_still_show(
     (campaign / "slurm" / "submissions.jsonl").symlink_to(tmp_path)
     status = campaign_status(campaign)
     assert status["slurm"] is None and len(status["unreadable"]) == 1
+    assert "submissions.jsonl" in status["unreadable"][0]
     assert render(status).splitlines()[-1].startswith("  [!] not read: ")
 
 
@@ -440,3 +444,14 @@ def test_shards_are_listed_in_number_order_and_only_directories_count(
     fake_task_states(monkeypatch, {})
     status = campaign_status(campaign)
     assert [Path(s["run"]).name for s in status["shards"]] == ["1", "2", "10"]
+
+
+def test_a_plain_run_directory_is_one_runs_status(tmp_path: Path) -> None:
+    run = finished_run(tmp_path)
+    assert campaign_status(run) == run_status(run)
+
+
+def test_a_passed_preflight_is_ticked(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    jsonl(run / "preflight.jsonl", [{"status": "PASS", "when": "before", "at": "T"}])
+    assert "  [x] preflight: PASS (before, T)" in render(run_status(run)).splitlines()

@@ -115,6 +115,7 @@ def test_a_cells_shard_is_fixed_by_its_key_wherever_it_is_computed() -> None:
     assert sched.shard_of("0000000000070001", 4) == 4
     assert sched.shard_of("00000000000a0000", 4) == 3
     assert sched.shard_of("ffffffffffff", 1) == 1
+    assert sched.shard_of("0000000000100000", 4) == 1  # 0x10 = 16
     assert sched.in_shard("0000000000070001", None) and sched.in_shard("0000000000070001", (4, 4))
     assert not sched.in_shard("0000000000070001", (3, 4))
 

@@ -389,3 +389,26 @@ def test_taking_a_free_gpu_out_of_the_pool() -> None:
     pool = GpuPool(FOUR)
     pool.remove(FOUR[2], "ECC")  # not held by any slot: out all the same
     assert pool.out == {"GPU-2aaa": "ECC"} and [g.index for g in pool.free()] == [0, 1, 3]
+
+
+def test_a_driver_nvml_cannot_load_means_no_gpu(
+    no_gpu_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    source = (
+        "import json; print(json.dumps({'stage': 'nvml', 'error': 'NVML_ERROR_LIBRARY_NOT_FOUND'}))"
+    )
+    no_gpu_env.setattr("gpudoctor.facts.gpu.probe_source", lambda: source)
+    assert discover_gpus() == ([], "nvml")
+
+
+def test_the_probe_ignores_a_planted_pythonpath(
+    no_gpu_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The probe runs isolated (``python -I``): a ``json.py`` on ``$PYTHONPATH`` (another
+    user's directory, say) cannot change what NVML is said to report."""
+    fake_nvml(no_gpu_env, tmp_path, [{"index": 0, "uuid": "GPU-x"}])
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "json.py").write_text("raise SystemExit('planted')\n")
+    no_gpu_env.setenv("PYTHONPATH", str(planted))
+    assert discover_gpus() == ([Gpu(0, "GPU-x", "GPU", None)], "nvml")

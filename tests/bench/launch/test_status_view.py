@@ -455,3 +455,40 @@ def test_a_passed_preflight_is_ticked(tmp_path: Path) -> None:
     run = make_run(tmp_path)
     jsonl(run / "preflight.jsonl", [{"status": "PASS", "when": "before", "at": "T"}])
     assert "  [x] preflight: PASS (before, T)" in render(run_status(run)).splitlines()
+
+
+def test_skipped_cells_finish_a_group_and_each_done_cell_counts(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    jsonl(run / "results.jsonl", [
+        record(run, "a@tp1", 1, "ok", 1.0), record(run, "a@tp1", 2, "ok", 1.0),
+        record(run, "a@tp1", 4, "skipped", reason="quirk q1"),
+    ])  # fmt: skip
+    status = run_status(run)
+    assert status["groups"][0]["done"] == 2
+    assert "  [x] TP1: 2 done, 0 failed, 0 running, 0 pending, 1 skipped, 0 crashed (of 3)" in (
+        render(status).splitlines()
+    )
+
+
+def test_the_first_of_two_shards_is_read_from_run_json(tmp_path: Path) -> None:
+    from gpudoctor.bench.launch.schedule import in_shard
+
+    run = make_run(tmp_path)
+    (run / "run.json").write_text(json.dumps({"shard": [1, 2]}))
+    status = run_status(run)
+    assert status["shard"] == [1, 2]
+    assert status["progress"]["total"] == sum(in_shard(k, (1, 2)) for k in keys(run).values())
+
+
+def test_every_file_that_is_a_link_is_listed_and_the_rest_still_shown(tmp_path: Path) -> None:
+    run = finished_run(tmp_path)
+    target = tmp_path / "target.json"
+    target.write_text("{}\n")
+    for name in ("run.json", "merge.json", "results.jsonl", "preflight.jsonl"):
+        (run / name).unlink(missing_ok=True)
+        (run / name).symlink_to(target)
+    status = run_status(run)
+    listed = " ".join(status["unreadable"])
+    assert all(name in listed for name in ("run.json", "merge.json", "results.jsonl",
+                                           "preflight.jsonl"))  # fmt: skip
+    assert status["progress"] == {"recorded": 0, "total": 6} and status["preflight"] is None

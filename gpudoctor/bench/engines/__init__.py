@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpudoctor.bench.engines.base import Engine, EngineError, FlagProblem
+from gpudoctor.bench.engines.base import Engine, EngineError, EngineNotInstalled, FlagProblem
 from gpudoctor.bench.engines.command import CommandServer
 from gpudoctor.bench.engines.sglang import SGLang
 from gpudoctor.bench.engines.transformers import TransformersServe
@@ -35,4 +35,4 @@ def engine_for(spec: EngineSpec) -> Engine:
     return cls(spec)
 
 
-__all__ = ["ENGINES", "Engine", "EngineError", "FlagProblem", "engine_for"]
+__all__ = ["ENGINES", "Engine", "EngineError", "EngineNotInstalled", "FlagProblem", "engine_for"]

@@ -34,6 +34,10 @@ class EngineError(RuntimeError):
     """The engine cannot be used as asked (not installed, bad flag, ...): one-line message."""
 
 
+class EngineNotInstalled(EngineError):
+    """The engine's program or package is not there (a dry run notes it, a run stops)."""
+
+
 @dataclass(frozen=True)
 class FlagProblem:
     """A flag the plan uses that the installed engine does not accept.
@@ -171,9 +175,8 @@ class Engine(abc.ABC):
         try:
             return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
         except FileNotFoundError as exc:
-            raise EngineError(
-                f"{self.name}: {argv[0]} not found (is {self.package} installed?)"
-            ) from exc
+            hint = f" (is {self.package} installed?)" if self.package else ""
+            raise EngineNotInstalled(f"{self.name}: {argv[0]} not found{hint}") from exc
         except subprocess.TimeoutExpired as exc:
             raise EngineError(f"{self.name}: `{' '.join(argv)}` took over {timeout:.0f} s") from exc
 
@@ -188,7 +191,7 @@ class Engine(abc.ABC):
         ``refresh`` ignores the cache, e.g. for a branch installed over the same version)."""
         version = self.version()
         if version is None:
-            raise EngineError(
+            raise EngineNotInstalled(
                 f"{self.name} is not installed for {self.python} (pip install {self.package})"
             )
         cache = None

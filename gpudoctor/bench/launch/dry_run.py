@@ -24,6 +24,7 @@ from gpudoctor.bench.launch.slots import GpuPool
 from gpudoctor.bench.launch.steps import (
     CampaignError,
     Decision,
+    EngineMissing,
     LaunchOptions,
     decide,
     model_problems,
@@ -55,9 +56,7 @@ def dry_run(plan: Plan, options: LaunchOptions, validate: bool = True) -> dict[s
         try:
             found = prep.inspect_engine(plan, engine, options.help_cache, quirks_path)
             version, arch, quirk_list = found.version, found.arch, found.quirks
-        except CampaignError as exc:
-            if "not installed" not in str(exc):
-                raise
+        except EngineMissing as exc:
             notes.append(f"flags not validated: {exc}")
             version, arch = None, quirks_mod.detect_arch()
             quirk_list = quirks_mod.load_quirks(quirks_path)

@@ -11,13 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.bench.cell_spec import WorkloadSpec
-from gpudoctor.bench.engines import Engine, EngineError
+from gpudoctor.bench.engines import Engine, EngineError, EngineNotInstalled
 from gpudoctor.bench.plan import Cell, Limits, Plan, ServerConfig
 from gpudoctor.bench.plan import quirks as quirks_mod
 
 
 class CampaignError(RuntimeError):
     """The campaign cannot start or must stop (one line for the CLI)."""
+
+
+class EngineMissing(CampaignError):
+    """The plan's engine (its program or package) is not installed: a dry run notes it."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,8 @@ def validate_flags(plan: Plan, engine: Engine, help_cache: Path | None) -> str:
         if problems and help_cache is not None:  # the cached help may predate a reinstall
             help_text = engine.help_text(help_cache, refresh=True)
             problems = engine.check_flags(plan.configs, help_text)
+    except EngineNotInstalled as exc:
+        raise EngineMissing(str(exc)) from exc
     except EngineError as exc:
         raise CampaignError(str(exc)) from exc
     if problems:

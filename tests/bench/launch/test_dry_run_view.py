@@ -238,3 +238,11 @@ def test_repeated_cells_show_their_repeat(tmp_path: Path, stand_ins: None) -> No
         ("a@tp1", 1, 0), ("a@tp1", 1, 1), ("a@tp1", 2, 0), ("a@tp1", 2, 1)
     ]  # fmt: skip
     assert out["cells"][0]["group"] == out["cells"][1]["group"] != out["cells"][2]["group"]
+
+
+def test_validation_of_a_command_not_there_is_a_note(tmp_path: Path, stand_ins: None) -> None:
+    """A `command` engine whose program is missing: the dry run still shows the matrix, and
+    its note names the program (no empty package name), as for an engine not installed."""
+    out = dry_run(plan_at(tmp_path), options(tmp_path), validate=True)
+    assert out["notes"] == ["flags not validated: command: /nonexistent/server not found"]
+    assert out["engine_version"] is None and len(out["cells"]) == 4

@@ -86,15 +86,20 @@ def managed(target: str) -> bool:
     return target.startswith(LIB_DIR + "/") or target.startswith("/lib/firmware/nvidia/")
 
 
-def bound_entries(config: Config) -> list[tuple[int, str, str]]:
-    """Return (line index, source, target) of the config's driver-library bind mounts."""
+def bind_entries(config: Config) -> list[tuple[int, str, str]]:
+    """Return (line index, source, absolute target) of every live bind mount of the config."""
     found = []
     for index, line in config.main():
         if line.kind is Kind.RAW and line.key == MOUNT_KEY:
             mount = parse_mount(line.value)
-            if mount and mount.is_bind and managed(mount.target):
+            if mount and mount.is_bind:
                 found.append((index, mount.source, mount.target))
     return found
+
+
+def bound_entries(config: Config) -> list[tuple[int, str, str]]:
+    """Return (line index, source, target) of the config's driver-library bind mounts."""
+    return [entry for entry in bind_entries(config) if managed(entry[2])]
 
 
 def add_binds(plan: FixPlan, files: DriverFiles, label: str) -> FixPlan:
@@ -103,8 +108,7 @@ def add_binds(plan: FixPlan, files: DriverFiles, label: str) -> FixPlan:
     no longer lists, such as an old versioned name) removed; each edit says why."""
     config = parse_config(plan.new_text)
     wanted = binds_for(files)
-    have = {(s, t.lstrip("/")) for _, s, t in bound_entries(config)}
-    have |= {(s, "/" + t) for s, t in have}
+    have = {(s, t) for _, s, t in bind_entries(config)}  # a binary's bind is not managed
     mounts = [i for i, ln in config.main() if ln.kind is Kind.RAW and ln.key == MOUNT_KEY]
     content = [i for i, ln in config.main() if ln.kind is not Kind.BLANK]
     anchor = max(mounts) if mounts else (max(content) if content else -1)

@@ -196,3 +196,11 @@ def test_a_fifo_named_as_the_hook_script_is_refused_not_waited_on(public_tmp_pat
         f"cannot read {fifo}: [Errno 22] it is a fifo, not a script file",
         f"[Errno 22] fifo, not a file: refusing to read it: '{fifo}'",
     ]
+
+
+def test_a_lone_dash_is_mknods_file_name_not_an_option() -> None:
+    # GNU mknod reads `-` as the NAME operand; the /dev path after it is an extra operand
+    # and the command fails: no node is made, so there is nothing to report
+    assert find_mknods("mknod - /dev/nvidia-uvm c 511 0")[0] == []
+    assert [(m.path, m.major) for m in find_mknods("mknod -m666 /dev/nvidia-uvm c 511 0")[0]] == [
+        ("/dev/nvidia-uvm", 511)]  # fmt: skip

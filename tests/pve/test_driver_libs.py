@@ -184,3 +184,9 @@ def test_copy_mode_prints_the_exact_version_and_warns_that_it_will_break() -> No
         f"copies of driver {V} in the CT break at the next host driver upgrade (Driver/library "
         "version mismatch); `fix --driver-libs bind` follows the host instead",
     )
+
+
+def test_a_one_line_config_gives_its_line_ending_to_the_binds() -> None:
+    plan = add_binds(plan_of("lxc.apparmor.profile: unconfined\r\n"), FILES, "config")
+    assert plan.new_text.split("\n") == [
+        "lxc.apparmor.profile: unconfined\r", *(ln + "\r" for ln in NEW_LINES), ""]  # fmt: skip

@@ -64,7 +64,7 @@ def binds_for(files: DriverFiles) -> list[Bind]:
     for f in files.files:
         if f.kind == "lib":
             source = f.stable or f.path
-            name = source.rsplit("/", 1)[-1]
+            name = source.rpartition("/")[2]
             why = (
                 f"{f.name} ({files.source}); bound through its soname link {name}, so a CT "
                 "restart after a host driver upgrade binds the new version"
@@ -131,7 +131,7 @@ def add_binds(plan: FixPlan, files: DriverFiles, label: str) -> FixPlan:
             why = f"{source} is not a file of the host's driver {files.version} any more"
             edits.append(Edit("remove", config.lines[index].text, why))
             notes.append(f"remove `{config.lines[index].text}`: {why}")
-    new = config.edit({anchor: inserts} if inserts else {}, removes)
+    new = config.edit({anchor: inserts}, removes)
     notes.append(
         f"after the start, inside the CT: {LD_CONF} names {LIB_DIR}, then `ldconfig` "
         "(once; later restarts need nothing)"
@@ -159,7 +159,7 @@ def copy_commands(files: DriverFiles) -> list[str]:
     """Return the commands that install the host's exact driver version inside a CT (the
     ``.run`` without its kernel module, or pinned distribution packages)."""
     version = files.version
-    branch = version.split(".", 1)[0]
+    branch = version.partition(".")[0]
     return [
         "# the NVIDIA .run installer of the host's version, without the kernel module:",
         f"sh NVIDIA-Linux-x86_64-{version}.run --no-kernel-module --silent",

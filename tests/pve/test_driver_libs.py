@@ -159,6 +159,8 @@ def test_a_bind_written_with_an_absolute_target_counts_as_present() -> None:
     assert [e.line for e in plan.edits[1:]] == NEW_LINES[1:]
     assert bound_entries(parse("#" + CUDA + "\n")) == []  # a comment binds nothing
     assert bound_entries(parse("lxc.mount.entry: /x\n")) == []  # malformed: no entry
+    hook = CUDA.replace("lxc.mount.entry", "lxc.hook.mount")  # another key: no mount at all
+    assert bound_entries(parse(hook + "\n")) == []
 
 
 def test_the_ldconfig_step_writes_the_conf_atomically_then_runs_ldconfig() -> None:
@@ -171,6 +173,11 @@ def test_the_ldconfig_step_writes_the_conf_atomically_then_runs_ldconfig() -> No
 
 def test_copy_mode_prints_the_exact_version_and_warns_that_it_will_break() -> None:
     commands = copy_commands(FILES)
+    assert (
+        commands[0]
+        == "# the NVIDIA .run installer of the host's version, without the kernel module:"
+    )
+    assert commands[2] == f"# or Debian/Ubuntu packages pinned to {V} (the CT's apt must offer it):"
     assert f"sh NVIDIA-Linux-x86_64-{V}.run --no-kernel-module --silent" in commands
     assert f"apt-get install -y libnvidia-compute-580={V}-* nvidia-utils-580={V}-*" in commands
     assert commands[-1] == "apt-mark hold libnvidia-compute-580 nvidia-utils-580"

@@ -358,6 +358,7 @@ def test_inline_hooks_of_every_shell_are_read_and_a_script_file_is_not_inline() 
     assert inline_script("python3 -c 'print(1)'") is None  # not a shell
     assert inline_script("busybox mknod /dev/nvidia0 c 195 0") is None
     assert inline_script("sh -c 'unbalanced") is None
+    assert inline_script("/bin/busybox") is None  # the program alone: a file hook
 
 
 def test_each_hook_line_is_read_with_its_place_and_only_hook_lines(tmp_path) -> None:

@@ -111,7 +111,7 @@ def inline_script(value: str) -> str | None:
 
 def _program(word: str) -> str:
     """The program a command word names (``/bin/sh`` -> ``sh``)."""
-    return word.rsplit("/", 1)[-1]
+    return word.rpartition("/")[2]
 
 
 def find_mknods(script: str, line_base: int = 1) -> tuple[list[Mknod], int]:

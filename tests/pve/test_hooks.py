@@ -400,3 +400,22 @@ def test_a_hook_script_is_read_up_to_256_kib(tmp_path) -> None:
     near_hook, far_hook = read_hooks(LocalHost(), config)
     assert [m.path for m in near_hook.mknods] == ["/dev/nvidia0"]
     assert far_hook.mknods == () and far_hook.error == ""  # past the limit: not read
+
+
+def test_a_hook_with_one_gpu_mknod_or_one_of_the_device_paths_is_cured() -> None:
+    null = _mknod("/dev/null", 1, 7)
+    facts = replace(h200_facts(), nodes=(*h200_facts().nodes, HostNode("/dev/null", "char", 1, 3)),
+                    hooks=(_hook(null, index=2),))  # fmt: skip
+    assert plan_hooks(facts, (), devn=False, pve=False) == HookCure()  # not a GPU node
+    cure = plan_hooks(facts, ("/dev/null",), devn=False, pve=False)
+    assert [i for i, _ in cure.comment_out] == [2]
+    assert cure.comment_out[0][1].startswith(
+        "/h/gpu.sh:4 `mknod /dev/null c 1 7` makes /dev/null 1:7, but the host's is 1:3 now"
+    )
+    assert [n.path for n in cure.nodes] == ["/dev/null"]
+
+
+def test_an_inline_hook_counts_its_other_commands() -> None:
+    config = parse("lxc.hook.pre-start = sh -c 'modprobe nvidia-uvm'\n", LXC)
+    [hook] = read_hooks(LocalHost(), config)
+    assert (hook.mknods, hook.commands) == ((), 1)

@@ -84,3 +84,7 @@ def test_other_levels_without_hook_output_say_nothing() -> None:
 def test_the_where_field_is_shortened_to_file_and_function() -> None:
     log = 'lxc-start 101 2026 ERROR    cgfsng - cgroups/cgfsng.c:cgfsng_setup_limits:3100 - Failed to set "devices.allow"\n'
     assert why_lines(log) == ('ERROR cgfsng.c:cgfsng_setup_limits: Failed to set "devices.allow"',)
+
+
+def test_lines_that_are_not_lxcs_are_skipped_not_an_end() -> None:
+    assert why_lines("starting CT 101 with --debug\n\n" + LOG) == why_lines(LOG)

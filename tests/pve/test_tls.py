@@ -159,6 +159,7 @@ def test_every_wording_of_an_untrusted_certificate(text: str) -> None:
     assert tls_failure(ssl.SSLError(1, text), insecure=True).startswith("the TLS handshake")
 
 
+@pytest.mark.timeout(20)  # a guard: a chain walk that does not stop at a loop must not hang
 def test_the_cause_is_found_down_the_chain_and_a_loop_in_it_ends() -> None:
     inner = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
     try:

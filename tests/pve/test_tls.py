@@ -184,3 +184,16 @@ def test_a_long_reason_is_cut_to_one_line_of_160_characters() -> None:
     assert said is not None
     reason = said.removeprefix("the TLS handshake failed: ")
     assert len(reason) == 160 and reason.startswith("sslv3 alert handshake failure xx")
+
+
+def test_a_cause_given_with_raise_from_is_followed_and_told_after_the_ssl_reason() -> None:
+    inner = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
+    outer = ConnectionError("aborted")
+    outer.__cause__ = inner  # no __context__: raised outside an except block
+    assert tls_failure(outer, insecure=False) == NOT_TLS
+    handshake = ssl.SSLError(1, "sslv3 alert handshake failure")
+    handshake.__cause__ = OSError("connection reset by peer")
+    assert tls_failure(handshake, insecure=True) == (
+        "the TLS handshake failed: sslv3 alert handshake failure | OSError: "
+        "connection reset by peer"
+    )

@@ -17,7 +17,7 @@ from gpudoctor.hosts.base import HostError, OpenResult
 from gpudoctor.hosts.local import LocalHost
 from gpudoctor.pve.apply import Layout, Target
 from gpudoctor.pve.ctstate import StateGap, host_made, restart_reasons
-from gpudoctor.pve.inside import container_host, probe, safe_probe, worse
+from gpudoctor.pve.inside import container_host, device_checks, probe, safe_probe, worse
 
 NULL = os.major(os.stat("/dev/null").st_rdev), os.minor(os.stat("/dev/null").st_rdev)
 
@@ -164,3 +164,21 @@ def test_the_ct_is_entered_the_way_its_flavor_is(tmp_path) -> None:
     pve = container_host(LocalHost(), Target("pve", "101", "c", "l"), layout)
     assert (pve.flavor, pve.ct) == ("pve", "101")
     assert pve.enter[:4] == ["/usr/sbin/pct-test", "exec", "101", "--"]
+
+
+def test_the_device_checks_run_inside_for_each_path_and_name_the_cts_config() -> None:
+    found = device_checks(LocalHost(), Target("lxc", "gpu1", "c", "l"), ("/dev/null", "/dev/nope"))
+    assert {f["check"] for f in found} == {"device.nodes", "device.open", "device.unchanged"}
+    by = {(f["check"], f["subject"]): f for f in found}
+    assert by[("device.nodes", "/dev/null")]["status"] == "PASS"
+    assert by[("device.open", "/dev/null")]["status"] == "PASS"
+    missing = by[("device.nodes", "/dev/nope")]
+    assert missing["status"] == "FAIL" and "/var/lib/lxc/gpu1/config" in missing["remediation"]
+    on_pve = device_checks(LocalHost(), Target("pve", "101", "c", "l"), ("/dev/nope",))
+    assert "/etc/pve/lxc/101.conf" in on_pve[0]["remediation"]
+
+
+def test_a_ct_the_checks_cannot_run_in_gives_one_error_finding() -> None:
+    (finding,) = device_checks(None, Target("pve", "101", "c", "l"), ("/dev/nope",))  # type: ignore[arg-type]
+    assert (finding["check"], finding["status"]) == ("device", "ERROR")
+    assert "NoneType" in finding["message"]  # the failure's own words, not a traceback

@@ -29,10 +29,16 @@ from tests.pve.captures import H200_PROC_DEVICES
 class RootedHost(LocalHost):
     """A LocalHost whose absolute paths are read under ``root`` (its /dev, its /proc)."""
 
-    def __init__(self, root: Path, broken_dirs: tuple[str, ...] = ()) -> None:
+    def __init__(self, root: Path, broken_dirs: tuple[str, ...] = (), gone: bool = False) -> None:
         super().__init__()
         self.root = root
         self.broken_dirs = broken_dirs  # listing these fails (EIO), as a dying disk does
+        self.gone = gone  # commands fail to start (an SSH connection that dropped)
+
+    def run(self, argv, timeout: float = 30.0, input: str | None = None):  # type: ignore[no-untyped-def]
+        if self.gone:
+            raise OSError(104, "Connection reset by peer")
+        return super().run(argv, timeout, input)
 
     def _at(self, path: str) -> str:
         return str(self.root) + path
@@ -148,3 +154,16 @@ def test_pveversion_output_gives_the_manager_version() -> None:
     assert parse_pveversion("pve-manager/9/abc") == "9"
     assert parse_pveversion("proxmox-ve: 8.2.0 (running kernel: 6.8.12-1-pve)") is None
     assert parse_pveversion("") is None
+
+
+def test_pveversion_is_the_command_on_the_path_and_only_run_when_asked(
+    gpu_root, tmp_path, monkeypatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "pveversion").write_text("#!/bin/sh\necho 'pve-manager/8.1.3/b46aac3b42da5d15'\n")
+    (bin_dir / "pveversion").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    assert gather(RootedHost(gpu_root), [], True).pve_version == "8.1.3"
+    assert gather(RootedHost(gpu_root), []).pve_version is None  # not asked: not run
+    assert gather(RootedHost(gpu_root, gone=True), [], True).pve_version is None

@@ -63,8 +63,9 @@ def test_the_udev_rule_starts_the_service_when_an_nvidia_module_loads() -> None:
 def test_a_watched_path_once_listed_stays_listed() -> None:
     old = path_text(("/dev/nvidia-uvm", "/dev/fakegpu0", "/dev/nvidia-caps"))
     old += "#PathChanged=/dev/commented\nPathExists=/dev/other\nPathChanged= /dev/spaced \n"
+    old += "PathChanged=/dev/disk/by-id/usb-a=b\n"  # an = in the path: kept whole
     assert watched_paths(old, ("/dev/new", "/dev/fakegpu0")) == (
-        *WATCHED, "/dev/fakegpu0", "/dev/spaced", "/dev/new")  # fmt: skip
+        *WATCHED, "/dev/fakegpu0", "/dev/spaced", "/dev/disk/by-id/usb-a=b", "/dev/new")  # fmt: skip
     assert watched_paths("", ()) == WATCHED == (
         "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-caps")  # fmt: skip
 

@@ -1,20 +1,17 @@
 """The CT host's device facts the planner works from, gathered through a Host from a real
 tree: char nodes made with ``mknod`` (the suite runs as root) under a tmp root, the H200's
-recorded /proc/devices there, and ``pveversion`` as a script. :class:`RootedHost` stands for
-a GPU host (this machine has no /dev/nvidia*): a LocalHost whose absolute paths lie under
-that root."""
+recorded /proc/devices there, and ``pveversion`` as a script, read through
+:class:`tests.fakes.rooted_host.RootedHost` (a GPU host's tree: this machine has no
+/dev/nvidia*)."""
 
 from __future__ import annotations
 
 import os
 import stat
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from gpudoctor.hosts.base import FileStat
-from gpudoctor.hosts.local import LocalHost
 from gpudoctor.pve.facts import (
     HostNode,
     gather,
@@ -23,36 +20,28 @@ from gpudoctor.pve.facts import (
     nvidia_paths,
     parse_pveversion,
 )
+from tests.fakes.rooted_host import RootedHost
 from tests.pve.captures import H200_PROC_DEVICES
 
 
-class RootedHost(LocalHost):
-    """A LocalHost whose absolute paths are read under ``root`` (its /dev, its /proc)."""
+class FailingRootedHost(RootedHost):
+    """A RootedHost whose listing of ``broken_dirs`` fails (EIO, as a dying disk does) and,
+    when ``gone``, whose commands cannot start (an SSH connection that dropped)."""
 
     def __init__(self, root: Path, broken_dirs: tuple[str, ...] = (), gone: bool = False) -> None:
-        super().__init__()
-        self.root = root
-        self.broken_dirs = broken_dirs  # listing these fails (EIO), as a dying disk does
-        self.gone = gone  # commands fail to start (an SSH connection that dropped)
+        super().__init__(str(root))
+        self.broken_dirs = broken_dirs
+        self.gone = gone
+
+    def list_dir(self, path: str) -> list[str]:
+        if path in self.broken_dirs:
+            raise OSError(5, "Input/output error", path)
+        return super().list_dir(path)
 
     def run(self, argv, timeout: float = 30.0, input: str | None = None):  # type: ignore[no-untyped-def]
         if self.gone:
             raise OSError(104, "Connection reset by peer")
         return super().run(argv, timeout, input)
-
-    def _at(self, path: str) -> str:
-        return str(self.root) + path
-
-    def stat(self, path: str) -> FileStat:
-        return replace(super().stat(self._at(path)), path=path)
-
-    def list_dir(self, path: str) -> list[str]:
-        if path in self.broken_dirs:
-            raise OSError(5, "Input/output error", path)
-        return super().list_dir(self._at(path))
-
-    def read_text(self, path: str, limit: int = 1 << 20) -> str:
-        return super().read_text(self._at(path), limit)
 
 
 @pytest.fixture
@@ -83,7 +72,7 @@ def test_gather_reads_proc_devices_the_nvidia_nodes_and_the_paths_asked_for(
         "#!/bin/sh\necho 'pve-manager/8.2.4/faa83925c9641325 (running kernel: 6.8.12-1-pve)'\n"
     )
     pveversion.chmod(0o755)
-    host = RootedHost(gpu_root)
+    host = FailingRootedHost(gpu_root)
     facts = gather(host, ["/dev/nvidia0", "/dev/fakegpu0"], True, str(pveversion))
     assert facts.nvidia == ("/dev/nvidia-caps", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl")
     assert [n.path for n in facts.nodes] == [*facts.nvidia, "/dev/fakegpu0"]  # each once
@@ -105,7 +94,7 @@ def test_gather_reads_proc_devices_the_nvidia_nodes_and_the_paths_asked_for(
 
 
 def test_without_pveversion_or_when_it_fails_the_version_is_unknown(gpu_root, tmp_path) -> None:
-    host = RootedHost(gpu_root)
+    host = FailingRootedHost(gpu_root)
     assert gather(host, []).pve_version is None  # not asked
     assert gather(host, [], True, str(tmp_path / "no-such-command")).pve_version is None
     failing = tmp_path / "pveversion"
@@ -119,22 +108,26 @@ def test_without_pveversion_or_when_it_fails_the_version_is_unknown(gpu_root, tm
 
 
 def test_an_unlistable_dev_still_gives_the_paths_asked_for(gpu_root) -> None:
-    facts = gather(RootedHost(gpu_root, broken_dirs=("/dev",)), ["/dev/nvidia0"])
+    facts = gather(FailingRootedHost(gpu_root, broken_dirs=("/dev",)), ["/dev/nvidia0"])
     assert facts.nvidia == () and [n.path for n in facts.nodes] == ["/dev/nvidia0"]
-    caps = look_at(RootedHost(gpu_root, broken_dirs=("/dev/nvidia-caps",)), "/dev/nvidia-caps")
+    caps = look_at(
+        FailingRootedHost(gpu_root, broken_dirs=("/dev/nvidia-caps",)), "/dev/nvidia-caps"
+    )
     assert caps.kind == "dir" and caps.children == ()
 
 
 def test_only_directories_under_dev_are_opened(gpu_root, tmp_path) -> None:
     (gpu_root / "srv" / "models").mkdir(parents=True)
     os.mknod(gpu_root / "srv" / "models" / "n", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-    node = look_at(RootedHost(gpu_root), "/srv/models")
+    node = look_at(FailingRootedHost(gpu_root), "/srv/models")
     assert node.kind == "dir" and node.children == ()  # a bind-mounted data dir: not walked
-    assert look_at(RootedHost(gpu_root), "/dev/null-ish").kind == "file"
-    assert look_at(RootedHost(gpu_root), "/dev/nvidia-caps/").children[0].path == (
+    assert look_at(FailingRootedHost(gpu_root), "/dev/null-ish").kind == "file"
+    assert look_at(FailingRootedHost(gpu_root), "/dev/nvidia-caps/").children[0].path == (
         "/dev/nvidia-caps/nvidia-cap1")  # fmt: skip
-    assert look_at_file(RootedHost(gpu_root), "/dev/nvidia-caps").children == ()
-    assert look_at_file(RootedHost(gpu_root), "/dev/nope") == HostNode("/dev/nope", "missing")
+    assert look_at_file(FailingRootedHost(gpu_root), "/dev/nvidia-caps").children == ()
+    assert look_at_file(FailingRootedHost(gpu_root), "/dev/nope") == HostNode(
+        "/dev/nope", "missing"
+    )
 
 
 def test_the_nvidia_names_of_an_ls_dev_are_the_nodes_and_node_directories() -> None:
@@ -164,6 +157,6 @@ def test_pveversion_is_the_command_on_the_path_and_only_run_when_asked(
     (bin_dir / "pveversion").write_text("#!/bin/sh\necho 'pve-manager/8.1.3/b46aac3b42da5d15'\n")
     (bin_dir / "pveversion").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    assert gather(RootedHost(gpu_root), [], True).pve_version == "8.1.3"
-    assert gather(RootedHost(gpu_root), []).pve_version is None  # not asked: not run
-    assert gather(RootedHost(gpu_root, gone=True), [], True).pve_version is None
+    assert gather(FailingRootedHost(gpu_root), [], True).pve_version == "8.1.3"
+    assert gather(FailingRootedHost(gpu_root), []).pve_version is None  # not asked: not run
+    assert gather(FailingRootedHost(gpu_root, gone=True), [], True).pve_version is None

@@ -54,6 +54,11 @@ def test_new_entries_take_the_free_indexes_in_order_and_skip_what_has_one() -> N
     assert p.warnings == () and p.fallback == ()
     again = devn(text, ["/dev/nvidia0", "/dev/nvidia0"])
     assert again.adds == () and again.dev_paths == ("/dev/nvidia0", "/dev/dri/card0")
+    twice = devn("arch: amd64\n", ["/dev/nvidia-uvm", "/dev/nvidia-uvm"])
+    assert [a[1] for a in twice.adds] == ["/dev/nvidia-uvm,gid=0,mode=0666"]  # one entry
+    first_cap = devn("dev0: /dev/nvidia-caps/nvidia-cap1\n", ["/dev/nvidia-caps"])
+    assert [a[:2] for a in first_cap.adds] == [
+        ("dev1", "/dev/nvidia-caps/nvidia-cap2,gid=0,mode=0444")]  # fmt: skip  # the next cap too
 
 
 def test_the_group_asked_for_is_written_into_every_new_entry() -> None:
@@ -80,8 +85,12 @@ def test_a_node_bind_mounted_elsewhere_in_the_ct_keeps_its_rule() -> None:
 def test_the_index_after_dev255_is_refused() -> None:
     text = "".join(f"dev{i}: /dev/dri/renderD{i}\n" for i in range(255))
     assert devn(text, ["/dev/nvidia0"]).adds[0][0] == "dev255"  # the last one Proxmox knows
-    with pytest.raises(ModeError, match=r"^/dev/nvidiactl would need dev256: "):
+    with pytest.raises(ModeError) as info:
         devn(text, ["/dev/nvidia0", "/dev/nvidiactl"])
+    assert str(info.value) == (
+        "/dev/nvidiactl would need dev256: Proxmox knows dev0 to dev255 only ($MAX_DEVICES in "
+        "pve-container's src/PVE/LXC/Config.pm); pass fewer nodes (--device) or use --mode rules"
+    )
 
 
 def test_bind_mounts_the_entries_replace_and_the_ones_they_do_not() -> None:
@@ -99,6 +108,12 @@ def test_bind_mounts_the_entries_replace_and_the_ones_they_do_not() -> None:
         (1, "replaced by devN entries for /dev/nvidia-caps"),  # every cap of it has one
         (3, "replaced by devN entries for /dev/nvidia-uvm"),
     )  # uvm-tools has no entry: its mount stays
+    elsewhere = (
+        "dev0: /dev/nvidia0\n"
+        "lxc.mount.entry: /dev/nvidia0 dev/gpu0 none bind,optional,create=file\n"  # 1: kept
+        "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none ro,optional,create=file\n"  # 2
+    )  # a bind to another CT path, and an entry that binds nothing: neither is the node's
+    assert devn(elsewhere, ["/dev/nvidia-uvm"]).drop_mounts == ()
     half = devn(text, ["/dev/nvidia-caps/nvidia-cap1"])
     assert 1 not in [i for i, _ in half.drop_mounts]  # cap2 still needs the directory's mount
 

@@ -114,6 +114,7 @@ def test_failures_become_one_line_api_errors_naming_what_and_where(api) -> None:
     bad_token = controller(server, [], token="root@pam!gd=wrong")
     with pytest.raises(ApplyError) as refused:
         bad_token.state()
+    assert refused.value.code == "api"
     assert str(refused.value).startswith("Proxmox API: reading the CT status failed: 401")
     with pytest.raises(ApplyError) as passed_on:
         call("x", lambda: (_ for _ in ()).throw(ApplyError("usage", "as it was")))
@@ -145,3 +146,75 @@ def _listening(port: int) -> bool:
 
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_a_reboot_is_polled_at_the_default_pace_until_its_task_stops(api) -> None:
+    server, fifo = api
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the task runs until the first wait: then it may end
+        sleeps.append(seconds)
+        if len(sleeps) == 1:
+            with open(fifo, "w") as release:
+                release.write("go\n")
+
+    target = Target("pve", "101", "c", "l", "pve1")
+    conn = connect(ApiSettings(server.url, TOKEN, verify=str(server.cert)))
+    ApiController(LocalHost(), target, Layout(), conn, sleep=sleep).restart()
+    assert ("POST", "/api2/json/nodes/pve1/lxc/101/status/reboot") in server.requests
+    assert sleeps and set(sleeps) == {0.5}
+
+
+def test_the_init_pid_still_comes_from_lxc_info_on_the_host(tmp_path, monkeypatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "lxc-info").write_text(f'#!/bin/sh\necho "$*" > {tmp_path}/args\necho 4242\n')
+    (bin_dir / "lxc-info").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    ctl = ApiController(LocalHost(), Target("pve", "101", "c", "l", "pve1"),
+                        Layout(lxcpath="/var/lib/lxc"), api=None)  # fmt: skip
+    assert ctl.init_pid() == 4242
+    assert (tmp_path / "args").read_text() == "-n 101 -P /var/lib/lxc -p -H\n"
+
+
+def test_each_failed_request_names_what_was_asked(api) -> None:
+    server, _ = api
+    target = Target("pve", "999", "c", "l", "pve1")  # no such CT on the node
+    conn = connect(ApiSettings(server.url, TOKEN, verify=str(server.cert)))
+    ctl = ApiController(LocalHost(), target, Layout(), conn)
+    for run, what in ((ctl.digest, "reading the CT config"), (ctl.start, "start of CT 999"),
+                      (ctl.state, "reading the CT status")):  # fmt: skip
+        with pytest.raises(ApplyError) as info:
+            run()
+        assert info.value.code == "api"
+        assert str(info.value).startswith(f"Proxmox API: {what} failed: 500"), str(info.value)
+
+
+def test_an_untrusted_certificate_gets_advice_only_when_certificates_are_checked() -> None:
+    import ssl
+
+    def untrusted() -> None:
+        raise ssl.SSLError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
+
+    with pytest.raises(ApplyError) as checked:
+        call("logging in", untrusted)
+    assert str(checked.value) == (
+        "Proxmox API: logging in failed: its TLS certificate is not trusted: pass "
+        "--api-ca-file with the cluster's CA (/etc/pve/pve-root-ca.pem), or --api-insecure"
+    )
+    with pytest.raises(ApplyError) as insecure:
+        call("logging in", untrusted, insecure=True, where="https://pve1:8006")
+    assert str(insecure.value).startswith(
+        "Proxmox API at https://pve1:8006: logging in failed: the TLS handshake failed: "
+    )
+
+
+def test_usage_errors_say_what_to_pass() -> None:
+    with pytest.raises(ApplyError) as token:
+        connect(ApiSettings("https://pve1", "root@pam"))
+    assert (token.value.code, str(token.value)) == (
+        "usage", "--api-token must look like USER@REALM!TOKENID=SECRET")  # fmt: skip
+    with pytest.raises(ApplyError) as nothing:
+        connect(ApiSettings("https://pve1"))
+    assert (nothing.value.code, str(nothing.value)) == (
+        "usage", "--api needs --api-token, or --api-user and --api-password")  # fmt: skip

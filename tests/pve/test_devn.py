@@ -147,6 +147,7 @@ def test_migration_removes_only_nvidia_mounts_and_nvidia_rules(path: Path) -> No
 def test_devn_asked_for_explicitly_works_from_8_1_and_says_why_it_cannot_before() -> None:
     cfg = parse("arch: amd64\n")
     assert resolve_mode(DEVN, cfg, "8.1.0") == DEVN  # the first release with devN entries
+    assert resolve_mode(DEVN, cfg, "8.1") == DEVN
     assert resolve_mode(DEVN, cfg, "9.0") == DEVN
     assert resolve_mode(DEVN, cfg, None) == DEVN  # unknown version: the user's word stands
     with pytest.raises(ModeError) as old:

@@ -182,3 +182,12 @@ def test_a_ct_the_checks_cannot_run_in_gives_one_error_finding() -> None:
     (finding,) = device_checks(None, Target("pve", "101", "c", "l"), ("/dev/nope",))  # type: ignore[arg-type]
     assert (finding["check"], finding["status"]) == ("device", "ERROR")
     assert "NoneType" in finding["message"]  # the failure's own words, not a traceback
+
+
+def test_a_block_node_is_opened_and_a_missing_path_does_not_end_the_probe(tmp_path) -> None:
+    block = tmp_path / "nvme-ish"
+    os.mknod(block, 0o660 | stat.S_IFBLK, os.makedev(7, 200))  # a loop device's numbers
+    host = PolicyHost({(str(block), True): errno.ENXIO})  # no such loop device is set up
+    missing = str(tmp_path / "missing")
+    assert probe(host, (missing, str(block), "/dev/null")) == (
+        (missing, "ENOENT"), (str(block), "ENXIO"), ("/dev/null", "OK"))  # fmt: skip

@@ -187,3 +187,38 @@ def test_the_flavor_picks_the_controller() -> None:
     layout = Layout()
     assert type(controller_for(LocalHost(), Target("pve", "1", "c", "l"), layout)) is PctController
     assert type(controller_for(LocalHost(), Target("lxc", "a", "c", "l"), layout)) is LxcController
+
+
+class TimedHost(LocalHost):
+    """A LocalHost that notes the deadline each command was given (``host.run(timeout=)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deadlines: list[tuple[str, float]] = []
+
+    def run(self, argv, timeout: float = 30.0, input: str | None = None):  # type: ignore[no-untyped-def]
+        self.deadlines.append((f"{Path(argv[0]).name} {argv[1]}", timeout))
+        return super().run(argv, timeout, input)
+
+
+def test_every_command_has_a_deadline_so_a_hung_tool_cannot_hold_the_fix(tools) -> None:
+    (tools / "rc.lxc-start").write_text("1")
+    (tools / "state").write_text("STOPPED\n")
+    host = TimedHost()
+    ctl = LxcController(host, Target("lxc", "gpu1", "c", "l"), Layout())
+    ctl.init_pid()
+    ctl.stop()
+    with pytest.raises(ApplyError):
+        ctl.start()  # lxc-start, lxc-info, mktemp, the debug lxc-start, rm
+    (tools / "rc.pct.start").write_text("1")
+    p = PctController(host, Target("pve", "101", "c", "l"), Layout(pct=str(tools / "bin" / "pct")))
+    p.stop()
+    p.restart()
+    with pytest.raises(ApplyError):
+        p.start()  # pct start, pct status, pct start --debug
+    assert host.deadlines == [
+        ("lxc-info -n", 20), ("lxc-stop -n", 60), ("lxc-start -n", 60), ("lxc-info -n", 20),
+        ("mktemp /tmp/gpudoctor-lxc-start.XXXXXX", 20), ("lxc-start -n", 60), ("rm -f", 20),
+        ("pct stop", 60), ("pct reboot", 120), ("pct start", 60), ("pct status", 20),
+        ("pct start", 60),
+    ]  # fmt: skip

@@ -183,10 +183,25 @@ def test_a_failed_pct_start_or_reboot_says_why_from_pct_start_debug(tools) -> No
     assert str(info.value) == "pct start 101 failed: pct: failed (1)" and info.value.details == ()
 
 
-def test_the_flavor_picks_the_controller() -> None:
-    layout = Layout()
-    assert type(controller_for(LocalHost(), Target("pve", "1", "c", "l"), layout)) is PctController
-    assert type(controller_for(LocalHost(), Target("lxc", "a", "c", "l"), layout)) is LxcController
+def test_the_flavor_picks_the_controller_of_that_host_ct_and_layout() -> None:
+    host, layout = LocalHost(), Layout(lxcpath="/srv/lxc")
+    for flavor, kind in (("pve", PctController), ("lxc", LxcController)):
+        target = Target(flavor, "101", "c", "l")
+        ctl = controller_for(host, target, layout)
+        assert type(ctl) is kind
+        assert (ctl.host, ctl.target, ctl.layout) == (host, target, layout)
+
+
+def test_a_mktemp_answer_outside_its_pattern_is_never_used_as_the_log(tools) -> None:
+    evil = tools / "evil"
+    (tools / "bin" / "mktemp").write_text(f"#!/bin/sh\necho {evil}\n")
+    (tools / "bin" / "mktemp").chmod(0o755)
+    (tools / "rc.lxc-start").write_text("1")
+    (tools / "state").write_text("STOPPED\n")
+    with pytest.raises(ApplyError) as info:
+        lxc(tools).start()
+    assert str(info.value) == "lxc-start gpu1 failed: lxc-start: failed (1)"
+    assert not evil.exists() and not [c for c in calls(tools) if "DEBUG" in c]
 
 
 class TimedHost(LocalHost):

@@ -22,7 +22,7 @@ PCT = """#!/bin/sh
 # pct stand-in: `status` says running; `start` works; `stop` fails; `reboot` waits on a FIFO
 case "$1" in
   status) echo "status: running" ;;
-  start) exit 0 ;;
+  start) [ ! -e "{fifo}.fail-start" ] || {{ echo "CT $2 hook failed" >&2; exit 1; }} ;;
   stop) echo "CT $2 is locked (backup)" >&2; exit 25 ;;
   reboot) cat "{fifo}" >/dev/null; exit 0 ;;
 esac
@@ -218,3 +218,26 @@ def test_usage_errors_say_what_to_pass() -> None:
         connect(ApiSettings("https://pve1"))
     assert (nothing.value.code, str(nothing.value)) == (
         "usage", "--api needs --api-token, or --api-user and --api-password")  # fmt: skip
+
+
+def test_a_failed_start_task_and_an_unknown_task_say_which(api) -> None:
+    server, fifo = api
+    ctl = controller(server, [], token=TOKEN)
+    Path(f"{fifo}.fail-start").write_text("")
+    with pytest.raises(ApplyError) as start:
+        ctl.start()
+    assert start.value.code == "start_failed"
+    assert str(start.value).endswith(
+        " ended with: command 'pct' failed: exit code 1: CT 101 hook failed"
+    )
+    upid = call("reboot", lambda: ctl._ct().status("reboot").post())
+    try:
+        with pytest.raises(ApplyError) as running:
+            ctl.wait_task(str(upid), 0, "reboot")
+        assert str(running.value) == f"reboot task {upid} still running after 0 s"
+    finally:
+        with open(fifo, "w") as release:
+            release.write("go\n")
+    with pytest.raises(ApplyError) as unknown:
+        ctl.wait_task("UPID:pve1:nope", 60, "start")
+    assert str(unknown.value).startswith("Proxmox API: polling task UPID:pve1:nope failed: 500")

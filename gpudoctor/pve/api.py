@@ -133,7 +133,7 @@ class ApiController(Controller):
         upid = call(f"{action} of CT {self.target.ct}", lambda: self._ct().status(action).post())
         self.wait_task(str(upid), timeout, action)
 
-    def wait_task(self, upid: str, timeout: float, action: str = "task") -> None:
+    def wait_task(self, upid: str, timeout: float, action: str) -> None:
         """Poll ``GET /nodes/NODE/tasks/UPID/status`` until it stops; raise ApplyError
         unless its exit status is ``OK`` (or at ``timeout`` seconds)."""
         tasks = self.api.nodes(self.target.node).tasks

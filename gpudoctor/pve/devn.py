@@ -60,11 +60,11 @@ def resolve_mode(requested: str, config: Config, pve_version: str | None) -> str
     if mode == DEVN:
         if config.flavor == LXC:
             raise ModeError("--mode devn is a Proxmox feature; plain LXC needs --mode rules")
-        if version is not None and version[:2] < DEVN_MIN_PVE:
+        if version is not None and version < DEVN_MIN_PVE:
             raise ModeError(f"--mode devn needs Proxmox VE >= 8.1 (this host runs {pve_version})")
         return DEVN
     if mode == AUTO and config.flavor != LXC and version is not None:
-        return DEVN if version[:2] >= DEVN_MIN_PVE else RULES
+        return DEVN if version >= DEVN_MIN_PVE else RULES
     return RULES
 
 
@@ -121,7 +121,7 @@ def plan_devn(
             fallback.append(node)
             continue
         for char in node.char_nodes:
-            if entries.dev_for(char.path) or char.path in dev_paths:
+            if char.path in dev_paths:  # an entry of the config, or one added above
                 continue
             while next_index in used:
                 next_index += 1

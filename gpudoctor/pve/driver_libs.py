@@ -64,7 +64,7 @@ def binds_for(files: DriverFiles) -> list[Bind]:
     for f in files.files:
         if f.kind == "lib":
             source = f.stable or f.path
-            name = source.rsplit("/", 1)[-1]
+            name = source.rpartition("/")[2]
             why = (
                 f"{f.name} ({files.source}); bound through its soname link {name}, so a CT "
                 "restart after a host driver upgrade binds the new version"
@@ -86,15 +86,20 @@ def managed(target: str) -> bool:
     return target.startswith(LIB_DIR + "/") or target.startswith("/lib/firmware/nvidia/")
 
 
-def bound_entries(config: Config) -> list[tuple[int, str, str]]:
-    """Return (line index, source, target) of the config's driver-library bind mounts."""
+def bind_entries(config: Config) -> list[tuple[int, str, str]]:
+    """Return (line index, source, absolute target) of every live bind mount of the config."""
     found = []
     for index, line in config.main():
         if line.kind is Kind.RAW and line.key == MOUNT_KEY:
             mount = parse_mount(line.value)
-            if mount and mount.is_bind and managed(mount.target):
+            if mount and mount.is_bind:
                 found.append((index, mount.source, mount.target))
     return found
+
+
+def bound_entries(config: Config) -> list[tuple[int, str, str]]:
+    """Return (line index, source, target) of the config's driver-library bind mounts."""
+    return [entry for entry in bind_entries(config) if managed(entry[2])]
 
 
 def add_binds(plan: FixPlan, files: DriverFiles, label: str) -> FixPlan:
@@ -103,8 +108,7 @@ def add_binds(plan: FixPlan, files: DriverFiles, label: str) -> FixPlan:
     no longer lists, such as an old versioned name) removed; each edit says why."""
     config = parse_config(plan.new_text)
     wanted = binds_for(files)
-    have = {(s, t.lstrip("/")) for _, s, t in bound_entries(config)}
-    have |= {(s, "/" + t) for s, t in have}
+    have = {(s, t) for _, s, t in bind_entries(config)}  # a binary's bind is not managed
     mounts = [i for i, ln in config.main() if ln.kind is Kind.RAW and ln.key == MOUNT_KEY]
     content = [i for i, ln in config.main() if ln.kind is not Kind.BLANK]
     anchor = max(mounts) if mounts else (max(content) if content else -1)
@@ -127,7 +131,7 @@ def add_binds(plan: FixPlan, files: DriverFiles, label: str) -> FixPlan:
             why = f"{source} is not a file of the host's driver {files.version} any more"
             edits.append(Edit("remove", config.lines[index].text, why))
             notes.append(f"remove `{config.lines[index].text}`: {why}")
-    new = config.edit({anchor: inserts} if inserts else {}, removes)
+    new = config.edit({anchor: inserts}, removes)
     notes.append(
         f"after the start, inside the CT: {LD_CONF} names {LIB_DIR}, then `ldconfig` "
         "(once; later restarts need nothing)"
@@ -155,7 +159,7 @@ def copy_commands(files: DriverFiles) -> list[str]:
     """Return the commands that install the host's exact driver version inside a CT (the
     ``.run`` without its kernel module, or pinned distribution packages)."""
     version = files.version
-    branch = version.split(".", 1)[0]
+    branch = version.partition(".")[0]
     return [
         "# the NVIDIA .run installer of the host's version, without the kernel module:",
         f"sh NVIDIA-Linux-x86_64-{version}.run --no-kernel-module --silent",

@@ -102,13 +102,16 @@ def inline_script(value: str) -> str | None:
         argv = shlex.split(value)
     except ValueError:
         return None
-    if len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] in SHELLS:
-        args = argv[1:]
-        if args[0] == "sh" and argv[0].endswith("busybox"):
-            args = args[1:]
-        if len(args) >= 2 and args[0] == "-c":
-            return args[1]
+    if len(argv) > 1 and _program(argv[0]) == "busybox" and argv[1] in SHELLS:
+        argv = argv[1:]  # ``busybox sh -c ...``, ``busybox ash -c ...``: the applet runs it
+    if len(argv) >= 3 and _program(argv[0]) in SHELLS and argv[1] == "-c":
+        return argv[2]
     return None
+
+
+def _program(word: str) -> str:
+    """The program a command word names (``/bin/sh`` -> ``sh``)."""
+    return word.rpartition("/")[2]
 
 
 def find_mknods(script: str, line_base: int = 1) -> tuple[list[Mknod], int]:
@@ -118,7 +121,7 @@ def find_mknods(script: str, line_base: int = 1) -> tuple[list[Mknod], int]:
     others = 0
     for offset, raw in enumerate(script.splitlines()):
         text = raw.strip()
-        if not text or text.startswith("#") or text.startswith("#!"):
+        if not text or text.startswith("#"):  # a comment, the #! line
             continue
         hits = _mknods_in(text)
         if hits:
@@ -139,7 +142,7 @@ def _mknods_in(text: str) -> list[tuple[str, str, int, int]]:
         return []
     out = []
     for at, token in enumerate(tokens):
-        if token.rsplit("/", 1)[-1] != "mknod" or (
+        if _program(token) != "mknod" or (
             at and tokens[at - 1] not in _SEPARATORS and tokens[at - 1] not in ("sudo", "busybox")
         ):
             continue  # fmt: skip
@@ -175,7 +178,7 @@ def _operands(tokens: list[str]) -> list[str]:
 def ct_node_path(name: str) -> str:
     """Return the path inside the CT a hook's mknod NAME makes (``${LXC_ROOTFS_MOUNT}
     /dev/nvidia-uvm`` -> ``/dev/nvidia-uvm``), or "" when it names no /dev path."""
-    at = name.find("/dev/")
+    at = name.rfind("/dev/")  # a rootfs path may hold /dev/ itself: the last one is the CT's
     if at >= 0:
         return name[at:]
     if name.startswith("dev/"):

@@ -44,7 +44,7 @@ def why_lines(log: str, limit: int = MAX_LINES) -> tuple[str, ...]:
         if hook:
             line = f"hook {hook.group('hook')}: {hook.group('output').strip()}"
         elif match.group("level") == "ERROR" and not any(g in message for g in _GENERIC):
-            where = ":".join(match.group("where").rsplit("/", 1)[-1].split(":")[:2])
+            where = ":".join(match.group("where").rpartition("/")[2].split(":")[:2])
             line = f"ERROR {where}: {message}"
         else:
             continue

@@ -50,6 +50,6 @@ def tls_failure(exc: BaseException, insecure: bool) -> str | None:
             "(/etc/pve/pve-root-ca.pem), or --api-insecure"
         )
     if "sslerror" in lower or "ssl:" in lower:
-        reason = text.rsplit("SSLError", 1)[-1].strip(" :()'\"")[:160]
+        reason = text.rpartition("SSLError")[2].strip(" :()'\"")[:160]
         return f"the TLS handshake failed: {reason}"
     return None

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.pve.config import LXC, Kind, classify, parse
-from gpudoctor.pve.devn import AUTO, DEVN, RULES, resolve_mode
+from gpudoctor.pve.devn import AUTO, DEVN, RULES, ModeError, resolve_mode
 from gpudoctor.pve.entries import parse_mount, parse_rule
 from gpudoctor.pve.planner import FixPlanError, PlanOptions, plan
 from tests.pve.captures import DATA, h200_facts
@@ -142,3 +142,22 @@ def test_migration_removes_only_nvidia_mounts_and_nvidia_rules(path: Path) -> No
     ]
     again = plan(new, facts, PlanOptions())
     assert not again.changed, again.diff
+
+
+def test_devn_asked_for_explicitly_works_from_8_1_and_says_why_it_cannot_before() -> None:
+    cfg = parse("arch: amd64\n")
+    assert resolve_mode(DEVN, cfg, "8.1.0") == DEVN  # the first release with devN entries
+    assert resolve_mode(DEVN, cfg, "8.1") == DEVN
+    assert resolve_mode(DEVN, cfg, "9.0") == DEVN
+    assert resolve_mode(DEVN, cfg, None) == DEVN  # unknown version: the user's word stands
+    with pytest.raises(ModeError) as old:
+        resolve_mode(DEVN, cfg, "8.0.9")
+    assert str(old.value) == "--mode devn needs Proxmox VE >= 8.1 (this host runs 8.0.9)"
+    with pytest.raises(ModeError) as lxc:
+        resolve_mode(DEVN, parse("lxc.uts.name = a\n", LXC), "8.2.4")
+    assert str(lxc.value) == "--mode devn is a Proxmox feature; plain LXC needs --mode rules"
+    with pytest.raises(ModeError) as unknown:
+        resolve_mode("cgroup", cfg, "8.2.4")
+    assert str(unknown.value) == "unknown mode 'cgroup' (expected auto, devn or rules)"
+    assert resolve_mode(AUTO, cfg, "8.1") == DEVN and resolve_mode(AUTO, cfg, "8.0") == RULES
+    assert resolve_mode(AUTO, cfg, "8.x") == RULES  # an unreadable version: the safe mode

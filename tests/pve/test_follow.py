@@ -112,3 +112,12 @@ def test_a_node_whose_name_cannot_be_read_touches_no_ct(tmp_path) -> None:
     result = fix_in_process(["--follow-driver", "--yes"], env)
     assert result.exit_code == 1 and "cannot tell this node's name" in result.output
     assert conf.read_text() == PASSES_NULL
+
+
+def test_cts_are_followed_and_reported_in_numeric_order(tmp_path) -> None:
+    tree = PveTree(tmp_path)
+    for vmid in ("1000", "99", "101"):
+        tree.add_ct(vmid, PLAIN)
+    env = tree.env(GPUDOCTOR_PCT=stopped_pct(tmp_path))
+    done = fix_in_process(["--follow-driver", "--dry-run", "--json"], env)
+    assert [c["ct"] for c in json.loads(done.stdout)["cts"]] == ["99", "101", "1000"]

@@ -75,9 +75,14 @@ def test_a_node_missing_at_the_cts_start_proposes_host_prep_until_it_is_installe
 
     monkeypatch.setenv("GPUDOCTOR_SYSTEMD_ROOT", str(root))
     layout = PveTree(tmp_path).layout()
-    cause = host_cause(LocalHost(), layout, ["/dev/nvidia-uvm", "/dev/nvidia0"], "root@pve1")
-    assert cause.startswith("the cause is on the host: /dev/nvidia-uvm did not exist there")
-    assert cause.endswith("gpudoctor fix --host root@pve1 --host-prep")
+    late = ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap1"]
+    cause = host_cause(LocalHost(), layout, late, "root@pve1")
+    assert cause == (
+        "the cause is on the host: /dev/nvidia-uvm, /dev/nvidia-caps/nvidia-cap1 did not exist "
+        "there when the CT started (nvidia-uvm loads on the first CUDA use, after CTs "
+        "autostart); the durable cure is the boot unit that makes them before guests start: "
+        "gpudoctor fix --host root@pve1 --host-prep"
+    )
     assert host_cause(LocalHost(), layout, ["/dev/fakegpu"], "root@pve1") == ""
     run_host_prep(LocalHost(), yes=True, layout=layout, root=str(root))
     assert host_cause(LocalHost(), layout, ["/dev/nvidia-uvm"], "root@pve1") == ""

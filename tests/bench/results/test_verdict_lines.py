@@ -46,6 +46,8 @@ def test_a_cell_with_no_request_at_all_says_nothing_was_measured() -> None:
     assert judge({}) == Verdict("failed", "no request was measured", 0, 0, {}, None)
     v = judge({"completed": None, "errors": None, "metrics": None})
     assert (v.status, v.reason) == ("failed", "no request was measured")
+    v = judge({"completed": 0, "errors": {"timeout": 0}, "first_error": {"message": "HTTP 503"}})
+    assert v == Verdict("failed", "no request was measured", 0, 0, {}, "HTTP 503")
 
 
 def test_every_request_failing_names_the_kinds_most_frequent_first_and_the_message() -> None:
@@ -95,6 +97,9 @@ def test_a_warmup_not_rejected_changes_nothing() -> None:
 def test_replies_without_output_tokens_fail_the_cell() -> None:
     v = judge(_cell(3, {}, tokens=0))
     assert v == Verdict("failed", "3 replies carried zero output tokens", 3, 0, {}, None)
+    v = judge(_cell(300, {"timeout": 1}, tokens=0, first="read timed out"))
+    assert v == Verdict("failed", "300 replies carried zero output tokens", 301, 1,
+                        {"timeout": 1}, "read timed out")  # fmt: skip
     no_metrics = {"completed": 2, "errors": {}}
     assert judge(no_metrics).reason == "2 replies carried zero output tokens"
     assert judge(_cell(2, {}, tokens=-1)).status == "failed"
@@ -106,6 +111,7 @@ def test_too_many_failures_fail_the_cell_with_the_fraction_the_limit_and_the_mes
     assert v.reason == ("2 of 10 requests failed (20.0% > max_failed_fraction 0.1;"
                         " timeout 1, http_5xx 1): HTTP 500: boom")  # fmt: skip
     assert (v.status, v.requests, v.failed, v.first_error) == ("failed", 10, 2, "HTTP 500: boom")
+    assert v.errors == {"timeout": 1, "http_5xx": 1}
     v = judge(_cell(97, {"timeout": 3}))
     assert v.reason == "3 of 100 requests failed (3.0% > max_failed_fraction 0.01; timeout 3)"
 

@@ -22,7 +22,7 @@ from gpudoctor.bench.results.compare import (
     compare_runs,
     ratio,
 )
-from gpudoctor.bench.results.reader import CellResult
+from gpudoctor.bench.results.reader import CellResult, read_run
 
 
 def _cell(key: str, status: str = "ok", repeat: int = 0, group: str = "", raw: str | None = None,
@@ -248,3 +248,55 @@ def test_server_signals_are_shown_a_to_b() -> None:
     (cell,) = compare_cells([a], [b]).cells
     assert "    running max: 3 -> 7" in cell.signals
     assert cell.ratios["output_throughput"] == 1.0
+
+
+def test_b_s_repeats_are_reported_with_their_spread() -> None:
+    (cell,) = compare_cells(_repeats("k", 100.0, 80.0), _repeats("k", 50.0, 70.0)).cells
+    spread = cell.repeats_b["output_throughput"]
+    assert spread is not None and spread["values"] == [50.0, 70.0] and spread["mean"] == 60.0
+
+
+def test_repeats_below_one_still_give_a_range() -> None:
+    (cell,) = compare_cells(_repeats("k", 0.5, 0.8), _repeats("k", 0.4, 0.6)).cells
+    assert cell.repeat_intervals["output_throughput"] == (0.4 / 0.8, 0.6 / 0.5)
+
+
+def test_a_metric_only_one_side_measured_has_no_range_and_no_ratio() -> None:
+    a = [_cell(f"k#{i}", repeat=i, group="k", output_throughput=1.0) for i in range(2)]
+    b = [_cell(f"k#{i}", repeat=i, group="k", output_throughput=1.0, mean_ttft_ms=5.0 + i)
+         for i in range(2)]  # fmt: skip
+    (cell,) = compare_cells(a, b).cells
+    assert cell.repeat_intervals["mean_ttft_ms"] is None and cell.ratios["mean_ttft_ms"] is None
+    (cell,) = compare_cells(b, a).cells
+    assert cell.repeat_intervals["mean_ttft_ms"] is None
+
+
+def test_with_one_run_directory_only_there_is_no_interval(tmp_path: Path) -> None:
+    a = _run(tmp_path / "a", 0.004, "k")
+    cells = compare_runs(a, a).cells
+    assert cells[0].intervals["output_throughput"] is not None
+    run = list(read_run(a).cells)
+    (cell,) = compare_cells(run, run, a, None).cells
+    assert cell.intervals["output_throughput"] is None
+    (cell,) = compare_cells(run, run, None, a).cells
+    assert cell.intervals["output_throughput"] is None
+
+
+def test_lines_of_an_interrupted_earlier_attempt_do_not_count(tmp_path: Path) -> None:
+    a = _run(tmp_path / "a", 0.004, "k")
+    b = _run(tmp_path / "b", 0.004, "k")
+    for run, ours in ((a, "now"), (b, "now")):
+        path = run / "raw" / "k.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        earlier = [{**r, "run_id": "earlier"} for r in _requests(20, 0.05)]
+        text = [json.dumps({**r, "run_id": ours}) for r in rows]
+        if run == a:
+            text += [json.dumps(r) for r in earlier]
+        path.write_text("\n".join(text) + "\n")
+        results = run / "results.jsonl"
+        record = json.loads(results.read_text())
+        record["measurement"]["client"] = {"run_id": ours}
+        results.write_text(json.dumps(record) + "\n")
+    (cell,) = compare_runs(a, b).cells
+    assert cell.within_noise["output_throughput"] is True
+    assert cell.intervals["output_throughput"] is not None

@@ -439,3 +439,48 @@ def test_an_input_under_a_directory_others_can_write_is_refused(tmp_path: Path) 
     shared.chmod(0o777)
     with pytest.raises(InputError, match="the merge input"):
         check_input(run)
+
+
+def test_a_copy_without_a_time_is_older_than_one_with_a_time(tmp_path: Path) -> None:
+    stamped = _run(tmp_path / "stamped", _record("k", "ok", "2026-01-01T00:00:00Z"))
+    untimed = _record("k", "ok", value=2)
+    del untimed["recorded_at"]
+    bare = _run(tmp_path / "bare", untimed)
+    for order in ([stamped, bare], [bare, stamped]):
+        out = tmp_path / f"m-{order[0].name}"
+        assert merge_runs(order, out).duplicates[0].kept == "stamped"
+
+
+def test_a_duplicate_without_a_concurrency_reads_zero(tmp_path: Path) -> None:
+    first = _record("k", "ok", "2026-01-02T00:00:00Z")
+    del first["concurrency"]
+    a = _run(tmp_path / "a", first)
+    b = _run(tmp_path / "b", _record("k", "crashed", "2026-01-01T00:00:00Z"))
+    done = merge_runs([a, b], tmp_path / "m")
+    assert done.duplicates[0].concurrency == 0
+    assert done.to_json()["duplicates"] == [{"key": "k", "config": "c-k", "concurrency": 0,
+                                             "kept": "a", "dropped": ("b",),
+                                             "statuses": ("ok", "crashed")}]  # fmt: skip
+
+
+def test_an_earlier_merge_of_a_plan_that_is_not_utf8_merges_again(tmp_path: Path) -> None:
+    plan = '[[configs]]\nname = "caf\xe9"\n'.encode("latin-1")
+    a = _run(tmp_path / "a", _record("k1"))
+    (a / "plan.toml").write_bytes(plan)
+    out = tmp_path / "m"
+    merge_runs([a], out)
+    b = _run(tmp_path / "b", _record("k2"))
+    (b / "plan.toml").write_bytes(plan)
+    done = merge_runs([b], out)
+    assert done.cells == 2 and (out / "plan.toml").read_bytes() == plan.decode(
+        "utf-8", "replace").encode()  # fmt: skip
+
+
+def test_an_input_merged_before_and_a_new_one_together(tmp_path: Path) -> None:
+    a = _run(tmp_path / "a", _record("k1"))
+    out = tmp_path / "m"
+    merge_runs([a], out)
+    b = _run(tmp_path / "b", _record("k2"))
+    c = _run(tmp_path / "c", _record("k3"))
+    done = merge_runs([a, b, c], out)
+    assert done.by_input == {"a": 1, "b": 1, "c": 1} and done.earlier == 1

@@ -18,6 +18,7 @@ from gpudoctor.bench.results.summary_table import (
     search_lines,
 )
 
+PLAN_CONFIGS = '[[configs]]\nname = "a"\n'
 METRICS = {"output_throughput": 1234.56, "median_ttft_ms": 10.04, "p99_ttft_ms": 20.06,
            "median_tpot_ms": 1.234, "p99_tpot_ms": 2.345}  # fmt: skip
 
@@ -164,3 +165,28 @@ def test_a_run_without_results_is_one_line(tmp_path: Path) -> None:
         f"(no results: {tmp_path / 'empty' / 'results.jsonl'}: no such file (is"
         f" {tmp_path / 'empty'} a bench run directory?))"
     )
+
+
+def test_with_its_plan_the_table_follows_the_plan_then_the_search_probes_by_load(
+    tmp_path: Path,
+) -> None:
+    from gpudoctor.bench.plan import load_plan
+    from tests.bench.campaign_support import stub_plan, write
+
+    (tmp_path / "model").mkdir()
+    plan = load_plan(write(tmp_path, stub_plan(tmp_path / "model", PLAN_CONFIGS, "[1, 2]")))
+    first, second = (c.key for c in plan.cells())
+    rows = [_record(second, concurrency=2), _record("stale", concurrency=64),
+            _record("probe-b", concurrency=32, search="s"),
+            _record("probe-a", concurrency=16, search="s"),
+            _record(first, concurrency=1)]  # fmt: skip
+    run = _write_run(tmp_path / "run", rows)
+    lines = results_table(run, plan).splitlines()
+    assert [line.split()[2] for line in lines[3:]] == ["1", "2", "16", "32"]
+    assert [line.split()[2] for line in results_table(run).splitlines()[3:]] == [
+        "2", "64", "32", "16", "1"]  # fmt: skip
+
+
+def test_an_empty_last_column_leaves_no_trailing_spaces() -> None:
+    assert format_table(("name", "note"), [("a", ""), ("b", "x")]).split("\n") == [
+        "name  note", "----  ----", "a", "b        x"]  # fmt: skip

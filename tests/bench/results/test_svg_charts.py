@@ -203,3 +203,34 @@ def test_the_pareto_front_keeps_the_points_nothing_beats_by_x() -> None:
     assert pareto_front(points) == [(1.0, 1.0), (2.0, 4.0), (3.0, 5.0), (5.0, 9.0)]
     assert pareto_front([]) == []
     assert pareto_front([(1.0, 5.0), (2.0, 5.0)]) == [(1.0, 5.0)]
+
+
+def _x_ticks(x0: float, x1: float) -> list[str]:
+    root = _parse(line_chart("T", "x", "y", [Series("a", ((x0, 1.0, ""), (x1, 1.0, "")))]))
+    return _ticks(root, "middle")
+
+
+def test_ticks_step_by_one_two_or_five_times_a_power_of_ten() -> None:
+    assert _x_ticks(0.0, 5.0) == ["0", "1", "2", "3", "4", "5"]
+    assert _x_ticks(0.0, 5.5) == ["0", "2", "4"]
+    assert _x_ticks(10.0, 20.0) == ["10", "12", "14", "16", "18", "20"]
+    assert _x_ticks(0.0, 10000.0) == ["0", "2e+03", "4e+03", "6e+03", "8e+03", "10000"]
+
+
+def test_an_axis_too_wide_for_floats_gets_its_two_ends() -> None:
+    assert _x_ticks(-1e308, 1e308) == [f"{-1e308:.0f}", f"{1e308:.0f}"]
+
+
+def test_an_infinite_value_gets_one_tick_at_zero() -> None:
+    root = _parse(line_chart("T", "x", "y", [Series("a", ((0.0, 0.0, ""), (1.0, math.inf, "")))]))
+    assert _ticks(root, "end") == ["0"]
+
+
+def test_one_value_too_large_to_add_one_to_still_draws() -> None:
+    """Was a ZeroDivisionError (a traceback from `bench report`) for one cell, or equal
+    cells, measuring 1e16 or more: the reader accepts values up to 1e18."""
+    root = _parse(line_chart("T", "x", "y", [Series("a", ((1e17, -1e17, ""),))]))
+    ((x, y, _),) = _dots(root)
+    assert (x, y) == (LEFT + PLOT_W / 2, TOP + PLOT_H)
+    assert "100000000000000000" in _ticks(root, "middle")
+    assert "-100000000000000000" in _ticks(root, "end")

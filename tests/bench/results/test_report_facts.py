@@ -185,3 +185,18 @@ def test_the_machine_reads_as_a_person_reads_it() -> None:
     assert machine_rows({"long": {"k": "x" * 1000}})[0][1] == ('{"k": "' + "x" * 1000)[:400]
     assert machine_rows({"pairs": [[1, 2], ["a"]], "nested": [{}, {"a": 1, "b": None}]}) == [
         ("pairs", "1, 2, a"), ("nested", "none, a 1, b –")]  # fmt: skip
+
+
+def test_an_open_loop_without_burstiness_is_poisson(tmp_path: Path) -> None:
+    rows = dict(workload_rows(_run(tmp_path, "[workload]\nrequest_rate = 3.0\n")))
+    assert rows["arrivals"] == "open loop, 3 req/s, Poisson arrivals (capped by the concurrency)"
+
+
+def test_a_plan_that_is_not_utf8_is_still_read(tmp_path: Path) -> None:
+    run = _run(tmp_path, None)
+    (run / "plan.toml").write_bytes(
+        '[workload]\ndataset_path = "/data/caf\xe9.jsonl"\n'.encode("latin-1")
+    )
+    rows = dict(workload_rows(run))
+    assert rows["prompts"] == "random from /data/caf\ufffd.jsonl"
+    assert slo_text(run) == "no SLO set ([slo] in the plan): goodput is not computed"

@@ -484,3 +484,13 @@ def test_an_input_merged_before_and_a_new_one_together(tmp_path: Path) -> None:
     c = _run(tmp_path / "c", _record("k3"))
     done = merge_runs([a, b, c], out)
     assert done.by_input == {"a": 1, "b": 1, "c": 1} and done.earlier == 1
+
+
+def test_merge_json_is_indented_with_its_keys_sorted(tmp_path: Path) -> None:
+    a = _run(tmp_path / "a", _record("k"))
+    merge_runs([a], tmp_path / "m")
+    lines = (tmp_path / "m" / "merge.json").read_text().splitlines()
+    assert lines[:3] == ["{", '  "cells": 1,', '  "duplicates": [],']
+    assert [line.split('"')[1] for line in lines if line.startswith('  "')] == [
+        "cells", "duplicates", "inputs", "plan_dir"]  # fmt: skip
+    assert "    {" in lines and '      "name": "a",' in lines

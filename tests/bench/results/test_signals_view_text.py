@@ -180,3 +180,14 @@ def test_compare_skips_signals_neither_side_has() -> None:
     assert one_side == ["    KV max: - -> -", "    running max: - -> 8", "    waiting max: - -> -",
                         "    preempt: - -> -", "    prefix hit: - -> -", "    accept len: - -> -"]  # fmt: skip
     assert compare_lines(_cell(None), _cell(None)) == []
+
+
+def test_a_histogram_marked_unavailable_is_not_shown() -> None:
+    cell = _cell({"spec_accept_histogram": {"available": False, "value": {"1": 0.9}}})
+    assert histogram_text(cell) == NOT_AVAILABLE
+
+
+def test_compare_shows_a_side_without_signals_as_a_dash() -> None:
+    assert compare_lines(_cell(ALL), _cell(None)) == [
+        "    KV max: 63% -> -", "    running max: 8 -> -", "    waiting max: 4 -> -",
+        "    preempt: 2 -> -", "    prefix hit: 50% -> -", "    accept len: 2.41 -> -"]  # fmt: skip

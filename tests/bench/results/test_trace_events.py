@@ -167,3 +167,17 @@ def test_a_written_trace_reads_back_and_anything_else_reads_as_none(tmp_path: Pa
     assert read_trace(tmp_path / "list.json") is None
     (tmp_path / "other.json").write_text('{"traceEvents": {}}')
     assert read_trace(tmp_path / "other.json") is None
+
+
+def test_a_written_trace_holds_its_cell_s_name_and_server_signals(tmp_path: Path) -> None:
+    signals = {"signals": {"running": {"series": [[0.5, 3]]}}}
+    path = write_trace(tmp_path / "trace" / "c.json", "fast-c8", [_ok(0, 0.0)], signals)
+    back = read_trace(path)
+    assert back is not None and back["metadata"]["cell"] == "fast-c8"
+    assert [e for e in back["traceEvents"] if e["ph"] == "C"] == [
+        {"ph": "C", "pid": 2, "name": "running", "ts": 500_000, "args": {"value": 3}}]  # fmt: skip
+
+
+def test_a_label_keeps_its_letters_at_both_ends() -> None:
+    assert trace_name("Xfast-c8X") == "Xfast-c8X.json"
+    assert trace_name("_x.") == "x.json"

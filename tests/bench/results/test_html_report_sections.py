@@ -251,3 +251,31 @@ def test_server_signals_and_the_timeline_appear_only_when_the_run_has_them(tmp_p
     (run / "results.jsonl").write_text(json.dumps(rows[0]) + "\n")
     heads = re.findall(r"<h2>(.*?)</h2>", render_html(run, read_run(run)))
     assert heads[5] == "Request timeline"
+
+
+def test_telemetry_of_failed_cells_or_of_the_wrong_shape_is_left_out(tmp_path: Path) -> None:
+    rows = [_row("a"), _row("b"), _row("c"), _row("d", status="failed")]
+    rows[0]["measurement"]["telemetry"] = ["not", "a", "table"]
+    rows[1]["measurement"]["telemetry"] = {}
+    rows[2]["measurement"]["telemetry"] = {"util_pct": {"mean": 10.0}, "power_w": {"mean": 300.0},
+                                           "temp_c": {"mean": 61.0}}  # fmt: skip
+    rows[3]["measurement"] = {"metrics": {}, "telemetry": {"util_pct": {"mean": 99.0}}}
+    run = _write_run(tmp_path, rows)
+    page = render_html(run, read_run(run))
+    tele = page.split("GPU telemetry over the campaign")[2].split("</svg>")[0]
+    assert "GPU util %: cfg c=4: GPU util % 10" in tele and "GPU util % 99" not in tele
+    assert "power W: cfg c=4: power W 300" in tele and "temp °C: cfg c=4: temp °C 61" in tele
+    circles = re.findall(r'<circle cx="([\d.]+)"', tele)
+    assert len(set(circles)) == 1  # one cell with telemetry: one x, the first in run order
+    assert float(circles[0]) == 64 + (560 - 64 - 16) / 2
+
+
+def test_no_search_is_said_and_a_failing_load_is_named(tmp_path: Path) -> None:
+    run = _write_run(tmp_path, [_row("k")])
+    page = render_html(run, read_run(run))
+    assert page.split("met the SLO</h2>\n")[1].split("\n")[0] == "<p>No search in this run.</p>"
+    search = {"record": "search", "key": "s", "config": "c", "tp": 1, "status": "done",
+              "search": {"over": "concurrency", "met": 2, "failed": 4}}  # fmt: skip
+    (run / "results.jsonl").write_text(json.dumps(_row("k")) + "\n" + json.dumps(search) + "\n")
+    page = render_html(run, read_run(run))
+    assert "<td>c (TP1)</td><td>concurrency</td><td>2</td><td>4</td><td>0</td>" in page

@@ -494,3 +494,22 @@ def test_merge_json_is_indented_with_its_keys_sorted(tmp_path: Path) -> None:
     assert [line.split('"')[1] for line in lines if line.startswith('  "')] == [
         "cells", "duplicates", "inputs", "plan_dir"]  # fmt: skip
     assert "    {" in lines and '      "name": "a",' in lines
+
+
+def test_records_after_one_without_a_key_or_a_repeated_one_are_kept(tmp_path: Path) -> None:
+    a = _run(tmp_path / "a", _record("k1"))
+    b = _run(tmp_path / "b", _record("k1"), _record("k2"))
+    with (b / "results.jsonl").open("r+") as f:
+        lines = f.read()
+        f.seek(0)
+        f.write(json.dumps({"status": "ok"}) + "\n" + lines + json.dumps(_record("k3")) + "\n")
+    (b / "raw" / "k3.jsonl").write_text("b ok\n")
+    assert sorted(_results(tmp_path / "m") if merge_runs([a, b], tmp_path / "m") else {}) == [
+        "k1", "k2", "k3"]  # fmt: skip
+
+
+def test_merged_raw_files_are_readable_by_all_like_the_run_s_other_files(tmp_path: Path) -> None:
+    a = _run(tmp_path / "a", _record("k"))
+    (a / "raw" / "k.jsonl").chmod(0o600)
+    merge_runs([a], tmp_path / "m")
+    assert (tmp_path / "m" / "raw" / "k.jsonl").stat().st_mode & 0o777 == 0o644

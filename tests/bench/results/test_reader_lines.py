@@ -308,3 +308,14 @@ def test_a_linked_run_directory_is_read(tmp_path: Path) -> None:
     run = _write(tmp_path, _row("a"))
     (tmp_path / "alias").symlink_to(run)
     assert [c.key for c in read_run(tmp_path / "alias").cells] == ["a"]
+
+
+def test_a_record_whose_telemetry_or_client_is_not_a_table_is_read_unflagged(
+    tmp_path: Path,
+) -> None:
+    row = _row()
+    row["measurement"]["telemetry"] = ["not", "a", "table"]
+    row["measurement"]["client"] = "none"
+    cell = _one(tmp_path, row)
+    assert cell.status == "ok" and cell.flag("suspect") is None
+    assert cell.flag("client_bound") is None

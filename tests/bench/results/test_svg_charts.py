@@ -234,3 +234,32 @@ def test_one_value_too_large_to_add_one_to_still_draws() -> None:
     assert (x, y) == (LEFT + PLOT_W / 2, TOP + PLOT_H)
     assert "100000000000000000" in _ticks(root, "middle")
     assert "-100000000000000000" in _ticks(root, "end")
+
+
+def _no_stray_text(svg: str) -> None:
+    root = _parse(svg)
+    assert not (root.text or "").strip()
+    for el in root.iter():
+        assert not (el.tail or "").strip(), el.tag
+
+
+def test_nothing_but_elements_in_a_chart() -> None:
+    _no_stray_text(line_chart("T", "x", "y", []))
+    _no_stray_text(line_chart("T", "x", "y", [Series("a", ((0, 1, ""), (1, 2, "")))]))
+
+
+def test_one_value_widens_its_axis_by_one_either_side() -> None:
+    assert _x_ticks(5.0, 5.0) == ["4", "4.5", "5", "5.5", "6"]
+    root = _parse(line_chart("T", "x", "y", [Series("a", ((1.0, 0.0, ""), (2.0, 0.0, "")))]))
+    assert _ticks(root, "end") == ["0", "0.2", "0.4", "0.6", "0.8", "1"]
+
+
+def test_tick_labels_sit_below_and_left_of_the_plot() -> None:
+    root = _parse(line_chart("T", "x", "y", [Series("a", ((0.0, 0.0, ""), (5.0, 5.0, "")))]))
+    x_labels = [t for t in _all(root, "text") if t.get("text-anchor") == "middle"
+                and t.get("font-size") == "10"]  # fmt: skip
+    assert {t.get("y") for t in x_labels} == {str(TOP + PLOT_H + 16)}
+    y_labels = [t for t in _all(root, "text") if t.get("text-anchor") == "end"]
+    assert {t.get("x") for t in y_labels} == {str(LEFT - 4)}
+    zero = next(t for t in y_labels if t.text == "0")
+    assert zero.get("y") == f"{TOP + PLOT_H + 3:.1f}"

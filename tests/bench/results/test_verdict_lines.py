@@ -226,3 +226,14 @@ def test_no_common_failure_without_failed_cells_or_their_messages() -> None:
     assert common_failure([_failed("HTTP 500: x"), {"status": "failed"}]) is None
     assert common_failure([{"status": "ok", "verdict": {"first_error": "HTTP 500: x"}}]) is None
     assert common_failure([_failed("HTTP 500: x"), _failed("HTTP 500: y")]) is None
+
+
+def test_sub_tables_of_the_wrong_shape_read_as_empty_not_a_crash() -> None:
+    """A results.jsonl line is a file's content: `telemetry` or `client` as a list was an
+    AttributeError out of every reader (bench report, compare, status)."""
+    odd = {"completed": 3, "errors": [1], "metrics": [2], "client": ["x"], "telemetry": [3]}
+    assert judge(odd) == Verdict("failed", "3 replies carried zero output tokens", 3, 0, {}, None)
+    assert client_bound(odd) is None and suspect(odd) is None
+    nested = {"client": {"warmup": "rejected", "audit": 7}, "completed": 1, "errors": {},
+              "metrics": {"total_output_tokens": 4}}  # fmt: skip
+    assert judge(nested).status == "ok" and client_bound(nested) is None

@@ -513,3 +513,19 @@ def test_merged_raw_files_are_readable_by_all_like_the_run_s_other_files(tmp_pat
     (a / "raw" / "k.jsonl").chmod(0o600)
     merge_runs([a], tmp_path / "m")
     assert (tmp_path / "m" / "raw" / "k.jsonl").stat().st_mode & 0o777 == 0o644
+
+
+def test_merged_files_are_sorted_json_lines_readable_by_all(tmp_path: Path) -> None:
+    a = _run(tmp_path / "a", _record("k1", "ok", zeta=1), _record("k2", "ok"))
+    b = _run(tmp_path / "b", _record("k1", "crashed", "2026-01-02T00:00:00Z", zeta=2),
+             _record("k2", "skipped", "2026-01-02T00:00:00Z"))  # fmt: skip
+    out = tmp_path / "m"
+    merge_runs([a, b], out)
+    for name in ("results.jsonl", "duplicates.jsonl"):
+        lines = (out / name).read_text().splitlines()
+        assert len(lines) == 2
+        for line in lines:
+            keys = list(json.loads(line))
+            assert keys == sorted(keys)
+    assert [d["key"] for d in _duplicates(out)] == ["k1", "k2"]
+    assert (out / "logs" / "a" / "server.log").stat().st_mode & 0o777 == 0o644

@@ -137,3 +137,53 @@ def test_at_most_max_traces_cells_are_offered(tmp_path: Path) -> None:
     html = section(tmp_path)
     assert html.count("<option ") == MAX_TRACES == 200
     assert 'value="c0199"' in html and 'value="c0200"' not in html
+
+
+def test_the_section_s_words_and_picker_read_as_written(tmp_path: Path) -> None:
+    _traces(tmp_path, "a", "b")
+    html = section(tmp_path)
+    assert ("<p>Each bar is one request: light until its first token, dark while it streams,"
+            " red with a cross when it failed. The same file opens in ui.perfetto.dev"
+            " (RUN/trace/&lt;cell&gt;.json).</p>") in html  # fmt: skip
+    assert ('<select id="timeline-pick" onchange="gpudoctorPickCell(this)"><option value="a">a'
+            '</option><option value="b">b</option></select></label>') in html  # fmt: skip
+
+
+def test_the_header_counts_come_from_the_trace_s_metadata() -> None:
+    doc = trace_document([_ok(0, 0.0), _ok(1, 0.1), _bad(2, 0.2)], "c")
+    doc["metadata"].update(requests=10, requests_kept=3, failed=4)
+    root = ET.fromstring(svg(doc))
+    assert next(root.iter(f"{NS}text")).text == "c: 3 of 10 requests drawn, 4 failed"
+
+
+def test_time_ticks_are_six_along_the_bottom_in_seconds() -> None:
+    doc = trace_document([_ok(0, 0.0, end=2.5)], "c")
+    root = ET.fromstring(svg(doc))
+    ticks = [t for t in root.iter(f"{NS}text") if (t.text or "").endswith(" s")]
+    assert [t.text for t in ticks] == ["0 s", "0.5 s", "1 s", "1.5 s", "2 s", "2.5 s"]
+    height = 24 + 6 + 30
+    assert {t.get("y") for t in ticks} == {str(height - 10)}
+    bar = next(root.iter(f"{NS}g"))
+    assert bar.findtext(f"{NS}title") == "req 0: sent 0.000 s, ended 2.500 s, TTFT 250 ms"
+    waiting = bar.findall(f"{NS}rect")[1]
+    assert waiting.get("height") == "5"
+
+
+def test_a_first_token_at_the_send_time_draws_no_waiting_part() -> None:
+    doc = trace_document([_ok(0, 0.0, ttft=0.0, end=1.0)], "c")
+    waiting = ET.fromstring(svg(doc)).findall(f".//{NS}rect")[1]
+    assert waiting.get("width") == "0.0"
+
+
+def test_a_cell_of_instant_requests_still_draws() -> None:
+    doc = {"traceEvents": [{"ph": "X", "cat": "request", "name": "r", "ts": 0, "dur": 0, "tid": 0}]}
+    rect = next(ET.fromstring(svg(doc)).iter(f"{NS}rect"))
+    assert rect.get("x") == "56.0" and rect.get("width") == "1.0"
+    ticks = [t.text for t in ET.fromstring(svg(doc)).iter(f"{NS}text")][1:]
+    assert ticks == ["0 s", "2e-07 s", "4e-07 s", "6e-07 s", "8e-07 s", "1e-06 s"]
+
+
+def test_a_timeline_holds_nothing_but_elements() -> None:
+    root = ET.fromstring(svg(trace_document([_ok(0, 0.0), _bad(1, 0.5)], "c")))
+    assert not (root.text or "").strip()
+    assert all(not (el.tail or "").strip() for el in root.iter())

@@ -319,3 +319,10 @@ def test_a_record_whose_telemetry_or_client_is_not_a_table_is_read_unflagged(
     cell = _one(tmp_path, row)
     assert cell.status == "ok" and cell.flag("suspect") is None
     assert cell.flag("client_bound") is None
+
+
+def test_five_skipped_lines_are_all_named_with_no_more(tmp_path: Path) -> None:
+    run = _write(tmp_path, *["[1]"] * 5, _row("a"))
+    warning = read_run(run).warning()
+    assert warning is not None and warning.endswith("not an object'))); kept the other 1 cell(s)")
+    assert warning.count("line ") == 5 and "more" not in warning

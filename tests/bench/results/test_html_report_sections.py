@@ -139,7 +139,12 @@ def test_the_page_has_every_section_in_order_and_escapes_the_run_s_name(tmp_path
                      "Cells", "Search: the highest load that met the SLO",
                      "Failed, crashed and skipped cells: server log tails", "Machine"]  # fmt: skip
     assert page.count('<svg class="chart"') == 4 and page.endswith("</body></html>")
-    assert "<p>None: every cell is ok, its requests succeeded, no flag.</p>" in page
+    assert page.split("client-bound cells</h2>\n")[1].split("\n")[0] == (
+        "<p>None: every cell is ok, its requests succeeded, no flag.</p>"
+    )
+    assert page.split("<h2>Workload and SLO</h2>\n")[1].startswith(
+        "<table><tr><th>workload</th><th>value</th></tr>"
+    )
     assert "<p>No search in this run.</p>" in page and "<p>None.</p>" in page
     assert "<p>No readable run.json.</p>" in page
     assert ("<tr><td>workload</td><td>unknown: plan.toml is missing or unreadable</td></tr>"

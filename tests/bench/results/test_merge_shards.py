@@ -529,3 +529,9 @@ def test_merged_files_are_sorted_json_lines_readable_by_all(tmp_path: Path) -> N
             assert keys == sorted(keys)
     assert [d["key"] for d in _duplicates(out)] == ["k1", "k2"]
     assert (out / "logs" / "a" / "server.log").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_raw_path_outside_raw_is_not_read_even_with_a_file_of_its_name(tmp_path: Path) -> None:
+    run = _run(tmp_path / "a", _record("k"))
+    assert read_raw(run, "other/k.jsonl") is None
+    assert read_raw(run, "raw/k.jsonl") == b"a ok\n"

@@ -326,3 +326,19 @@ def test_five_skipped_lines_are_all_named_with_no_more(tmp_path: Path) -> None:
     warning = read_run(run).warning()
     assert warning is not None and warning.endswith("not an object'))); kept the other 1 cell(s)")
     assert warning.count("line ") == 5 and "more" not in warning
+
+
+def test_six_skipped_lines_name_five_and_one_more(tmp_path: Path) -> None:
+    warning = read_run(_write(tmp_path, *["[1]"] * 6, _row("a"))).warning()
+    assert warning is not None and warning.count("line ") == 5 and ", +1 more); kept" in warning
+
+
+def test_a_long_bad_value_is_shown_cut_at_40_characters(tmp_path: Path) -> None:
+    long = "9" * 60
+    done = read_run(_write(tmp_path, json.dumps(_row()).replace('"tp": 2', f'"tp": "{long}"')))
+    assert done.skipped[0].why == (
+        f"bad cell record (ValueError('tp {'9' * 40} is not a whole number in range'))"
+    )
+    metric = json.dumps(_row()).replace("10.0", "1" + "0" * 50)
+    why = read_run(_write(tmp_path, metric)).skipped[0].why
+    assert f"is {'1' + '0' * 39}, not a finite" in why

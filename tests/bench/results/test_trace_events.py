@@ -181,3 +181,13 @@ def test_a_written_trace_holds_its_cell_s_name_and_server_signals(tmp_path: Path
 def test_a_label_keeps_its_letters_at_both_ends() -> None:
     assert trace_name("Xfast-c8X") == "Xfast-c8X.json"
     assert trace_name("_x.") == "x.json"
+
+
+def test_each_request_s_events_are_on_its_lane_and_failures_are_counted() -> None:
+    records = [_ok(0, 0.0, wall=1.0), _bad(1, 0.1), _bad(2, 0.2)]
+    doc = trace_document(records, "c")
+    slices = {e["name"]: e["tid"] for e in doc["traceEvents"] if e["ph"] in ("X", "i")
+              and e.get("cat") != "phase"}  # fmt: skip
+    assert slices == {"req 0": 0, "FAILED req 1 (http_5xx)": 1, "error: http_5xx": 2,
+                      "FAILED req 2 (http_5xx)": 2}  # fmt: skip
+    assert doc["metadata"]["failed"] == 2

@@ -284,3 +284,31 @@ def test_no_search_is_said_and_a_failing_load_is_named(tmp_path: Path) -> None:
     (run / "results.jsonl").write_text(json.dumps(_row("k")) + "\n" + json.dumps(search) + "\n")
     page = render_html(run, read_run(run))
     assert "<td>c (TP1)</td><td>concurrency</td><td>2</td><td>4</td><td>0</td>" in page
+
+
+def test_the_page_s_lines_between_sections_are_exact(tmp_path: Path) -> None:
+    run = _write_run(tmp_path, [_row("k")])
+    page = render_html(run, read_run(run), notes=["one", "two"])
+    assert "<p><b>Warning:</b> one</p><p><b>Warning:</b> two</p>" in page
+    assert "\n<h2>Workload and SLO</h2>\n<table>" in page
+    assert '\n<h2>Charts</h2><div class="charts">\n<svg' in page
+    assert "</svg>\n</div>\n<h2>Cells</h2>\n" in page
+    assert ("met the SLO</h2>\n<p>No search in this run.</p>\n<h2>Failed, crashed and skipped"
+            " cells: server log tails</h2>\n<p>None.</p>\n<h2>Machine</h2>\n"
+            "<p>No readable run.json.</p>\n</body></html>") in page  # fmt: skip
+
+
+def test_the_signals_panels_close_their_box(tmp_path: Path) -> None:
+    rows = [_row("a")]
+    rows[0]["measurement"]["server_signals"] = {
+        "url": "http://127.0.0.1:1/metrics", "signals": {"running": {"available": True, "max": 3}}}  # fmt: skip
+    run = _write_run(tmp_path, rows)
+    page = render_html(run, read_run(run))
+    assert "</p>\n</div>\n<h2>Failed, crashed and skipped cells" in page
+
+
+def test_a_linked_run_directory_shows_its_machine(tmp_path: Path) -> None:
+    run = _write_run(tmp_path, [_row("k")], {"driver_version": "570"})
+    alias = tmp_path / "alias"
+    alias.symlink_to(run)
+    assert "<td>driver version</td><td>570</td>" in render_html(alias, read_run(alias))

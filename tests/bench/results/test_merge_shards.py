@@ -535,3 +535,19 @@ def test_a_raw_path_outside_raw_is_not_read_even_with_a_file_of_its_name(tmp_pat
     run = _run(tmp_path / "a", _record("k"))
     assert read_raw(run, "other/k.jsonl") is None
     assert read_raw(run, "raw/k.jsonl") == b"a ok\n"
+
+
+def test_the_refusals_name_the_input_and_its_mode(tmp_path: Path) -> None:
+    run = _run(tmp_path / "open", _record("k"))
+    run.chmod(0o777)
+    with pytest.raises(InputError) as err:
+        check_input(run)
+    assert str(err.value).startswith(f"{run} (a merge input) is writable by others (mode 0777)")
+    shared = tmp_path / "shared"
+    inner = _run(shared / "a", _record("k"))
+    shared.chmod(0o777)
+    with pytest.raises(InputError) as err:
+        check_input(inner)
+    assert str(err.value).startswith(
+        f"{shared} (above the merge input) is writable by others and not sticky (mode 0777)"
+    )

@@ -342,3 +342,12 @@ def test_a_long_bad_value_is_shown_cut_at_40_characters(tmp_path: Path) -> None:
     metric = json.dumps(_row()).replace("10.0", "1" + "0" * 50)
     why = read_run(_write(tmp_path, metric)).skipped[0].why
     assert f"is {'1' + '0' * 39}, not a finite" in why
+
+
+def test_a_results_file_that_is_not_utf8_is_still_read(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    line = json.dumps(_row()).replace('"cfg"', '"caf\xe9"', 1)
+    (run / "results.jsonl").write_bytes(line.encode("latin-1") + b"\n")
+    (cell,) = read_run(run).cells
+    assert cell.config == "caf\ufffd"

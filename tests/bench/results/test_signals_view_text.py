@@ -191,3 +191,22 @@ def test_compare_shows_a_side_without_signals_as_a_dash() -> None:
     assert compare_lines(_cell(ALL), _cell(None)) == [
         "    KV max: 63% -> -", "    running max: 8 -> -", "    waiting max: 4 -> -",
         "    preempt: 2 -> -", "    prefix hit: 50% -> -", "    accept len: 2.41 -> -"]  # fmt: skip
+
+
+def test_why_the_acceptance_histogram_is_missing_is_said() -> None:
+    signals = {
+        **ALL,
+        "spec_accept_histogram": {"available": False, "why": "no speculative decoding"},
+    }
+    section = markdown_section([_cell(signals)])
+    assert section.endswith("\n- spec_accept_histogram: not available (no speculative decoding)\n")
+
+
+def test_signal_charts_draw_solid_lines_with_a_legend() -> None:
+    panels = html_panels(
+        [_cell(ALL, "a", "x", 2), _cell(ALL, "b", "x", 8)], lambda c: c.concurrency, "c"
+    )
+    root = ET.fromstring(panels[0])
+    ns = "{http://www.w3.org/2000/svg}"
+    assert [p.get("stroke-dasharray") for p in root.iter(f"{ns}polyline")] == [None]
+    assert "x (TP1)" in [t.text for t in root.iter(f"{ns}text")]

@@ -312,3 +312,37 @@ def test_a_linked_run_directory_shows_its_machine(tmp_path: Path) -> None:
     alias = tmp_path / "alias"
     alias.symlink_to(run)
     assert "<td>driver version</td><td>570</td>" in render_html(alias, read_run(alias))
+
+
+def _axis_labels(svg: str) -> list[str]:
+    return [
+        t.text or "" for t in ET.fromstring(svg).iter(f"{NS}text") if t.get("font-size") == "11"
+    ]
+
+
+def test_each_chart_names_its_axes_and_colours_configurations_apart() -> None:
+    cells = [_cell("a", 2, output_throughput=100.0, median_tpot_ms=5.0, p99_tpot_ms=9.0, goodput=1.0, median_ttft_ms=3.0),
+             _cell("b", 2, output_throughput=50.0, median_tpot_ms=8.0, p99_tpot_ms=12.0, goodput=2.0),
+             _cell("c", 4, output_throughput=80.0)]  # fmt: skip
+    out = charts(_run(cells), [{"label": "a c=2", "util_pct": 50.0}])
+    assert [_axis_labels(s) for s in out] == [
+        ["median TPOT (ms)", "output tokens/s"], ["concurrency", "ms"], ["concurrency", "ms"],
+        ["concurrency", "req/s"], ["cell (run order)", "value"]]  # fmt: skip
+    pareto = ET.fromstring(out[0])
+    assert [p.get("stroke") for p in pareto.iter(f"{NS}polyline") if p.get("class") != "front"] == [
+        "#1f77b4", "#ff7f0e"]  # fmt: skip
+    assert len([p for p in pareto.iter(f"{NS}polyline") if p.get("class") == "front"]) == 1
+    tpot = ET.fromstring(out[2])
+    assert [(p.get("stroke"), p.get("stroke-dasharray")) for p in tpot.iter(f"{NS}polyline")] == [
+        ("#1f77b4", None), ("#1f77b4", "5,3"), ("#ff7f0e", None), ("#ff7f0e", "5,3")]  # fmt: skip
+    assert [p.get("stroke-dasharray") for p in ET.fromstring(out[4]).iter(f"{NS}polyline")] == [
+        None
+    ]
+
+
+def test_two_rates_make_the_rate_the_load_axis() -> None:
+    cells = [
+        _cell("a", 4, rate=1.0, median_ttft_ms=5.0),
+        _cell("a", 8, rate=2.0, median_ttft_ms=6.0),
+    ]
+    assert _axis_labels(charts(_run(cells), [])[1])[0] == "request rate (req/s)"

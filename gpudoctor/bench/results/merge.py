@@ -5,7 +5,8 @@ by cell key.
 plan), one record per cell key in ``results.jsonl``, the raw per-request files of the kept
 records, each input's logs under ``logs/<input name>/`` and ``merge.json`` (where each
 cell came from). A key recorded in more than one input is never kept twice: the ok record
-wins over a crashed or skipped one (then the newest), every other copy goes to
+wins over a crashed or skipped one (then the newest; on a full tie, the copy of the input
+named first), every other copy goes to
 ``duplicates.jsonl`` and is listed in the result. The inputs are only read, as untrusted
 input (:mod:`merge_inputs`).
 
@@ -93,7 +94,8 @@ class _Source:
 
 
 def _better(new: dict[str, Any], old: dict[str, Any]) -> bool:
-    """Return whether ``new`` should be kept over ``old`` (ok > crashed > skipped, then newest)."""
+    """Return whether ``new`` should be kept over ``old`` (ok > crashed > skipped, then
+    newest; False on a full tie: the copy met first, of the input named first, stays)."""
     rank = (_RANK.get(new.get("status", ""), 0), str(new.get("recorded_at", "")))
     return rank > (_RANK.get(old.get("status", ""), 0), str(old.get("recorded_at", "")))
 

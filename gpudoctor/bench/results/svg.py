@@ -41,6 +41,10 @@ def _ticks(low: float, high: float, count: int = 5) -> list[float]:
     return [first + i * step for i in range(int((high - first) / step) + 1)]
 
 
+def _widen(value: float) -> float:
+    return max(1.0, abs(value) / 1e6)
+
+
 def _fmt(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 1e4 else f"{value:.0f}"
 
@@ -65,8 +69,10 @@ def line_chart(
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     x0, x1 = min(xs), max(xs)
     y0, y1 = min(0.0, min(ys)), max(ys)
-    x0, x1 = (x0 - 1, x1 + 1) if x0 == x1 else (x0, x1)
-    y1 = y1 + 1 if y1 == y0 else y1 * 1.05
+    # one value on an axis: widen it by 1, or by a millionth where 1 is lost in the float
+    # (values up to reader.METRIC_BOUND); a zero-width axis would divide by zero
+    x0, x1 = (x0 - _widen(x0), x1 + _widen(x1)) if x0 == x1 else (x0, x1)
+    y1 = y1 + _widen(y1) if y1 == y0 else y1 * 1.05
     w, h = WIDTH - _PAD_L - _PAD_R, HEIGHT - _PAD_T - _PAD_B
 
     def px(x: float) -> float:

@@ -58,11 +58,17 @@ class Verdict:
                 "first_error": self.first_error}  # fmt: skip
 
 
+def _table(value: object) -> Mapping[str, Any]:
+    """Return ``value`` when it is a table, else an empty one: a record's sub-tables
+    come from a file (a list or a number there must not crash every reader)."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def _error_text(measurement: Mapping[str, Any]) -> str | None:
     first = measurement.get("first_error")
     if isinstance(first, dict):
         return first.get("message") or None
-    warm = (measurement.get("client") or {}).get("warmup") or {}
+    warm = _table(_table(measurement.get("client")).get("warmup"))
     return warm.get("first_error") or None
 
 
@@ -78,12 +84,12 @@ def judge(
     ``measurement``: the cell's record from ``measure_cell`` (``num_prompts``,
     ``completed``, ``errors`` by kind, ``metrics.total_output_tokens``, ``first_error``,
     ``client.warmup``)."""
-    errors = {k: int(v) for k, v in (measurement.get("errors") or {}).items() if v}
+    errors = {k: int(v) for k, v in _table(measurement.get("errors")).items() if v}
     completed = int(measurement.get("completed") or 0)
     failed = sum(errors.values())
     requests = completed + failed
     first = _error_text(measurement)
-    warm = (measurement.get("client") or {}).get("warmup") or {}
+    warm = _table(_table(measurement.get("client")).get("warmup"))
     if warm.get("rejected"):
         why = f"the server rejected the warmup request ({first}); nothing was measured"
         return Verdict("failed", why, requests, failed, errors, first)
@@ -92,7 +98,7 @@ def judge(
     if completed == 0:
         why = f"all {requests} requests failed ({_kinds(errors)})" + (f": {first}" if first else "")
         return Verdict("failed", why, requests, failed, errors, first)
-    output = (measurement.get("metrics") or {}).get("total_output_tokens") or 0
+    output = _table(measurement.get("metrics")).get("total_output_tokens") or 0
     if output <= 0:
         why = f"{completed} replies carried zero output tokens"
         return Verdict("failed", why, requests, failed, errors, first)
@@ -109,7 +115,7 @@ def client_bound(measurement: Mapping[str, Any]) -> str | None:
     """Return why the load generator, not the server, limited the cell (its achieved
     rate below 0.95 of its schedule, or its schedule delay p99 over 10 ms); None when
     it held its schedule or the cell was a closed loop."""
-    audit = (measurement.get("client") or {}).get("audit") or {}
+    audit = _table(_table(measurement.get("client")).get("audit"))
     ratio, p99 = audit.get("rate_ratio"), audit.get("schedule_delay_ms_p99")
     achieved = audit.get("achieved_rate")
     reasons = []
@@ -125,7 +131,7 @@ def suspect(measurement: Mapping[str, Any]) -> str | None:
     """Return why the GPU's numbers are suspect: a slowdown of ``SLOWDOWNS`` active in the
     cell's telemetry samples (NVML clock-event reasons, with the fraction of samples), or
     an Xid recorded in the cell's window (``telemetry.xids``); None when neither."""
-    tel = measurement.get("telemetry") or {}
+    tel = _table(measurement.get("telemetry"))
     reasons = []
     throttles = tel.get("throttle_reasons") or {}
     seen = [f"{name} {throttles[name]:.0%} of samples" if isinstance(throttles, dict)

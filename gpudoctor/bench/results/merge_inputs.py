@@ -48,7 +48,7 @@ def check_input(path: Path) -> Path:
         f" (cp -r {path} DIR-of-yours) and merge the copy"
     )
     try:
-        fsio.check_ancestors(real.parent, "the merge input")
+        fsio.check_ancestors(real.parent, "merge input")
         st = os.lstat(real)
         if not stat.S_ISDIR(st.st_mode):
             raise InputError(f"{path} (a merge input) is not a directory")

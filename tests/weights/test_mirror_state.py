@@ -60,22 +60,21 @@ def test_a_mirror_without_the_repository_says_which(tmp_path: Path) -> None:
     root.mkdir()
     state = mirror_state(root, REPO)
     path = root / "acme" / "tiny-27b"
-    assert state.problem == f"{root} holds no {REPO} ({path} does not exist)"
-    assert state.manifest is None
+    assert state == MirrorState(path, None, f"{root} holds no {REPO} ({path} does not exist)")
 
 
 def test_a_copy_without_a_manifest_cannot_serve(tmp_path: Path) -> None:
     root = tmp_path / "mirror"
     path = put_model(root / "acme" / "tiny-27b", FILES, None)
     state = mirror_state(root, REPO)
-    assert (state.manifest, state.problem) == (None, f"{path} has no valid {MANIFEST_NAME}")
+    assert state == MirrorState(path, None, f"{path} has no valid {MANIFEST_NAME}")
 
 
 def test_a_manifest_for_another_repository_is_named(tmp_path: Path) -> None:
     root = tmp_path / "mirror"
     path = put_model(root / "acme" / "tiny-27b", FILES, manifest_of(FILES, repo="acme/other"))
     state = mirror_state(root, REPO)
-    assert (state.manifest, state.problem) == (None, f"{path}'s manifest is for acme/other")
+    assert state == MirrorState(path, None, f"{path}'s manifest is for acme/other")
 
 
 def test_an_incomplete_copy_counts_its_problems_and_shows_the_first(tmp_path: Path) -> None:
@@ -84,9 +83,10 @@ def test_an_incomplete_copy_counts_its_problems_and_shows_the_first(tmp_path: Pa
     (path / "config.json").unlink()
     (path / "model.safetensors").write_bytes(b"w" * 10)
     state = mirror_state(root, REPO)
-    assert state.manifest is None
-    assert state.problem == (
-        f"{path} is incomplete: 2 file(s) missing or of the wrong size, e.g. config.json missing"
+    assert state == MirrorState(
+        path,
+        None,
+        f"{path} is incomplete: 2 file(s) missing or of the wrong size, e.g. config.json missing",
     )
 
 
@@ -103,11 +103,19 @@ def test_a_mirror_of_hard_links_or_symlinks_serves(tmp_path: Path) -> None:
     assert mirror_state(root, REPO).problem is None
 
 
-def test_a_mirror_others_can_write_is_refused(tmp_path: Path) -> None:
+def test_a_mirror_others_can_write_is_refused_naming_the_option(tmp_path: Path) -> None:
     root = tmp_path / "mirror"
     put_model(root / "acme" / "tiny-27b", FILES, manifest_of(FILES))
     os.chmod(root / "acme", 0o777)
-    with pytest.raises(UntrustedError):
+    with pytest.raises(UntrustedError, match=r"acme \(above --mirror\) is writable by others"):
+        mirror_state(root, REPO)
+
+
+def test_a_model_directory_others_can_write_is_refused_as_the_mirror(tmp_path: Path) -> None:
+    root = tmp_path / "mirror"
+    path = put_model(root / "acme" / "tiny-27b", FILES, manifest_of(FILES))
+    os.chmod(path, 0o777)
+    with pytest.raises(UntrustedError, match=r"tiny-27b \(the mirror\) is writable by others"):
         mirror_state(root, REPO)
 
 
@@ -139,7 +147,11 @@ def test_fill_on_the_same_filesystem_hard_links(tmp_path: Path) -> None:
     source = put_model(tmp_path / "local", FILES, None)
     mirror_path = tmp_path / "mirror" / "acme" / "tiny-27b"
     mirror_path.parent.mkdir(parents=True)
-    _fill(source, mirror_path, FILES)
+    umask = os.umask(0o077)  # a strict umask: the mirror is still readable by every user
+    try:
+        _fill(source, mirror_path, FILES)
+    finally:
+        os.umask(umask)
     assert_mirror_holds(mirror_path, FILES)
     for rel in FILES:  # the same inode: no second copy of 140 GB on one disk
         assert (mirror_path / rel).stat().st_ino == (source / rel).stat().st_ino
@@ -147,14 +159,51 @@ def test_fill_on_the_same_filesystem_hard_links(tmp_path: Path) -> None:
         assert d.stat().st_mode & 0o777 == 0o755
 
 
-def test_fill_across_filesystems_copies(tmp_path: Path, tmpfs) -> None:
+class Phases(Progress):
+    """Records the phases a fill announces (what the user sees above the bars)."""
+
+    def __init__(self) -> None:
+        self.phases: list[tuple[str, dict[str, int]]] = []
+
+    def phase(self, name: str, files: dict[str, int]) -> Progress:
+        self.phases.append((name, dict(files)))
+        return self
+
+
+def test_fill_across_filesystems_copies_flushed_to_disk(
+    tmp_path: Path, tmpfs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy (not links) announced as one phase, each file flushed (fsync) before the
+    swap: a power cut after ``weights mirror`` returned must not leave empty shards."""
     source = put_model(tmpfs("4m") / "local", FILES, None)
     mirror_path = tmp_path / "mirror" / "acme" / "tiny-27b"
     mirror_path.parent.mkdir(parents=True)
-    _fill(source, mirror_path, FILES)
+    flushed: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    progress = Phases()
+    fill_mirror(source, mirror_path, manifest_of(FILES), progress)
+    monkeypatch.undo()
     assert_mirror_holds(mirror_path, FILES)
     for rel in FILES:
         assert (mirror_path / rel).stat().st_dev != (source / rel).stat().st_dev
+    assert progress.phases == [("copy to mirror", {p: len(b) for p, b in FILES.items()})]
+    staged = [p for p in flushed if "/tiny-27b.partial/" in p and p.endswith(".incomplete")]
+    assert len(staged) == len(FILES), flushed
+
+
+def test_a_plain_refresh_replaces_the_old_copy(tmp_path: Path) -> None:
+    old = {"model.safetensors": b"o" * 99}
+    mirror_path = tmp_path / "mirror" / "acme" / "tiny-27b"
+    put_model(mirror_path, old, manifest_of(old))
+    source = put_model(tmp_path / "local", FILES, None)
+    _fill(source, mirror_path, FILES)
+    assert_mirror_holds(mirror_path, FILES)
 
 
 def test_a_refresh_replaces_the_old_copy_and_cleans_leftovers(tmp_path: Path) -> None:

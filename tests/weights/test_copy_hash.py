@@ -106,3 +106,18 @@ def test_many_threads_finishing_chunks_in_any_order(tmp_path: Path) -> None:
     assert finished.count(True) == 1
     assert h.hexdigest() == hashlib.sha256(DATA).hexdigest()
     assert os.path.getsize(path) == len(DATA)
+
+
+def test_hashing_gives_its_file_descriptor_back(tmp_path: Path) -> None:
+    """A restore of hundreds of shards hashes each one: a descriptor left open per file
+    would run the process out of them (EMFILE) on a big model."""
+    before = set(os.listdir("/proc/self/fd"))
+    h = FrontierHash(written(tmp_path), len(DATA))
+    h.chunk_done(0, len(DATA))
+    assert h.drain() is True
+    (tmp_path / "x").mkdir()
+    short = FrontierHash(written(tmp_path / "x", DATA[:10]), 20)
+    short.chunk_done(0, 20)
+    with pytest.raises(OSError):
+        short.drain()
+    assert set(os.listdir("/proc/self/fd")) == before

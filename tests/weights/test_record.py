@@ -85,7 +85,19 @@ def test_a_state_dir_others_can_write_is_not_trusted(state: Path, tmp_path: Path
     os.chmod(state, 0o777)
     warning = remember(tmp_path / "m", TargetRecord("acme/a"))
     assert warning is not None and warning.startswith("could not record the target in")
+    assert f"{state} (gpudoctor's state directory) is writable by others" in warning
     assert not (state / RECORD_NAME).exists()
+
+
+def test_a_record_that_is_a_symlink_is_not_followed(state: Path, tmp_path: Path) -> None:
+    state.mkdir()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("{}")
+    (state / RECORD_NAME).symlink_to(elsewhere)
+    warning = remember(tmp_path / "m", TargetRecord("acme/a"))
+    assert warning is not None
+    assert f"{state / RECORD_NAME} (the weights record) is a symlink" in warning
+    assert elsewhere.read_text() == "{}"
 
 
 def test_the_state_dir_is_made_when_missing(state: Path, tmp_path: Path) -> None:

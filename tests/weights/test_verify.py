@@ -173,3 +173,13 @@ def test_ctrl_c_stops_the_verify_at_once(tmp_path: Path) -> None:
         assert not b_finished.is_set()
     finally:
         release.set()
+
+
+def test_the_hashing_threads_are_gone_when_the_verify_returns(tmp_path: Path) -> None:
+    """``weights status --verify full`` over a mirror of many models verifies one after
+    another: each verify ends its threads instead of leaving a pool behind per model."""
+    (tmp_path / "a.bin").write_bytes(GOOD)
+    files = [ManifestFile("a.bin", len(GOOD), sha(GOOD))]
+    before = set(threading.enumerate())  # another test's pool left after Ctrl-C is not ours
+    assert full_verify(tmp_path, files, Progress(), workers=4) == []
+    assert [t.name for t in set(threading.enumerate()) - before] == []

@@ -256,3 +256,20 @@ def test_copy_tree_files_reads_the_sizes_itself(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     copier.copy_tree_files(source_dir(tmp_path), dest, list(BLOBS), Progress())
     assert tree(dest) == BLOBS
+
+
+@pytest.mark.parametrize("hashed", [False, True])
+def test_threads_and_descriptors_are_given_back(tmp_path: Path, hashed: bool) -> None:
+    """A restore of many models copies one after another: each copy ends its threads and
+    closes every file it opened."""
+    expected = {rel: sha(b) for rel, b in BLOBS.items()} if hashed else None
+    source = source_dir(tmp_path)
+    threads, fds = set(threading.enumerate()), set(os.listdir("/proc/self/fd"))
+    copy_files(source, tmp_path / "dest", SIZES, Progress(), workers=4, expected=expected)
+    assert [t.name for t in set(threading.enumerate()) - threads] == []
+    assert set(os.listdir("/proc/self/fd")) == fds
+    (source / "sub/dir/mid.bin").unlink()
+    with pytest.raises(FileNotFoundError):
+        copy_files(source, tmp_path / "d2", SIZES, Progress(), workers=4, expected=expected)
+    assert [t.name for t in set(threading.enumerate()) - threads] == []
+    assert set(os.listdir("/proc/self/fd")) == fds

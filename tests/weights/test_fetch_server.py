@@ -243,17 +243,26 @@ def test_a_server_without_ranges_leaves_no_temp_file(servers, tmp_path: Path) ->
     assert os.listdir(tmp_path / "inc") == []
 
 
-def test_descriptors_are_given_back(servers, tmp_path: Path) -> None:
+def test_descriptors_and_threads_are_given_back(servers, tmp_path: Path) -> None:
     hub, _ = servers
-    before = set(os.listdir("/proc/self/fd"))
+    threads = {t for t in threading.enumerate() if t.name.startswith("range")}
     download(hub, tmp_path, {"w.bin": 50_000})
+    assert {t for t in threading.enumerate() if t.name.startswith("range")} == threads
+    assert open_files_under(tmp_path) == []
     hub.status = 500
     with pytest.raises(WeightsError):
         download(hub, tmp_path, {"w.bin": 50_000, "s.bin": 10})
-    # the keep-alive connections of the pool's threads end with them; files are closed
-    leaked = [
-        os.readlink(f"/proc/self/fd/{n}")
-        for n in set(os.listdir("/proc/self/fd")) - before
-        if os.path.exists(f"/proc/self/fd/{n}")
-    ]
-    assert not [p for p in leaked if p.startswith(str(tmp_path))]
+    assert open_files_under(tmp_path) == []  # every temp file's descriptor closed
+
+
+def open_files_under(root: Path) -> list[str]:
+    """Return what this process holds open under ``root`` (``ls -l /proc/self/fd``)."""
+    held = []
+    for n in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{n}")
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+        if target.startswith(str(root)):
+            held.append(target)
+    return held

@@ -183,3 +183,16 @@ def test_the_hashing_threads_are_gone_when_the_verify_returns(tmp_path: Path) ->
     before = set(threading.enumerate())  # another test's pool left after Ctrl-C is not ours
     assert full_verify(tmp_path, files, Progress(), workers=4) == []
     assert [t.name for t in set(threading.enumerate()) - before] == []
+
+
+def test_hashing_runs_on_threads_named_sha256(tmp_path: Path) -> None:
+    """A stuck verify's thread dump (py-spy, faulthandler) names what each thread does."""
+    names: set[str] = set()
+
+    class Names(Progress):
+        def advance(self, path: str, nbytes: int) -> None:
+            names.add(threading.current_thread().name.rstrip("0123456789"))
+
+    (tmp_path / "a.bin").write_bytes(GOOD)
+    full_verify(tmp_path, [ManifestFile("a.bin", len(GOOD), sha(GOOD))], Names(), workers=2)
+    assert names == {"sha256_"}

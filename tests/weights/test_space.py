@@ -128,3 +128,9 @@ def test_same_filesystem(tmp_path, tmpfs) -> None:
 
     assert same_filesystem(tmp_path / "a" / "new", tmp_path)
     assert not same_filesystem(tmp_path, tmpfs("1m") / "new")
+
+
+def test_exactly_the_free_disk_but_too_little_ram_names_the_ram() -> None:
+    info = SpaceInfo("/s", "/s", "tmpfs", 5 * GB, 9 * GB, ram_available_bytes=4 * GB)
+    with pytest.raises(SpaceError, match=r"only 4\.0 GB RAM available for tmpfs pages$"):
+        check_fits(5 * GB, info)

@@ -134,3 +134,16 @@ def test_exactly_the_free_disk_but_too_little_ram_names_the_ram() -> None:
     info = SpaceInfo("/s", "/s", "tmpfs", 5 * GB, 9 * GB, ram_available_bytes=4 * GB)
     with pytest.raises(SpaceError, match=r"only 4\.0 GB RAM available for tmpfs pages$"):
         check_fits(5 * GB, info)
+
+
+def test_the_refusal_names_the_model_by_default_and_zero_ram() -> None:
+    info = SpaceInfo("/s", "/s", "tmpfs", 9 * GB, 9 * GB, ram_available_bytes=0)
+    with pytest.raises(SpaceError) as err:
+        check_fits(1, info)
+    assert str(err.value).startswith("not enough space for the model in /s (tmpfs")
+    assert str(err.value).endswith("only 0 B RAM available for tmpfs pages")
+
+
+def test_mount_of_a_mount_point_ending_in_a_capital_letter() -> None:
+    mountinfo = "22 1 254:0 / / rw - ext4 /dev/vda rw\n40 22 0:30 / /mnt/BOX rw - xfs /dev/vdb rw\n"
+    assert _mount_of(Path("/mnt/BOX/models"), mountinfo) == ("/mnt/BOX", "xfs")

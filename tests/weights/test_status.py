@@ -75,8 +75,10 @@ def test_a_missing_directory_names_the_partial_left_by_an_interrupted_run(tmp_pa
 def test_a_directory_without_a_manifest_is_unmanaged(tmp_path: Path) -> None:
     target = model_dir(tmp_path / "m", with_manifest=False)
     (tmp_path / "m.partial").mkdir()
-    result = status(target, Progress())
-    assert result == StatusResult(str(target), "unmanaged", partial=f"{target}.partial")
+    result = status(target, Progress(), verify="full")
+    assert result == StatusResult(
+        str(target), "unmanaged", verify="full", partial=f"{target}.partial"
+    )
 
 
 def test_a_directory_others_can_write_is_untrusted(tmp_path: Path) -> None:
@@ -84,9 +86,10 @@ def test_a_directory_others_can_write_is_untrusted(tmp_path: Path) -> None:
     os.chmod(target, 0o777)
     result = status(target, Progress(), verify="full")
     assert (result.state, result.verify, result.repo_id) == ("untrusted", "full", "")
+    assert result.target == str(target)
     (problem,) = result.problems
     assert (problem.path, problem.problem) == (".", "untrusted")
-    assert str(target) in problem.detail
+    assert f"{target} (the model directory) is writable by others" in problem.detail
 
 
 def test_a_manifest_others_can_write_is_untrusted(tmp_path: Path) -> None:
@@ -135,3 +138,12 @@ def test_the_json_shape(tmp_path: Path) -> None:
 @pytest.mark.parametrize("verify", ["quick", "full"])
 def test_the_verify_asked_is_reported(tmp_path: Path, verify: str) -> None:
     assert status(model_dir(tmp_path / "m"), Progress(), verify=verify).verify == verify
+
+
+def test_a_complete_directory_still_names_a_leftover_partial(tmp_path: Path) -> None:
+    """A finished model beside the ``.partial`` of a later, interrupted refresh: complete,
+    and the leftover is named so the user can remove it (it may hold gigabytes)."""
+    target = model_dir(tmp_path / "m")
+    (tmp_path / "m.partial").mkdir()
+    result = status(target, Progress())
+    assert (result.state, result.partial) == ("complete", f"{target}.partial")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import pty
+import re
 import sys
 
 import pytest
@@ -91,7 +92,9 @@ def test_plain_close_without_a_phase_prints_nothing_and_a_phase_closes_once() ->
     plain.phase("copy", {})
     plain.close()
     plain.close()
-    assert len(out.getvalue().splitlines()) == 2  # the phase line and one final total
+    lines = out.getvalue().splitlines()  # the phase line and one final total
+    assert lines[0] == "copy: 0 files, 0 B"
+    assert lines[1].startswith("copy: 0 B / 0 B, 0/0 files, ") and len(lines) == 2
 
 
 def test_plain_goes_to_stderr_by_default(capsys) -> None:
@@ -115,6 +118,8 @@ def test_rich_bars_show_the_files_in_flight_and_the_total(capsys) -> None:
     lines = err.splitlines()
     assert lines[0] == "[bold]kept as typed[/]"
     assert lines[1].startswith("download (2 files)") and "110.0/150.0 kB" in lines[1]
+    assert "━" in lines[1] and "/s" in lines[1]  # the bar and the speed
+    assert re.search(r" (\d+:\d\d:\d\d|-:--:--)$", lines[1])  # the time left
     assert lines[2].startswith("  b.bin") and "10.0/50.0 kB" in lines[2]
     assert len(lines) == 3  # a.bin's bar went when it was done
     bars.phase("verify", {"c": 10})  # a new phase starts from fresh bars
@@ -141,3 +146,38 @@ def test_make_progress_picks_by_stream(monkeypatch) -> None:
     finally:
         os.close(leader)
         os.close(follower)
+
+
+def test_the_rate_of_a_phase_shorter_than_a_second(monkeypatch) -> None:
+    clock = iter([0.0, 0.2, 0.5])  # phase, advance, close
+    monkeypatch.setattr("gpudoctor.weights.progress.time.monotonic", lambda: next(clock))
+    out = io.StringIO()
+    plain = PlainProgress(out, interval_s=5.0)
+    plain.phase("copy", {"a": 1000, "b": 1000})
+    plain.advance("a", 1000)
+    plain.file_done("a")
+    plain.file_done("b")
+    plain.close()
+    assert out.getvalue().splitlines()[-1] == "copy: 1.0 kB / 2.0 kB, 2/2 files, 2.0 kB/s"
+
+
+def test_each_line_reaches_a_log_pipe_at_once() -> None:
+    """``weights ensure ... 2>&1 | tee log``: a line is in the pipe when it is printed,
+    not when a buffer fills (a stuck download must show how far it got)."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    with os.fdopen(write_fd, "w", buffering=1 << 16) as pipe:
+        PlainProgress(pipe).message("resuming w.bin")
+        assert os.read(read_fd, 100) == b"resuming w.bin\n"
+    os.close(read_fd)
+
+
+def test_plain_prints_a_total_every_five_seconds_by_default(monkeypatch) -> None:
+    clock = iter([0.0, 4.99, 5.0])
+    monkeypatch.setattr("gpudoctor.weights.progress.time.monotonic", lambda: next(clock))
+    out = io.StringIO()
+    plain = PlainProgress(out)
+    plain.phase("download", {"a": 3000})
+    plain.advance("a", 1000)
+    plain.advance("a", 1000)
+    assert out.getvalue().splitlines()[1:] == ["download: 2.0 kB / 3.0 kB, 0/1 files, 400 B/s"]

@@ -105,6 +105,7 @@ def test_plain_goes_to_stderr_by_default(capsys) -> None:
 def test_rich_bars_show_the_files_in_flight_and_the_total(capsys) -> None:
     bars = RichProgress()
     bars.advance("x", 5)  # before any phase: ignored
+    bars.file_done("x")
     bars.phase("download", {"a.bin": 100_000, "b.bin": 50_000})
     bars.advance("a.bin", 60_000)
     bars.advance("a.bin", 40_000)
@@ -181,3 +182,21 @@ def test_plain_prints_a_total_every_five_seconds_by_default(monkeypatch) -> None
     plain.advance("a", 1000)
     plain.advance("a", 1000)
     assert out.getvalue().splitlines()[1:] == ["download: 2.0 kB / 3.0 kB, 0/1 files, 400 B/s"]
+
+
+def test_a_message_on_a_terminal_is_printed_as_is(monkeypatch) -> None:
+    """rich would colour numbers and paths of a message (``highlight``) and read ``[...]``
+    as markup: a message shows its text as written, without escape sequences."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    leader, follower = pty.openpty()
+    try:
+        with os.fdopen(follower, "w", closefd=False) as tty:
+            monkeypatch.setattr(sys, "stderr", tty)
+            RichProgress().message("resumed 3 files of /models/[x] at 1.5 GB/s")
+        os.set_blocking(leader, False)
+        shown = os.read(leader, 4096).decode()
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert shown.replace("\r\n", "\n") == "resumed 3 files of /models/[x] at 1.5 GB/s\n"

@@ -281,3 +281,17 @@ def test_verify_after_an_interrupted_refresh_checks_the_model_only(tmp_path: Pat
     for rel in ("acme/tiny-27b", "acme/tiny-27b.partial", "acme/tiny-27b.old"):
         seal(local_copy(root / rel), hub_manifest(), Progress())
     assert [c.path for c in verify_mirror(root, Progress())] == [str(root / "acme/tiny-27b")]
+
+
+def test_seal_leaves_no_file_open(tmp_path: Path) -> None:
+    """Sealing a mirror of thousands of files must not hold one descriptor per file."""
+    model = local_copy(tmp_path / "m")
+    seal(model, hub_manifest(), Progress())
+    held = []
+    for n in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{n}")
+        except OSError:  # the listing's own descriptor
+            continue
+        held += [target] if target.startswith(str(model)) else []
+    assert held == []

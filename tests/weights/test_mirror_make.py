@@ -55,10 +55,14 @@ def local_copy(path: Path, manifest: Manifest | None = None) -> Path:
 class Phases(Progress):
     def __init__(self) -> None:
         self.phases: list[tuple[str, dict[str, int]]] = []
+        self.advanced: set[str] = set()
 
     def phase(self, name: str, files: dict[str, int]) -> Progress:
         self.phases.append((name, dict(files)))
         return self
+
+    def advance(self, path: str, nbytes: int) -> None:
+        self.advanced.add(path)
 
 
 def test_seal_hashes_the_small_files_and_flushes_every_file(
@@ -81,6 +85,7 @@ def test_seal_hashes_the_small_files_and_flushes_every_file(
     assert sealed.created_at != "2026-01-01T00:00:00Z"  # when it was sealed
     assert read_manifest(model) == sealed
     assert progress.phases == [("hash", {"config.json": 3, "tok/t.json": 4})]
+    assert progress.advanced == {"config.json", "tok/t.json"}  # bytes counted per file
     for rel in FILES:
         assert str(model / rel) in flushed
 
@@ -295,3 +300,86 @@ def test_seal_leaves_no_file_open(tmp_path: Path) -> None:
             continue
         held += [target] if target.startswith(str(model)) else []
     assert held == []
+
+
+def _make_mirror_in_a_child(hub, tmp_path: Path, root: Path, revision: str | None) -> dict:
+    """Run ``make_mirror(REPO, root)`` from the loopback Hub in a forked child of this
+    process: huggingface_hub reads its HF_* variables once, at import (recipe pitfall 1),
+    so it is imported there, with this test's endpoint and an empty HF_HOME, never into
+    pytest. Return the child's MirrorCopy as a dict (or its error as ``{"error": ...}``)."""
+    import json
+    import sys
+    import traceback
+
+    out = tmp_path / "child.json"
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE"):
+                os.environ.pop(name, None)
+            os.environ.update(
+                HF_ENDPOINT=hub.url,
+                HF_HOME=str(tmp_path / "hf-home"),
+                HF_HUB_DISABLE_TELEMETRY="1",
+                HF_HUB_DISABLE_UPDATE_CHECK="1",
+            )
+            for name in [m for m in sys.modules if m.startswith("huggingface_hub")]:
+                del sys.modules[name]
+            copy = make_mirror(REPO, root, Progress(), revision=revision)
+            out.write_text(json.dumps(copy.to_dict()))
+            code = 0
+        except BaseException as exc:
+            out.write_text(json.dumps({"error": f"{exc}", "trace": traceback.format_exc()}))
+        finally:
+            os._exit(code)
+    os.waitpid(pid, 0)
+    return json.loads(out.read_text())
+
+
+def test_mirror_from_the_hub_is_sealed_at_the_revision_asked(hub, tmp_path: Path) -> None:
+    from tests.weights.test_ensure_cli import publish
+
+    old = {"model.safetensors": b"v" * 3000, "config.json": b'{"v": 1}\n'}
+    new = {"model.safetensors": b"n" * 4000, "config.json": b'{"v": 2}\n'}
+    old_sha = publish(hub, old, repo_id=REPO, tag="v1")
+    new_sha = publish(hub, new, repo_id=REPO)
+    root = tmp_path / "mirror"
+    plain = tmp_path / "plain"  # an hf download: no manifest
+    plain.mkdir()
+    (plain / "config.json").write_bytes(b"{}")
+    with pytest.raises(WeightsError, match="has no gpudoctor"):
+        make_mirror(REPO, root, Progress(), source=plain)
+    path = root / "acme" / "tiny-27b"
+    pinned = _make_mirror_in_a_child(hub, tmp_path, root, "v1")
+    assert pinned == MirrorCopy(REPO, str(path), old_sha, 2, 3009, ()).to_dict() | {
+        "intact": True
+    }, pinned.get("trace")
+    sealed = read_manifest(path)
+    assert {f.path: f.sha256 for f in sealed.files} == {p: sha(b) for p, b in old.items()}
+    assert {p: (path / p).read_bytes() for p in old} == old
+    latest = _make_mirror_in_a_child(hub, tmp_path, root, "main")  # a refresh
+    assert (latest.get("revision"), latest.get("bytes_total")) == (new_sha, 4009), latest
+    assert {p: (path / p).read_bytes() for p in new} == new
+    import sys
+
+    assert "huggingface_hub" not in sys.modules  # imported in the children only
+
+
+def test_verify_reports_a_model_whose_manifest_is_broken_and_goes_on(tmp_path: Path) -> None:
+    root = tmp_path / "mirror"
+    local_copy(root / "acme/a")
+    (root / "acme/a" / MANIFEST_NAME).write_text("{broken")
+    seal(local_copy(root / "acme/b"), hub_manifest(repo="acme/b"), Progress())
+    broken, fine = verify_mirror(root, Progress())
+    assert (broken.repo_id, broken.path, broken.intact) == ("", str(root / "acme/a"), False)
+    assert (fine.repo_id, fine.intact) == ("acme/b", True)
+
+
+def test_mirror_from_a_copy_on_another_filesystem_announces_the_copy(tmp_path: Path, tmpfs) -> None:
+    local = local_copy(tmpfs("4m") / "local")
+    progress = Phases()
+    copy = make_mirror(REPO, tmp_path / "mirror", progress, source=local)
+    assert copy.intact
+    names = [name for name, _ in progress.phases]
+    assert names == ["verify sha256", "copy to mirror", "hash"]

@@ -85,6 +85,8 @@ def test_chunk_size_is_a_quarter_thread_share_clamped_and_aligned() -> None:
     assert copier.chunk_size(10**9, 4, largest=8192) == 8192  # never above ``largest``
     assert copier.chunk_size(10**9, 4, largest=6144) == 6144
     assert copier.chunk_size(6000, 0, largest=8192) == 6144  # no workers: one share, no crash
+    assert copier.chunk_size(4 * 4 * 6145, 4, largest=16384) == 8192  # 1 byte over: next step
+    assert copier.chunk_size(4 * 4 * 12000, 4, largest=16384) == 12288  # a quarter share each
 
 
 def test_chunks_go_biggest_file_first_round_robin() -> None:
@@ -265,7 +267,7 @@ def test_threads_and_descriptors_are_given_back(tmp_path: Path, hashed: bool) ->
     expected = {rel: sha(b) for rel, b in BLOBS.items()} if hashed else None
     source = source_dir(tmp_path)
     threads, fds = set(threading.enumerate()), set(os.listdir("/proc/self/fd"))
-    copy_files(source, tmp_path / "dest", SIZES, Progress(), workers=4, expected=expected)
+    copy_files(source, tmp_path / "dest", SIZES, Progress(), 4, sync=True, expected=expected)
     assert [t.name for t in set(threading.enumerate()) - threads] == []
     assert set(os.listdir("/proc/self/fd")) == fds
     (source / "sub/dir/mid.bin").unlink()
@@ -273,3 +275,32 @@ def test_threads_and_descriptors_are_given_back(tmp_path: Path, hashed: bool) ->
         copy_files(source, tmp_path / "d2", SIZES, Progress(), workers=4, expected=expected)
     assert [t.name for t in set(threading.enumerate()) - threads] == []
     assert set(os.listdir("/proc/self/fd")) == fds
+
+
+def test_copy_and_hash_threads_are_named_for_a_thread_dump(tmp_path: Path) -> None:
+    """A stuck restore's thread dump (py-spy, faulthandler) says which threads copy and
+    which hash: bytes move on ``copy_N`` threads, a proven file is put in place by ``sha256_N``."""
+    seen: dict[str, set[str]] = {"advance": set(), "done": set()}
+
+    class Names(Progress):
+        def advance(self, path: str, nbytes: int) -> None:
+            seen["advance"].add(threading.current_thread().name.rstrip("0123456789"))
+
+        def file_done(self, path: str) -> None:
+            seen["done"].add(threading.current_thread().name.rstrip("0123456789"))
+
+    expected = {"big.safetensors": sha(BLOBS["big.safetensors"])}
+    sizes = {"big.safetensors": SIZES["big.safetensors"]}
+    copy_files(source_dir(tmp_path), tmp_path / "dest", sizes, Names(), 4, expected=expected)
+    assert seen == {"advance": {"copy_"}, "done": {"sha256_"}}
+
+
+def test_a_leftover_of_an_earlier_run_does_not_fail_the_copy(tmp_path: Path) -> None:
+    """An interrupted run left a temp file in ``.gpudoctor-incomplete``: the copy succeeds
+    and leaves it there (the next run's clean-up deletes it), instead of failing at the end."""
+    dest = tmp_path / "dest"
+    (dest / INCOMPLETE_DIR).mkdir(parents=True, mode=0o700)
+    (dest / INCOMPLETE_DIR / "old.bin.incomplete").write_bytes(b"half")
+    assert copy_files(source_dir(tmp_path), dest, SIZES, Progress(), workers=2) == []
+    assert {k: v for k, v in tree(dest).items() if not k.startswith(INCOMPLETE_DIR)} == BLOBS
+    assert os.listdir(dest / INCOMPLETE_DIR) == ["old.bin.incomplete"]

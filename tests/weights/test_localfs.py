@@ -48,6 +48,10 @@ def test_read_manifest_absent_invalid_valid_and_under_a_file(tmp_path: Path) -> 
     assert (tmp_path / MANIFEST_NAME).read_text() == MANIFEST.to_json()
     (tmp_path / "file").write_text("x")
     assert localfs.read_manifest(tmp_path / "file") is None  # ENOTDIR: no manifest
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / MANIFEST_NAME).symlink_to(tmp_path / MANIFEST_NAME)
+    with pytest.raises(UntrustedError, match=r"\(a gpudoctor manifest\) is a symlink"):
+        localfs.read_manifest(tmp_path / "linked")
 
 
 def test_write_private_makes_a_file_others_cannot_write(tmp_path: Path) -> None:
@@ -67,10 +71,14 @@ def test_file_sizes(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"12345")
     (tmp_path / "d").mkdir()
     (tmp_path / "l").symlink_to(tmp_path / "f")
-    paths = ["f", "d", "l", "gone"]
-    assert localfs.file_sizes(tmp_path, paths) == {"f": 5, "d": None, "l": None, "gone": None}
+    (tmp_path / "x.sh").write_bytes(b"#!")
+    os.chmod(tmp_path / "x.sh", 0o755)  # an executable file is a file too
+    paths = ["gone", "f", "d", "l", "x.sh"]
+    assert localfs.file_sizes(tmp_path, paths) == {
+        "gone": None, "f": 5, "d": None, "l": None, "x.sh": 2
+    }  # fmt: skip
     followed = localfs.file_sizes(tmp_path, paths, follow_symlinks=True)
-    assert followed == {"f": 5, "d": None, "l": 5, "gone": None}
+    assert followed == {"gone": None, "f": 5, "d": None, "l": 5, "x.sh": 2}
 
 
 def test_list_names(tmp_path: Path) -> None:
@@ -81,6 +89,8 @@ def test_list_names(tmp_path: Path) -> None:
     assert sorted(localfs.list_names(tmp_path / "d")) == [".hidden", "a"]
     assert localfs.list_names(tmp_path / "l") == []
     assert localfs.list_names(tmp_path / "gone") == []
+    assert localfs.list_names(tmp_path / "d" / "a") == []  # a file: no names
+    assert _open_under(tmp_path) == []
 
 
 def test_remove_leftovers_never_follows_a_link(tmp_path: Path) -> None:
@@ -241,15 +251,25 @@ def test_a_lock_taken_after_its_holder_removed_the_file_is_the_new_file(
     monkeypatch.setattr(fsio, "open_lock", open_then_lose_the_path)
     with localfs.locked(target):
         held = [n for n in os.listdir("/proc/self/fd") if _points_to(n, path)]
-        assert path.exists() and len(held) == 1
+        assert path.exists() and len(held) == 1  # the removed file's descriptor closed
     assert first.is_set() and not path.exists()
 
 
 def _points_to(fd_name: str, path: Path) -> bool:
+    """True for a descriptor of ``path``, or of the file removed from there (`` (deleted)``)."""
     try:
-        return os.readlink(f"/proc/self/fd/{fd_name}") == str(path)
+        return os.readlink(f"/proc/self/fd/{fd_name}").startswith(str(path))
     except OSError:
         return False
+
+
+def _open_under(root: Path) -> list[str]:
+    """Return what this process holds open under ``root`` (``ls -l /proc/self/fd``)."""
+    return [
+        os.readlink(f"/proc/self/fd/{n}")
+        for n in os.listdir("/proc/self/fd")
+        if _points_to(n, root)
+    ]
 
 
 def test_publish_renames_the_partial_into_place(tmp_path: Path) -> None:
@@ -278,6 +298,7 @@ def test_link_or_copy_tree(tmp_path: Path, use_links: bool) -> None:
         assert same is use_links
         if not use_links:
             assert (dst / rel).stat().st_mode & 0o777 == 0o644
+    assert _open_under(tmp_path) == []  # every copy's descriptor closed
 
 
 def test_partial_marker_round_trip_and_bad_markers(tmp_path: Path) -> None:

@@ -145,20 +145,27 @@ def make_mirror(
 
 def mirror_models(root: Path) -> list[Path]:
     """Return the model directories of the mirror ``root``: every ``ORG/NAME`` (or
-    ``NAME``) that holds a manifest, sorted."""
+    ``NAME``) that holds a manifest, sorted; a refresh's ``NAME.partial``/``NAME.old``
+    left by an interrupted ``weights mirror`` is not a model."""
     found: list[Path] = []
     for first in sorted(localfs.list_names(root)):
         top = root / first
-        if not top.is_dir() or top.is_symlink() or first.endswith((".partial", ".old")):
+        if not _model_candidate(top):
             continue
         if (top / MANIFEST_NAME).exists():
             found.append(top)
             continue
         for second in sorted(localfs.list_names(top)):
             model = top / second
-            if model.is_dir() and not model.is_symlink() and (model / MANIFEST_NAME).exists():
+            if _model_candidate(model) and (model / MANIFEST_NAME).exists():
                 found.append(model)
     return found
+
+
+def _model_candidate(path: Path) -> bool:
+    """Return True for a real directory that is not a refresh's leftover (``NAME.partial``
+    being built, ``NAME.old`` being replaced: :func:`gpudoctor.weights.mirror.fill_mirror`)."""
+    return path.is_dir() and not path.is_symlink() and not path.name.endswith((".partial", ".old"))
 
 
 def verify_mirror(root: Path, progress: Progress, repo_id: str | None = None) -> list[MirrorCopy]:

@@ -107,6 +107,12 @@ def test_header_length_accepts_the_largest_plausible_header_and_refuses_one_byte
         header_length(struct.pack("<Q", MAX_HEADER + 1))
 
 
+def test_a_length_with_its_top_bit_set_is_implausible_not_negative():
+    """A corrupt file's first 8 bytes are an unsigned length: 0xff... is 2**64 - 1."""
+    with pytest.raises(ValueError, match=f"^implausible header length {2**64 - 1}$"):
+        header_length(b"\xff" * 8)
+
+
 def test_expected_size_of_a_real_file_is_its_size():
     blob = real_safetensors(
         {

@@ -324,6 +324,18 @@ def test_staged_pairs_are_compared_with_staged_ones_only():
     assert slow_pairs(nvlink + staged) == [(staged[2], 20.0)]
 
 
+def test_slow_pairs_of_both_classes_are_listed_p2p_ones_first():
+    nvlink = [pair(0, 1, 300.0), pair(1, 0, 310.0), pair(2, 3, 100.0)]
+    staged = [pair(0, 2, 20.0, peer=False), pair(2, 0, 21.0, peer=False), pair(1, 3, 5.0, False)]
+    assert slow_pairs(staged + nvlink) == [(nvlink[2], 300.0), (staged[2], 20.0)]
+
+
+def test_staged_pairs_are_judged_even_when_too_few_p2p_pairs_were_measured():
+    nvlink = [pair(0, 1, 300.0), pair(1, 0, 3.0)]
+    staged = [pair(0, 2, 20.0, peer=False), pair(2, 0, 21.0, peer=False), pair(1, 3, 5.0, False)]
+    assert slow_pairs(nvlink + staged) == [(staged[2], 20.0)]
+
+
 def test_fewer_than_three_measured_pairs_of_a_class_are_not_judged():
     pairs = [
         pair(0, 1, 20.0),

@@ -108,6 +108,7 @@ def test_without_a_launcher_line_the_run_has_no_result_unless_it_was_killed():
     assert parse_allreduce_output(stdout, 1).error == "no_result"
     killed = parse_allreduce_output(stdout, 1, killed=True)
     assert killed.error == "" and killed.timed_out
+    assert killed.elapsed_s == 0.0  # the launcher never said how long it ran
 
 
 def test_the_launchers_error_and_its_detail_are_kept():
@@ -137,7 +138,7 @@ def test_a_wrong_sum_is_read_from_the_result_else_from_the_checked_all_reduce():
         (
             rank(0, result=OK, checked={"sum_ok": False}),  # the final result decides
             rank(1, "allreduce", None, checked=wrong),
-            rank(2, result=wrong),
+            rank(2, result={**wrong, "wrong_elements": 9, "first_value": 1.0}),
         ),
     )
     assert [r.rank for r in run.wrong_sum] == [1, 2]
@@ -175,6 +176,10 @@ def test_a_crash_names_the_rank_its_status_its_step_and_ncclss_warning():
     assert run.describe_failure() == "Rank 1 exited 134 during init (Cuda failure 2)."
     plain = AllreduceRun(1, (rank(0, "import", 1),), warnings=("NCCL error only",))
     assert plain.describe_failure() == "Rank 0 exited 1 during import."
+    twice = AllreduceRun(1, (rank(0, "init", 1),), warnings=("x NCCL WARN a: NCCL WARN b ",))
+    assert twice.describe_failure() == "Rank 0 exited 1 during init (a: NCCL WARN b)."
+    other = AllreduceRun(1, (rank(0, "init", 1),), warnings=("torch WARN low memory",))
+    assert other.describe_failure() == "Rank 0 exited 1 during init (torch WARN low memory)."
 
 
 def test_a_hang_names_each_step_and_its_ranks():

@@ -69,3 +69,13 @@ def test_a_rate_or_burstiness_not_above_zero_is_refused(rate, burstiness):
     with pytest.raises(ValueError) as info:
         interval_s(random.Random(0), rate, burstiness)
     assert str(info.value) == (f"rate and burstiness must be > 0, got {rate} and {burstiness}")
+
+
+def test_a_rate_below_one_request_per_second_is_accepted():
+    assert statistics.fmean(gaps(arrival_offsets(4001, 0.5, seed=2))) == pytest.approx(
+        2.0, rel=0.06
+    )
+
+
+def test_one_gap_without_a_burstiness_is_a_poisson_gap():
+    assert interval_s(random.Random(7), 4.0) == pytest.approx(0.097828711, abs=1e-9)

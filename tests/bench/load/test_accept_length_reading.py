@@ -41,8 +41,9 @@ class Handler(BaseHTTPRequestHandler):
     server: InfoServer
 
     def answer(self) -> None:
-        self.server.asked.append((self.command, self.path))
-        status, body = self.server.routes.get(self.path, (404, b"not found"))
+        path = self.requestline.split()[1]  # as sent: http.server folds a leading "//"
+        self.server.asked.append((self.command, path))
+        status, body = self.server.routes.get(path, (404, b"not found"))
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -143,7 +144,15 @@ def test_server_info_without_a_number_gives_none(body):
 def test_a_flush_answered_200_is_a_success(serve):
     server = serve({"/flush_cache": (200, b"")})
     assert ask(lambda c: flush_cache(c, server.url + "/", "/flush_cache")) is None
-    assert server.asked == [("POST", "/flush_cache")]
+    assert ask(lambda c: flush_cache(c, server.url + "//", "/flush_cache")) is None
+    assert server.asked == [("POST", "/flush_cache")] * 2
+
+
+def test_a_server_behind_a_path_prefix_is_asked_under_it(serve):
+    """A reverse proxy serving SGLang under /sglX: the prefix is kept whole."""
+    server = serve({"/sglX/flush_cache": (200, b""), "/sglX/server_info": (200, info(1.5))})
+    assert ask(lambda c: flush_cache(c, server.url + "/sglX/", "/flush_cache")) is None
+    assert ask(lambda c: query_server_info(c, server.url + "/sglX")) == 1.5
 
 
 def test_a_refused_flush_says_its_status(serve):
@@ -163,7 +172,8 @@ def test_a_flush_that_cannot_connect_names_the_error(serve):
 def test_the_new_server_info_path_is_asked_first(serve):
     server = serve({"/server_info": (200, info(2.0)), "/get_server_info": (200, info(9.0))})
     assert ask(lambda c: query_server_info(c, server.url + "/")) == 2.0
-    assert server.asked == [("GET", "/server_info")]
+    assert ask(lambda c: query_server_info(c, server.url + "//")) == 2.0
+    assert server.asked == [("GET", "/server_info")] * 2
 
 
 def test_an_older_server_is_asked_its_get_server_info(serve):

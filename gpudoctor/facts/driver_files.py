@@ -82,7 +82,7 @@ def _kind(path: str, version: str) -> str:
         return "firmware" if path.rstrip("/").endswith(f"/nvidia/{version}") else ""
     if re.search(r"\.so(\.\d[\w.]*)?$", path):
         return "lib"
-    if "/bin/" in path and path.rsplit("/", 1)[-1].startswith("nvidia-"):
+    if ("/bin/" in path or "/sbin/" in path) and path.rsplit("/", 1)[-1].startswith("nvidia-"):
         return "bin"
     return ""
 

@@ -80,9 +80,11 @@ def test_lib_dirs_are_the_64_bit_dirs_of_libcuda_so_1_once_each():
         "\tlibcuda.so.1 (libc6,x86-64) => relative/libcuda.so.1\n"
         "\tlibcuda.so.10 (libc6,x86-64) => /opt/x/libcuda.so.10\n"
         "\tlibcuda.so.1 (libc6,x86-64) => /opt/cuda/lib64/libcuda.so.1 extra\n"
+        "\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/libcuda.so.1\n"  # Arch: 64-bit in /usr/lib
+        "\tlibcuda.so.1 (libc6) => /usr/lib64/32/libcuda.so.1\n"
     )
     host = RecordedHost(commands={"ldconfig -p": (0, ldconfig)})
-    assert lib_dirs(host) == [LIB, "/usr/lib/aarch64-linux-gnu"]
+    assert lib_dirs(host) == [LIB, "/usr/lib/aarch64-linux-gnu", "/usr/lib"]
 
 
 def test_lib_dirs_are_none_when_ldconfig_fails():
@@ -107,6 +109,12 @@ def test_no_loaded_module_is_an_error_saying_so():
 def test_libcuda_nowhere_the_loader_looks_is_an_error_naming_the_dirs():
     found = read_driver_files(driver_host("libcuda.so.1"))
     assert found == DriverFiles(V, error=f"libcuda.so.{V} is not in {LIB}")
+    two = driver_host("libcuda.so.1")
+    two.commands["ldconfig -p"] = (
+        0,
+        LDCONFIG + "\tlibcuda.so.1 (libc6,x86-64) => /opt/nv/libcuda.so.1\n",
+    )
+    assert read_driver_files(two).error == f"libcuda.so.{V} is not in {LIB}, /opt/nv"
     bare = RecordedHost(files={"/proc/driver/nvidia/version": VERSION_LINE})
     assert read_driver_files(bare).error == (
         f"libcuda.so.{V} is not in no directory (ldconfig -p knows no libcuda.so.1)"
@@ -143,6 +151,11 @@ def test_nvidia_smi_is_taken_from_the_first_bin_dir_holding_it():
         DriverFile("/usr/local/bin/nvidia-smi", "bin")
     ]
     assert read_driver_files(driver_host(f"libcuda.so.{V}")).of_kind("bin") == []
+    sbin_only = driver_host(f"libcuda.so.{V}")
+    sbin_only.files["/usr/sbin/nvidia-smi"] = ""
+    assert read_driver_files(sbin_only).of_kind("bin") == [
+        DriverFile("/usr/sbin/nvidia-smi", "bin")
+    ]
 
 
 def test_the_bin_dirs_can_be_named(monkeypatch):
@@ -188,7 +201,7 @@ def test_a_debian_package_lists_the_files_of_libcudas_owner():
         f"libcuda.so.{V}",
         "libcuda.so.1",
         commands={
-            f"dpkg -S {lib}": (0, f"libnvidia-compute-580:amd64, other: {lib}\n"),
+            f"dpkg -S {lib}": (0, f"libnvidia-compute-580, libcuda1-580: {lib}\n"),
             "dpkg -L libnvidia-compute-580": (0, listing),
         },
     )
@@ -263,6 +276,9 @@ CLI_LIST = "\n".join(
         f"/lib/firmware/nvidia/{V}/gsp_tu10x.bin",
         f"/usr/lib/firmware/nvidia/{V}",
         "relative/libnvidia-x.so.1",
+        f"relative/libnvidia-y.so.{V}",
+        f"/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{V}",
+        f"/dev/shm/libnvidia-z.so.{V}",
     ]
 )
 
@@ -270,7 +286,7 @@ CLI_LIST = "\n".join(
 def test_nvidia_container_cli_list_comes_first():
     host = driver_host(*RUNFILE_LIBS, commands={"nvidia-container-cli list": (0, CLI_LIST)})
     found = read_driver_files(host)
-    assert found.source == "nvidia-container-cli list"
+    assert found.source == "nvidia-container-cli list" and found.version == V
     assert found.files == (
         DriverFile("/usr/bin/nvidia-smi", "bin"),
         DriverFile("/usr/bin/nvidia-persistenced", "bin"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -111,7 +112,7 @@ class FakePynvml:
             if isinstance(event, Exception):
                 raise event
             return event
-        raise NVMLError_Timeout("timeout")
+        raise NVMLError_Timeout("no event")  # pynvml's text: "Timeout"; the class is enough
 
 
 @pytest.fixture
@@ -228,8 +229,8 @@ def test_waiting_gives_the_gpu_and_xid_or_none_at_the_timeout(nvml):
     fake = nvml(H200, {**H200, "uuid": "GPU-bbb"})
     reader = open_nvml()
     fake.event_queue.append(SimpleNamespace(device=fake.handles[1], eventData=79.0))
-    assert reader.wait_xid("event-set", 0.25) == (1, 79)
-    assert fake.calls[-1] == ("wait", "event-set", 250)
+    assert reader.wait_xid("event-set", 2.0) == (1, 79)
+    assert fake.calls[-1] == ("wait", "event-set", 2000)
     assert reader.wait_xid("event-set", 0.0001) is None  # NVMLError_Timeout
     assert fake.calls[-1] == ("wait", "event-set", 1)  # never 0: that would not wait
 
@@ -270,14 +271,27 @@ _wait_v2 = FakePynvml.nvmlEventSetWait_v2
 def test_the_sampler_records_an_xid_between_samples_and_shuts_nvml_down(nvml):
     fake = nvml(H200, {**H200, "uuid": "GPU-bbb", "util": 55})
     fake.event_queue.append(SimpleNamespace(device=fake.handles[1], eventData=79))
+    began = time.perf_counter()
     with GpuSampler(interval_s=0.01) as sampler:
         assert fake.waited.wait(30)
+        thread = sampler._thread
+        assert thread.name == "gpu-sampler" and thread.daemon  # never keeps the process alive
+    took = time.perf_counter() - began
     summary = sampler.summary()
     assert [(x["gpu"], x["xid"]) for x in summary["xids"]] == [(1, 79)]
-    assert summary["gpus"] == 2 and summary["samples"] >= 1
+    (xid,) = summary["xids"]
+    assert isinstance(xid["t"], float) and 0 <= xid["t"] <= took and xid["t"] == round(xid["t"], 3)
+    assert summary["gpus"] == 2 and summary["samples"] >= 1 and summary["interval_s"] == 0.01
     assert summary["util_pct"]["max"] == 55
+    times = [s["t"] for s in sampler.samples]
+    assert all(0 <= t <= took for t in times) and times == sorted(times)  # seconds into the cell
+    assert {c[1] for c in fake.calls if c[0] == "wait"} == {"event-set"}
     assert fake.calls[-1] == ("shutdown",)
     assert not sampler._thread.is_alive()
+
+
+def test_the_sampler_takes_five_samples_a_second_by_default():
+    assert GpuSampler().interval_s == 0.2  # nvidia-smi -lms 200
 
 
 def test_the_sampler_of_a_slot_samples_only_its_gpus(nvml):

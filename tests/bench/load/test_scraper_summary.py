@@ -6,6 +6,8 @@ HTTP. test_scraper.py reads the engines' recorded expositions end to end."""
 from __future__ import annotations
 
 import http.client
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -303,3 +305,86 @@ def test_the_dialect_is_read_once_and_later_scrapes_keep_only_its_names():
         (0.0, {"vllm:num_requests_running": 2.0}),
         (1.5, {"vllm:num_requests_running": 4.0}),
     ]
+
+
+# ---------------------------------------------------------------------------- connections
+
+
+class KeepAliveHandler(BaseHTTPRequestHandler):
+    """Answers HTTP/1.1 with a Content-Length and keeps the connection open, as vLLM's
+    and SGLang's servers do; ``/drop`` closes it without an answer; ``/huge`` sends a
+    body over the fetcher's cap; ``/hang`` answers nothing until the test ends."""
+
+    protocol_version = "HTTP/1.1"
+    release = threading.Event()
+
+    def do_GET(self) -> None:
+        if self.path == "/hang":
+            self.release.wait(30)
+            self.close_connection = True
+            return
+        if self.path == "/drop":
+            self.close_connection = True
+            return
+        body = b"#" * (MAX_BODY + 1) if self.path == "/huge" else b"vllm:num_requests_running 1\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def keep_alive():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), KeepAliveHandler)
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+    KeepAliveHandler.release.clear()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    KeepAliveHandler.release.set()
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def opened(monkeypatch):
+    """Record every HTTPConnection the fetcher opens (``sock`` is None once closed)."""
+    made: list[http.client.HTTPConnection] = []
+
+    class Recorded(http.client.HTTPConnection):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(http.client, "HTTPConnection", Recorded)
+    return made
+
+
+def test_a_kept_alive_connection_serves_every_scrape_and_is_closed_at_the_end(keep_alive, opened):
+    with Fetcher(keep_alive + "/metrics", 10.0) as fetcher:
+        assert fetcher.get() == fetcher.get() == b"vllm:num_requests_running 1\n"
+        assert len(opened) == 1 and opened[0].sock is not None
+    assert opened[0].sock is None  # no socket left open after the cell
+
+
+def test_a_broken_connection_is_closed_and_the_next_scrape_opens_another(keep_alive, opened):
+    with Fetcher(keep_alive + "/drop", 10.0) as fetcher:
+        with pytest.raises((OSError, http.client.HTTPException)):
+            fetcher.get()
+        assert opened[0].sock is None and fetcher._conn is None
+
+
+def test_a_scrape_that_times_out_closes_its_connection(keep_alive, opened):
+    """http.client closes a connection the server reset, not one that timed out."""
+    with Fetcher(keep_alive + "/hang", 0.2) as fetcher:
+        with pytest.raises(TimeoutError):
+            fetcher.get()
+        assert opened[0].sock is None and fetcher._conn is None
+
+
+def test_a_reply_over_the_cap_closes_its_connection(keep_alive, opened):
+    with Fetcher(keep_alive + "/huge", 10.0) as fetcher:
+        with pytest.raises(RuntimeError, match="reply over"):
+            fetcher.get()
+        assert opened[0].sock is None and fetcher._conn is None

@@ -218,6 +218,18 @@ def test_a_debian_package_lists_the_files_of_libcudas_owner():
     )
 
 
+def test_a_multiarch_owner_is_named_without_its_architecture():
+    lib = f"{LIB}/libcuda.so.{V}"
+    host = driver_host(
+        f"libcuda.so.{V}",
+        commands={
+            f"dpkg -S {lib}": (0, f"libnvidia-compute-580:amd64: {lib}\n"),
+            "dpkg -L libnvidia-compute-580": (0, f"{lib}\n"),
+        },
+    )
+    assert read_driver_files(host).source == "dpkg -L libnvidia-compute-580"
+
+
 def test_an_rpm_package_is_asked_when_dpkg_knows_no_owner():
     lib = f"{LIB}/libcuda.so.{V}"
     owner = f"nvidia-driver-cuda-libs-{V}-1.el9.x86_64"

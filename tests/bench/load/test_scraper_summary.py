@@ -6,7 +6,9 @@ HTTP. test_scraper.py reads the engines' recorded expositions end to end."""
 from __future__ import annotations
 
 import http.client
+import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -323,6 +325,15 @@ class KeepAliveHandler(BaseHTTPRequestHandler):
             self.release.wait(30)
             self.close_connection = True
             return
+        if self.path == "/endless":  # announces 1 GiB, sends past the cap, then waits
+            self.send_response(200)
+            self.send_header("Content-Length", str(1 << 30))
+            self.end_headers()
+            self.wfile.write(b"#" * (MAX_BODY + 10))
+            self.wfile.flush()
+            self.release.wait(30)
+            self.close_connection = True
+            return
         if self.path == "/drop":
             self.close_connection = True
             return
@@ -388,3 +399,56 @@ def test_a_reply_over_the_cap_closes_its_connection(keep_alive, opened):
         with pytest.raises(RuntimeError, match="reply over"):
             fetcher.get()
         assert opened[0].sock is None and fetcher._conn is None
+
+
+def test_the_thread_scrapes_in_seconds_into_the_cell_and_its_last_scrape_succeeds():
+    began = time.perf_counter()
+    with MetricsServer([b"vllm:num_requests_running 1\n"]) as srv:
+        with MetricsScraper(srv.url, interval_s=0.01) as scraper:
+            assert srv.scraped(3)
+            thread = scraper._thread
+            assert thread.name == "metrics-scraper" and thread.daemon  # never holds the exit
+        took = time.perf_counter() - began
+    assert scraper.failures == [] and scraper.scrapes == len(scraper.samples) >= 4
+    times = [t for t, _ in scraper.samples]
+    assert times == sorted(times) and all(0 <= t <= took for t in times)
+
+
+def test_a_scraper_that_never_ran_cost_no_cpu():
+    assert MetricsScraper(None).summary()["cpu_s"] == 0.0
+
+
+def test_the_fetcher_asks_for_the_text_format(keep_alive, opened, monkeypatch):
+    sent: list[dict] = []
+    original = http.client.HTTPConnection.request
+
+    def request(self, method, url, body=None, headers=None, **kw):
+        sent.append(dict(headers or {}))
+        return original(self, method, url, body, headers or {}, **kw)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "request", request)
+    with Fetcher(keep_alive + "/metrics", 10.0) as fetcher:
+        fetcher.get()
+    assert sent == [{"Accept": "text/plain"}]  # not OpenMetrics, which the parser does not read
+
+
+def test_an_https_url_is_fetched_over_tls(keep_alive):
+    """A plain HTTP server answers no TLS handshake: the fetcher spoke TLS to it."""
+    url = keep_alive.replace("http://", "https://") + "/metrics"
+    with Fetcher(url, 10.0) as fetcher, pytest.raises(ssl.SSLError):
+        fetcher.get()
+
+
+def test_a_huge_announced_reply_is_not_read_whole(keep_alive):
+    """A hostile server announcing 1 GiB and sending a little more than the cap: the reply
+    is refused after the cap, never read to its announced end."""
+    with Fetcher(keep_alive + "/endless", 5.0) as fetcher, pytest.raises(RuntimeError):
+        fetcher.get()
+
+
+def test_the_denominator_is_its_growth_from_the_first_to_the_last_sample():
+    samples = [(0.0, {HITS: 0.0, QUERIES: 100.0}), (1.0, {HITS: 5.0, QUERIES: 150.0}),
+               (2.0, {HITS: 40.0, QUERIES: 200.0})]  # fmt: skip
+    assert summarize(samples, "vllm", None)["prefix_cache_hit_rate"]["value"] == 0.4
+    one = [(0.0, {HITS: 0.0, QUERIES: 100.0}), (1.0, {HITS: 1.0, QUERIES: 101.0})]
+    assert summarize(one, "vllm", None)["prefix_cache_hit_rate"]["value"] == 1.0  # one query

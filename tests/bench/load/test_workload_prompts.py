@@ -313,3 +313,28 @@ def test_the_spec_gives_the_count_unless_one_is_asked_for(tok, tmp_path):
     s = spec(kind="jsonl", dataset_path=path, num_prompts=2, output_len=10)
     prompts = build_prompts(s, tok, max_total=30)
     assert len(prompts) == 2 and all(p.cut_from for p in prompts)
+
+
+def test_exactly_100_clean_tokens_are_enough_to_draw_from():
+    class Vocab:
+        """101 ordinary tokens, of which 100 decode to text that re-encodes to themselves."""
+
+        all_special_ids = (0,)
+
+        def __len__(self) -> int:
+            return 102
+
+        def batch_decode(self, batches):
+            return [f"w{i}" if i <= 100 else "\ufffd" for (i,) in batches]
+
+        def __call__(self, texts, add_special_tokens=False):
+            return {"input_ids": [[int(t[1:])] if t.startswith("w") else [0] for t in texts]}
+
+    assert clean_token_ids(Vocab()) == list(range(1, 101))
+
+
+def test_a_prompt_exactly_at_its_budget_is_kept_and_a_budget_of_two_keeps_one_token(tok):
+    full = count_tokens(tok, LONG, False)
+    assert cut_to_fit(tok, LONG, False, full) == (LONG, full)
+    text, length = cut_to_fit(tok, LONG, False, 2)  # <s> and one token
+    assert length == 2 == count_tokens(tok, text, False) and LONG.startswith(text)

@@ -82,7 +82,7 @@ def _kind(path: str, version: str) -> str:
         return "firmware" if path.rstrip("/").endswith(f"/nvidia/{version}") else ""
     if re.search(r"\.so(\.\d[\w.]*)?$", path):
         return "lib"
-    if "/bin/" in path and path.rsplit("/", 1)[-1].startswith("nvidia-"):
+    if ("/bin/" in path or "/sbin/" in path) and path.rsplit("/", 1)[-1].startswith("nvidia-"):
         return "bin"
     return ""
 
@@ -106,7 +106,7 @@ def lib_dirs(host: Host) -> list[str]:
     dirs = []
     for line in _lines(host, ["ldconfig", "-p"]) or []:
         match = re.match(r"^libcuda\.so\.1 \(([^)]*)\) => (/\S+)$", line)
-        if (match and "x86-64" in match.group(1)) or (match and "64" in match.group(1)):
+        if match and "64" in match.group(1):  # x86-64, AArch64: not a 32-bit (libc6) copy
             dirs.append(match.group(2).rsplit("/", 1)[0])
     return list(dict.fromkeys(dirs))
 

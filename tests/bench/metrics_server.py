@@ -27,14 +27,16 @@ class MetricsServer:
 
     def __init__(self, texts: list[bytes], status: int = 200, path: str = "/metrics") -> None:
         self.texts, self.status, self.path = texts, status, path
-        self.count = 0
+        self.count = 0  # replies written
+        self.asked = 0  # requests received
         self._cond = threading.Condition()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                with outer._cond:
-                    body = outer.texts[min(outer.count, len(outer.texts) - 1)]
+                with outer._cond:  # the text by request order, not by replies finished
+                    body = outer.texts[min(outer.asked, len(outer.texts) - 1)]
+                    outer.asked += 1
                     status = outer.status if self.path == outer.path else 404
                 self.send_response(status)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")

@@ -1,0 +1,454 @@
+"""gpudoctor/bench/load/scraper.py: from the samples a cell scraped to each signal's figures
+(or why it is not available, never a 0), how label sets are combined, and the fetcher's
+refusals, against a real loopback server (tests/bench/metrics_server.py) where it speaks
+HTTP. test_scraper.py reads the engines' recorded expositions end to end."""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from gpudoctor.bench.load.scraper import (
+    MAX_BODY,
+    SERIES_POINTS,
+    Fetcher,
+    MetricsScraper,
+    parse_samples,
+    reduce_samples,
+    summarize,
+)
+from gpudoctor.bench.load.signal_names import SIGNALS
+from tests.bench.metrics_server import MetricsServer
+
+VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
+VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+HITS, QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+def test_only_the_kept_names_are_parsed_with_their_labels():
+    text = (
+        "# HELP vllm:num_requests_running Running.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0"} 3.0\n'
+        'vllm:num_requests_running{engine="1"} 4.0\n'
+        "vllm:num_requests_waiting 2.0\n"
+        "process_cpu_seconds_total 9.0\n"
+    )
+    assert parse_samples(text, frozenset({"vllm:num_requests_running"})) == {
+        "vllm:num_requests_running": [({"engine": "0"}, 3.0), ({"engine": "1"}, 4.0)]
+    }
+    everything = parse_samples(text)
+    assert set(everything) == {
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "process_cpu_seconds_total",
+    }
+
+
+def test_a_kept_prefix_does_not_keep_a_longer_name():
+    text = "vllm:num_requests_running_extra 7\nvllm:num_requests_running 1\n"
+    assert parse_samples(text, frozenset({"vllm:num_requests_running"})) == {
+        "vllm:num_requests_running": [({}, 1.0)]
+    }
+
+
+def test_fractions_are_averaged_over_label_sets_and_counts_summed():
+    parsed = {
+        "vllm:kv_cache_usage_perc": [({"engine": "0"}, 0.2), ({"engine": "1"}, 0.6)],
+        "vllm:num_requests_running": [({"engine": "0"}, 3.0), ({"engine": "1"}, 4.0)],
+        VLLM_PER_POS: [
+            ({"position": "0", "engine": "0"}, 5.0),
+            ({"position": "0", "engine": "1"}, 2.0),
+            ({"position": "1", "engine": "0"}, 1.0),
+            ({"engine": "1"}, 9.0),
+        ],
+    }
+    assert reduce_samples(parsed, "vllm") == {
+        "vllm:kv_cache_usage_perc": pytest.approx(0.4),
+        "vllm:num_requests_running": 7.0,
+        VLLM_PER_POS: {"0": 7.0, "1": 1.0, "?": 9.0},
+    }
+
+
+def test_sglangs_fractions_are_averaged_and_its_counts_summed():
+    parsed = {
+        "sglang:cache_hit_rate": [({"dp": "0"}, 0.5), ({"dp": "1"}, 0.25)],
+        "sglang:spec_accept_length": [({"dp": "0"}, 2.0), ({"dp": "1"}, 3.0)],
+        "sglang:token_usage": [({"dp": "0"}, 0.1), ({"dp": "1"}, 0.3)],
+        "sglang:num_queue_reqs": [({"dp": "0"}, 2.0), ({"dp": "1"}, 5.0)],
+    }
+    assert reduce_samples(parsed, "sglang") == {
+        "sglang:cache_hit_rate": 0.375,
+        "sglang:spec_accept_length": 2.5,
+        "sglang:token_usage": pytest.approx(0.2),
+        "sglang:num_queue_reqs": 7.0,
+    }
+
+
+# ---------------------------------------------------------------------------- summarizing
+
+
+def test_without_samples_every_signal_says_why():
+    for why, expected in [("HTTP 404", "HTTP 404"), (None, "no dialect recognised")]:
+        out = summarize([], None, why)
+        assert out == {s: {"available": False, "why": expected} for s in SIGNALS}
+    assert summarize([(0.0, {"sglang:token_usage": 1.0})], "sglang", "broken")["running"] == {
+        "available": False, "why": "broken"
+    }  # fmt: skip
+
+
+def test_a_gauge_gives_its_mean_max_last_and_series():
+    samples = [(0.0, {"vllm:num_requests_running": 2.0}), (0.51234, {}),
+               (1.0004, {"vllm:num_requests_running": 6.0}),
+               (2.0, {"vllm:num_requests_running": 1.0})]  # fmt: skip
+    running = summarize(samples, "vllm", None)["running"]
+    assert running == {
+        "available": True,
+        "value": 3.0,
+        "mean": 3.0,
+        "max": 6.0,
+        "last": 1.0,
+        "series": [[0.0, 2.0], [1.0, 6.0], [2.0, 1.0]],
+        "source": "vllm:num_requests_running",
+    }
+
+
+def test_a_long_gauge_series_is_thinned_evenly():
+    n = 2 * SERIES_POINTS + 1
+    samples = [(k / 10, {"vllm:num_requests_waiting": float(k)}) for k in range(n)]
+    waiting = summarize(samples, "vllm", None)["waiting"]
+    assert len(waiting["series"]) == SERIES_POINTS + 1 == 121
+    assert waiting["series"][:2] == [[0.0, 0.0], [0.2, 2.0]]
+    assert waiting["max"] == n - 1 and waiting["last"] == n - 1
+    short = summarize(samples[: SERIES_POINTS + 1], "vllm", None)["waiting"]
+    assert len(short["series"]) == SERIES_POINTS + 1  # under 2 x 120: every sample kept
+
+
+def test_a_counter_gives_its_growth_during_the_cell():
+    name = "vllm:num_preemptions_total"
+    samples = [(0.0, {name: 5.0}), (1.0, {name: 6.0}), (2.0, {name: 9.0})]
+    assert summarize(samples, "vllm", None)["preemptions"] == {
+        "available": True, "value": 4.0, "source": name
+    }  # fmt: skip
+
+
+def test_a_signal_not_served_says_which_name_is_missing():
+    out = summarize([(0.0, {"vllm:num_requests_running": 1.0})], "vllm", None)
+    assert out["kv_cache_usage"] == {
+        "available": False, "why": "vllm:kv_cache_usage_perc not served"
+    }  # fmt: skip
+    assert out["running"]["available"] is True
+
+
+def test_a_signal_the_dialect_lacks_says_so():
+    out = summarize([(0.0, {"sglang:token_usage": 0.5})], "sglang", None)
+    assert out["spec_accept_histogram"] == {
+        "available": False, "why": "sglang exports no such metric"
+    }  # fmt: skip
+
+
+def test_the_prefix_cache_hit_rate_is_hits_over_queries_during_the_cell():
+    samples = [(0.0, {HITS: 100.0, QUERIES: 1000.0}), (1.0, {HITS: 400.0, QUERIES: 2000.0})]
+    assert summarize(samples, "vllm", None)["prefix_cache_hit_rate"] == {
+        "available": True, "value": 0.3, "source": HITS
+    }  # fmt: skip
+
+
+def test_no_queries_during_the_cell_is_not_a_zero_rate():
+    samples = [(0.0, {HITS: 1.0, QUERIES: 10.0}), (1.0, {HITS: 1.0, QUERIES: 10.0})]
+    assert summarize(samples, "vllm", None)["prefix_cache_hit_rate"] == {
+        "available": False, "why": f"no queries during the cell ({QUERIES})"
+    }  # fmt: skip
+    fewer = [(0.0, {HITS: 1.0, QUERIES: 10.0}), (1.0, {HITS: 1.0, QUERIES: 9.0})]  # a restart
+    assert summarize(fewer, "vllm", None)["prefix_cache_hit_rate"]["available"] is False
+    no_den = [(0.0, {HITS: 1.0}), (1.0, {HITS: 3.0})]
+    assert summarize(no_den, "vllm", None)["prefix_cache_hit_rate"] == {
+        "available": False, "why": f"{QUERIES} not served"
+    }  # fmt: skip
+
+
+def test_the_accept_length_is_one_plus_accepted_per_draft():
+    samples = [(0.0, {VLLM_ACCEPTED: 100.0, VLLM_DRAFTS: 50.0}),
+               (1.0, {VLLM_ACCEPTED: 400.0}),
+               (2.0, {VLLM_ACCEPTED: 500.0, VLLM_DRAFTS: 250.0})]  # fmt: skip
+    assert summarize(samples, "vllm", None)["spec_accept_length"] == {
+        "available": True, "value": 3.0, "source": VLLM_ACCEPTED
+    }  # fmt: skip
+    idle = [
+        (0.0, {VLLM_ACCEPTED: 1.0, VLLM_DRAFTS: 5.0}),
+        (1.0, {VLLM_ACCEPTED: 1.0, VLLM_DRAFTS: 5.0}),
+    ]
+    assert summarize(idle, "vllm", None)["spec_accept_length"] == {
+        "available": False, "why": f"no drafts during the cell ({VLLM_DRAFTS})"
+    }  # fmt: skip
+
+
+def test_the_histogram_is_each_positions_acceptance_per_draft_in_position_order():
+    first = {VLLM_PER_POS: {"0": 10.0, "2": 1.0}, VLLM_DRAFTS: 100.0}
+    last = {VLLM_PER_POS: {"10": 5.0, "2": 21.0, "0": 90.0, "x": 4.0, "1": 60.0},
+            VLLM_DRAFTS: 200.0}  # fmt: skip
+    hist = summarize([(0.0, first), (1.0, last)], "vllm", None)["spec_accept_histogram"]
+    assert hist == {
+        "available": True,
+        "value": {"0": 0.8, "1": 0.6, "2": 0.2, "10": 0.05, "x": 0.04},
+        "source": VLLM_PER_POS,
+    }
+    assert list(hist["value"]) == ["0", "1", "2", "10", "x"]
+
+
+# ---------------------------------------------------------------------------- fetching
+
+
+def test_the_fetcher_keeps_the_path_and_query_of_the_url():
+    f = Fetcher("https://gpu1:8443/prom/metrics?name=x", 5.0)
+    assert (f.https, f.host, f.port, f.path) == (True, "gpu1", 8443, "/prom/metrics?name=x")
+    g = Fetcher("http://127.0.0.1:9000", 5.0)
+    assert (g.https, g.path, g.timeout_s, g.url) == (False, "/", 5.0, "http://127.0.0.1:9000")
+    assert Fetcher("http:///metrics", 1.0).host == "127.0.0.1"
+
+
+def test_a_server_that_closes_after_each_reply_is_scraped_on_a_new_connection():
+    """http.server answers HTTP/1.0 (Connection: close), as a minimal exporter does."""
+    with MetricsServer([b"a 1\n", b"a 2\n"]) as srv, Fetcher(srv.url, 10.0) as fetcher:
+        assert fetcher.get() == b"a 1\n"
+        assert fetcher._conn is None
+        assert fetcher.get() == b"a 2\n"
+        assert srv.scraped(2)
+
+
+def test_a_status_other_than_200_is_an_error_naming_the_url():
+    with (
+        MetricsServer([b"gone"], status=503) as srv,
+        Fetcher(srv.url, 10.0) as fetcher,
+        pytest.raises(RuntimeError) as error,
+    ):
+        fetcher.get()
+    assert str(error.value) == f"GET {srv.url}: HTTP 503"
+
+
+def test_a_reply_over_the_cap_is_refused_and_one_at_the_cap_read():
+    at_cap = b"#" * MAX_BODY
+    with MetricsServer([at_cap, at_cap + b"#"]) as srv, Fetcher(srv.url, 10.0) as fetcher:
+        assert fetcher.get() == at_cap
+        with pytest.raises(RuntimeError, match=rf"^GET {srv.url}: reply over {MAX_BODY} bytes$"):
+            fetcher.get()
+        assert fetcher._conn is None  # the rest of that reply is never read: a new connection
+        with pytest.raises(RuntimeError, match="reply over"):
+            fetcher.get()  # a new connection, the same refusal
+        assert srv.scraped(3)
+
+
+def test_a_closed_server_is_an_oserror_and_the_next_scrape_reconnects():
+    with MetricsServer([b"a 1\n"]) as srv:
+        url = srv.url
+    with Fetcher(url, 5.0) as fetcher:
+        with pytest.raises((OSError, http.client.HTTPException)):
+            fetcher.get()
+        assert fetcher._conn is None
+    with MetricsServer([b"a 1\n"]) as srv, Fetcher(srv.url, 5.0) as fetcher:
+        assert fetcher.get() == b"a 1\n"
+
+
+# ---------------------------------------------------------------------------- the scraper
+
+
+def test_a_server_serving_neither_dialect_is_a_failure_that_names_it():
+    with MetricsServer([b"process_cpu_seconds_total 1\n"]) as srv:
+        scraper = MetricsScraper(srv.url)
+        with Fetcher(srv.url, 10.0) as fetcher:
+            scraper.scrape_once(fetcher, 0.0)
+    assert scraper.failures == [f"RuntimeError: {srv.url} serves neither vllm: nor sglang: metrics"]
+    summary = scraper.summary()
+    assert (summary["scrapes"], summary["failed"], summary["dialect"]) == (1, 1, None)
+    assert summary["first_error"] == scraper.failures[0]
+    assert summary["signals"]["running"]["why"] == scraper.failures[0]
+
+
+def test_a_long_failure_is_cut_to_200_characters():
+    with MetricsServer([b"a 1\n"], status=500, path="/" + "m" * 300) as srv:
+        scraper = MetricsScraper(srv.url)
+        with Fetcher(srv.url, 10.0) as fetcher:
+            scraper.scrape_once(fetcher, 0.0)
+    assert scraper.failures == [f"RuntimeError: GET {srv.url}: HTTP 500"[:200]]
+    assert len(scraper.failures[0]) == 200
+
+
+def test_a_scraper_that_never_scraped_says_so():
+    scraper = MetricsScraper("http://127.0.0.1:9/metrics")
+    summary = scraper.summary()
+    assert summary["signals"]["running"] == {
+        "available": False, "why": "no scrape finished during the cell"
+    }  # fmt: skip
+    assert (summary["url"], summary["interval_s"], summary["first_error"]) == (
+        "http://127.0.0.1:9/metrics", 1.0, None)  # fmt: skip
+    assert MetricsScraper(None).summary()["signals"]["running"]["why"] == (
+        "the engine serves no /metrics"
+    )
+
+
+def test_the_dialect_is_read_once_and_later_scrapes_keep_only_its_names():
+    vllm = b"vllm:num_requests_running 2\nsglang:num_queue_reqs 9\n"
+    with MetricsServer([vllm, b"vllm:num_requests_running 4\nextra_total 1\n"]) as srv:
+        scraper = MetricsScraper(srv.url)
+        with Fetcher(srv.url, 10.0) as fetcher:
+            scraper.scrape_once(fetcher, 0.0)
+            scraper.scrape_once(fetcher, 1.5)
+    assert scraper.dialect == "vllm"
+    assert scraper.samples == [
+        (0.0, {"vllm:num_requests_running": 2.0}),
+        (1.5, {"vllm:num_requests_running": 4.0}),
+    ]
+
+
+# ---------------------------------------------------------------------------- connections
+
+
+class KeepAliveHandler(BaseHTTPRequestHandler):
+    """Answers HTTP/1.1 with a Content-Length and keeps the connection open, as vLLM's
+    and SGLang's servers do; ``/drop`` closes it without an answer; ``/huge`` sends a
+    body over the fetcher's cap; ``/hang`` answers nothing until the test ends."""
+
+    protocol_version = "HTTP/1.1"
+    release = threading.Event()
+
+    def do_GET(self) -> None:
+        if self.path == "/hang":
+            self.release.wait(30)
+            self.close_connection = True
+            return
+        if self.path == "/endless":  # announces 1 GiB, sends past the cap, then waits
+            self.send_response(200)
+            self.send_header("Content-Length", str(1 << 30))
+            self.end_headers()
+            self.wfile.write(b"#" * (MAX_BODY + 10))
+            self.wfile.flush()
+            self.release.wait(30)
+            self.close_connection = True
+            return
+        if self.path == "/drop":
+            self.close_connection = True
+            return
+        body = b"#" * (MAX_BODY + 1) if self.path == "/huge" else b"vllm:num_requests_running 1\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def keep_alive():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), KeepAliveHandler)
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+    KeepAliveHandler.release.clear()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    KeepAliveHandler.release.set()
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def opened(monkeypatch):
+    """Record every HTTPConnection the fetcher opens (``sock`` is None once closed)."""
+    made: list[http.client.HTTPConnection] = []
+
+    class Recorded(http.client.HTTPConnection):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(http.client, "HTTPConnection", Recorded)
+    return made
+
+
+def test_a_kept_alive_connection_serves_every_scrape_and_is_closed_at_the_end(keep_alive, opened):
+    with Fetcher(keep_alive + "/metrics", 10.0) as fetcher:
+        assert fetcher.get() == fetcher.get() == b"vllm:num_requests_running 1\n"
+        assert len(opened) == 1 and opened[0].sock is not None
+    assert opened[0].sock is None  # no socket left open after the cell
+
+
+def test_a_broken_connection_is_closed_and_the_next_scrape_opens_another(keep_alive, opened):
+    with Fetcher(keep_alive + "/drop", 10.0) as fetcher:
+        with pytest.raises((OSError, http.client.HTTPException)):
+            fetcher.get()
+        assert opened[0].sock is None and fetcher._conn is None
+
+
+def test_a_scrape_that_times_out_closes_its_connection(keep_alive, opened):
+    """http.client closes a connection the server reset, not one that timed out."""
+    with Fetcher(keep_alive + "/hang", 0.2) as fetcher:
+        with pytest.raises(TimeoutError):
+            fetcher.get()
+        assert opened[0].sock is None and fetcher._conn is None
+
+
+def test_a_reply_over_the_cap_closes_its_connection(keep_alive, opened):
+    with Fetcher(keep_alive + "/huge", 10.0) as fetcher:
+        with pytest.raises(RuntimeError, match="reply over"):
+            fetcher.get()
+        assert opened[0].sock is None and fetcher._conn is None
+
+
+def test_the_thread_scrapes_in_seconds_into_the_cell_and_its_last_scrape_succeeds():
+    began = time.perf_counter()
+    with MetricsServer([b"vllm:num_requests_running 1\n"]) as srv:
+        with MetricsScraper(srv.url, interval_s=0.01) as scraper:
+            assert srv.scraped(3)
+            thread = scraper._thread
+            assert thread.name == "metrics-scraper" and thread.daemon  # never holds the exit
+        took = time.perf_counter() - began
+    assert scraper.failures == [] and scraper.scrapes == len(scraper.samples) >= 4
+    times = [t for t, _ in scraper.samples]
+    assert times == sorted(times) and all(0 <= t <= took for t in times)
+
+
+def test_a_scraper_that_never_ran_cost_no_cpu():
+    assert MetricsScraper(None).summary()["cpu_s"] == 0.0
+
+
+def test_the_fetcher_asks_for_the_text_format(keep_alive, opened, monkeypatch):
+    sent: list[dict] = []
+    original = http.client.HTTPConnection.request
+
+    def request(self, method, url, body=None, headers=None, **kw):
+        sent.append(dict(headers or {}))
+        return original(self, method, url, body, headers or {}, **kw)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "request", request)
+    with Fetcher(keep_alive + "/metrics", 10.0) as fetcher:
+        fetcher.get()
+    assert sent == [{"Accept": "text/plain"}]  # not OpenMetrics, which the parser does not read
+
+
+def test_an_https_url_is_fetched_over_tls(keep_alive):
+    """A plain HTTP server answers no TLS handshake: the fetcher spoke TLS to it."""
+    url = keep_alive.replace("http://", "https://") + "/metrics"
+    with Fetcher(url, 10.0) as fetcher, pytest.raises(ssl.SSLError):
+        fetcher.get()
+
+
+def test_a_huge_announced_reply_is_not_read_whole(keep_alive):
+    """A hostile server announcing 1 GiB and sending a little more than the cap: the reply
+    is refused after the cap, never read to its announced end."""
+    with Fetcher(keep_alive + "/endless", 5.0) as fetcher, pytest.raises(RuntimeError):
+        fetcher.get()
+
+
+def test_the_denominator_is_its_growth_from_the_first_to_the_last_sample():
+    samples = [(0.0, {HITS: 0.0, QUERIES: 100.0}), (1.0, {HITS: 5.0, QUERIES: 150.0}),
+               (2.0, {HITS: 40.0, QUERIES: 200.0})]  # fmt: skip
+    assert summarize(samples, "vllm", None)["prefix_cache_hit_rate"]["value"] == 0.4
+    one = [(0.0, {HITS: 0.0, QUERIES: 100.0}), (1.0, {HITS: 1.0, QUERIES: 101.0})]
+    assert summarize(one, "vllm", None)["prefix_cache_hit_rate"]["value"] == 1.0  # one query

@@ -228,3 +228,21 @@ def test_the_agent_signs_for_an_identity_whatever_its_public_key_line_looks_like
     assert names == [f"agent key for {locked}", f"agent key for {rsa}", f"agent key for {pasted}"]
     assert notes == [f"{truncated} cannot be loaded (ValueError)"]
     assert all(isinstance(k, paramiko.AgentKey) for _l, k in keys)
+
+
+def test_an_agent_socket_nobody_listens_on_is_closed_at_once(tmp_path: Path) -> None:
+    """``IdentityAgent`` names a dead socket (the agent is gone, the file is left): no
+    agent, and the socket opened to try it is closed then, not left to the garbage
+    collector (which warns about an unclosed socket: an fd held meanwhile)."""
+    import gc
+    import socket
+    import warnings
+
+    dead = tmp_path / "dead.sock"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(dead))  # bound, never listening: connect() is refused
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        assert open_agent(SSHTarget("pve1", "10.0.0.5", identity_agent=str(dead))) is None
+        gc.collect()
+    assert [str(w.message) for w in caught if w.category is ResourceWarning] == []

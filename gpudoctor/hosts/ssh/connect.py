@@ -204,7 +204,8 @@ def _jump_channel(hop: Connection, target: SSHTarget, timeout: float) -> paramik
             "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout
         )
     except (paramiko.SSHException, OSError, EOFError) as exc:
-        reason = str(exc) or type(exc).__name__
+        # a refused channel (ChannelException) says why in .text; str() would show its repr
+        reason = getattr(exc, "text", "") or str(exc) or type(exc).__name__
         raise HostError(
             f"{target.where}: the jump host {hop.target.alias} cannot reach "
             f"{target.hostname}:{target.port}: {reason}"

@@ -174,12 +174,16 @@ def _pump(a: paramiko.Channel | socket.socket, b: paramiko.Channel | socket.sock
 
 
 class Server:
-    """The listening server: ``port`` on 127.0.0.1, ``host_key`` (ECDSA P-256, made per
-    server), ``policy``, and what clients did (``attempts``, ``commands``, ``forwards``)."""
+    """The listening server: ``port`` on 127.0.0.1, its ``host_keys`` (one ECDSA P-256 key
+    made per server unless given; ``host_key`` is the first), ``policy``, and what clients
+    did (``attempts``, ``commands``, ``forwards``)."""
 
-    def __init__(self, policy: Policy | None = None) -> None:
+    def __init__(
+        self, policy: Policy | None = None, host_keys: list[paramiko.PKey] | None = None
+    ) -> None:
         self.policy = policy or Policy()
-        self.host_key = paramiko.ECDSAKey.generate()
+        self.host_keys = host_keys or [paramiko.ECDSAKey.generate()]
+        self.host_key = self.host_keys[0]
         self.attempts: list[Attempt] = []
         self.commands: list[str] = []
         self.forwards: list[tuple[str, int]] = []
@@ -208,7 +212,8 @@ class Server:
     def _serve(self, conn: socket.socket) -> None:
         transport = paramiko.Transport(conn)
         self.transports.append(transport)
-        transport.add_server_key(self.host_key)
+        for key in self.host_keys:
+            transport.add_server_key(key)
         with contextlib.suppress(paramiko.SSHException, EOFError, OSError):
             transport.start_server(server=_Interface(self))
         while transport.is_active():
@@ -219,6 +224,18 @@ class Server:
             if sock is not None:
                 threading.Thread(target=_pump, args=(channel, sock), daemon=True).start()
                 threading.Thread(target=_pump, args=(sock, channel), daemon=True).start()
+
+    def known_hosts_line(self, key: paramiko.PKey | None = None) -> str:
+        """Return the known_hosts line for this server's ``key`` (the first host key)."""
+        key = key or self.host_key
+        return f"[127.0.0.1]:{self.port} {key.get_name()} {key.get_base64()}\n"
+
+    def wait_closed(self) -> bool:
+        """Wait until every connection's transport thread has ended (the client is gone);
+        return True when they all have."""
+        for transport in list(self.transports):
+            transport.join(30)
+        return not any(t.is_active() for t in self.transports)
 
     def close(self) -> None:
         """Stop listening and close every connection."""
@@ -232,9 +249,11 @@ class Server:
 
 
 @contextlib.contextmanager
-def running(policy: Policy | None = None) -> Iterator[Server]:
+def running(
+    policy: Policy | None = None, host_keys: list[paramiko.PKey] | None = None
+) -> Iterator[Server]:
     """Yield a started :class:`Server`; close it at the end."""
-    server = Server(policy)
+    server = Server(policy, host_keys)
     try:
         yield server
     finally:

@@ -37,6 +37,8 @@ class Policy:
             (a server that does not answer), then fails.
         drop_on_auth: close the connection at the first authentication request (an sshd
             that crashes or is restarted mid-login).
+        sessions: open session channels (False: refuse them, as an sshd with
+            ``MaxSessions 0`` does).
     """
 
     keys: set[bytes] = field(default_factory=set)
@@ -45,6 +47,7 @@ class Policy:
     allowed: str = "publickey,password"
     hold_auth: threading.Event | None = None
     drop_on_auth: bool = False
+    sessions: bool = True
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ class _Interface(paramiko.ServerInterface):
         return paramiko.AUTH_SUCCESSFUL
 
     def check_channel_request(self, kind: str, chanid: int) -> int:
-        if kind == "session":
+        if kind == "session" and self.server.policy.sessions:
             return paramiko.OPEN_SUCCEEDED
         return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
 

@@ -206,13 +206,13 @@ def test_the_agent_signs_for_an_identity_whatever_its_public_key_line_looks_like
     or looks like a key type, options in front (an authorized_keys line pasted in), a
     certificate line or a damaged line ahead of the key's own."""
     locked = keygen(tmp_path / "locked")
-    rsa = keygen(tmp_path / "rsa", "rsa")
+    other = keygen(tmp_path / "other")
     ecdsa = keygen(tmp_path / "ecdsa", "ecdsa")
-    ssh_add(agent, locked, rsa, ecdsa)
+    ssh_add(agent, locked, other, ecdsa)
     subprocess.run(["ssh-keygen", "-q", "-p", "-P", "", "-N", "secret", "-f", locked],
                    check=True, capture_output=True)  # fmt: skip
-    kind, blob, _comment = Path(f"{rsa}.pub").read_text().split()
-    Path(f"{rsa}.pub").write_text(f"{kind} {blob} Jürgen's laptop ssh-laptop\n", "utf-8")
+    kind, blob, _comment = Path(f"{other}.pub").read_text().split()
+    Path(f"{other}.pub").write_text(f"{kind} {blob} Jürgen's laptop ssh-laptop\n", "utf-8")
     ekind, eblob, _ = Path(f"{ecdsa}.pub").read_text().split()
     pasted = tmp_path / "pasted"  # no private file, no pasted.pub: the line is the identity
     cert_line = Path(certify(keygen(tmp_path / "ca"), ecdsa)).read_text()
@@ -223,9 +223,9 @@ def test_the_agent_signs_for_an_identity_whatever_its_public_key_line_looks_like
     truncated = tmp_path / "truncated"  # a public key line cut after its type
     truncated.write_text("ssh-ed25519\n")
     target = SSHTarget("pve1", "10.0.0.5", identities_only=True,
-                       identity_files=(locked, rsa, str(pasted), str(truncated)))  # fmt: skip
+                       identity_files=(locked, other, str(pasted), str(truncated)))  # fmt: skip
     names, notes, keys = labels(target, agent_path=agent)
-    assert names == [f"agent key for {locked}", f"agent key for {rsa}", f"agent key for {pasted}"]
+    assert names == [f"agent key for {locked}", f"agent key for {other}", f"agent key for {pasted}"]
     assert notes == [f"{truncated} cannot be loaded (ValueError)"]
     assert all(isinstance(k, paramiko.AgentKey) for _l, k in keys)
 

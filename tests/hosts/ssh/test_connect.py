@@ -133,7 +133,7 @@ def test_the_host_key_known_hosts_holds_is_the_one_asked_for(
 ) -> None:
     """A host with an ECDSA and an RSA key, known_hosts holding the RSA one: the RSA key
     is asked for first (as ssh orders it), so the host is known, not "changed"."""
-    rsa = paramiko.RSAKey.generate(2048)
+    rsa = paramiko.RSAKey.generate(1024)  # small: made fast; its size is not the point
     policy = Policy(keys={user_key.asbytes()})
     with running(policy, host_keys=[paramiko.ECDSAKey.generate(), rsa]) as server:
         kh = home / "known_hosts"

@@ -270,3 +270,20 @@ def test_a_peer_that_is_no_ssh_server_is_one_line(
             f"box (alice@127.0.0.1:{port}): cannot connect: " + reason.format(port=port)
         )
         assert message.endswith(tail) and "\n" not in message
+
+
+def test_a_proxy_command_that_ignores_term_is_killed_at_close(server: Server, home: Path) -> None:
+    """A ProxyCommand that outlives its connection and is deaf to SIGTERM (``trap ''
+    TERM``, inherited by what it runs) is killed with SIGKILL after 2 s, and reaped."""
+    bridge = BASH_TCP.replace("%h", "127.0.0.1").replace("%p", str(server.port))
+    command = f"sh -c \"trap '' TERM; {bridge}; exec sleep 60\""
+    conn = connect(
+        target_for(server, home, proxy_command=command),
+        settings_for(known(home, server)),
+        NO_CREDENTIALS,
+    )
+    proxy = conn.proxy
+    assert proxy is not None
+    conn.close()
+    assert proxy.returncode == -9  # SIGKILL, after TERM was ignored
+    assert proxy.stderr_file.closed  # type: ignore[attr-defined]

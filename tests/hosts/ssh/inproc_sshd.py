@@ -66,8 +66,8 @@ class _Interface(paramiko.ServerInterface):
         self.first_factor_done = False
 
     def get_allowed_auths(self, username: str) -> str:
-        if self.first_factor_done:
-            return "password"
+        if self.first_factor_done:  # AuthenticationMethods publickey,password publickey,kbd
+            return "password,keyboard-interactive"
         return self.server.policy.allowed
 
     def _hold(self) -> None:

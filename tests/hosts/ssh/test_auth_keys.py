@@ -187,6 +187,9 @@ def test_the_agent_comes_from_identity_agent_or_the_environment(
     assert found is not None and [k.comment for k in found.get_keys()] == ["k-comment"]
     found.close()
     assert open_agent(SSHTarget("pve1", "10.0.0.5", identity_agent="none")) is None
+    (tmp_path / "none").symlink_to(agent)  # "none" is a word there, never a path
+    monkeypatch.chdir(tmp_path)
+    assert open_agent(SSHTarget("pve1", "10.0.0.5", identity_agent="none")) is None
     not_a_socket = tmp_path / "file"
     not_a_socket.write_text("")
     assert open_agent(SSHTarget("pve1", "10.0.0.5", identity_agent=str(not_a_socket))) is None
@@ -211,13 +214,15 @@ def test_the_agent_signs_for_an_identity_whatever_its_public_key_line_looks_like
     ssh_add(agent, locked, other, ecdsa)
     subprocess.run(["ssh-keygen", "-q", "-p", "-P", "", "-N", "secret", "-f", locked],
                    check=True, capture_output=True)  # fmt: skip
+    lkind, lblob, _ = Path(f"{locked}.pub").read_text().split()
+    Path(f"{locked}.pub").write_text(f"{lkind} {lblob}\n")  # made with -C "": no comment
     kind, blob, _comment = Path(f"{other}.pub").read_text().split()
     Path(f"{other}.pub").write_text(f"{kind} {blob} Jürgen's laptop ssh-laptop\n", "utf-8")
     ekind, eblob, _ = Path(f"{ecdsa}.pub").read_text().split()
     pasted = tmp_path / "pasted"  # no private file, no pasted.pub: the line is the identity
     cert_line = Path(certify(keygen(tmp_path / "ca"), ecdsa)).read_text()
     pasted.write_text(
-        f"{cert_line}ssh-ed25519 AAAA-damaged-AAAAA\n"
+        f"{cert_line}ssh-ed25519 AAAA-damaged-AAAAA\nssh-ed25519 AAAA\u00e9AAA\n"
         f'restrict,command="uptime" {ekind} {eblob} ops\n'
     )
     truncated = tmp_path / "truncated"  # a public key line cut after its type

@@ -93,13 +93,22 @@ def test_refusal_names_every_key_tried_and_every_key_skipped(
     make_key(tmp_path / "a")
     make_key(tmp_path / "b")
     make_key(tmp_path / "locked", passphrase="s3cret-pass")
+    (tmp_path / "a-copy").write_bytes((tmp_path / "a").read_bytes())  # offered once
+    make_key(tmp_path / "pubonly")
+    (tmp_path / "pubonly").unlink()  # only pubonly.pub is left, and no agent
+    (tmp_path / "junk").write_text("not a key\n")
     server.policy.password = "right"
-    files = (tmp_path / "a", tmp_path / "locked", tmp_path / "missing", tmp_path / "b")
+    names = ("a", "a-copy", "pubonly.pub", "locked", "junk", "missing", "b")
+    files = [tmp_path / n for n in names]
     message = failure(server, target_for(server, *files), Credentials(password="wrong-pw"))
-    a, b, locked = (str(tmp_path / n) for n in ("a", "b", "locked"))
+    a, b, locked, pub, junk = (
+        str(tmp_path / n) for n in ("a", "b", "locked", "pubonly.pub", "junk")
+    )
     assert message == (
         f"box (alice@127.0.0.1:{server.port}): SSH authentication failed (tried: {a}; {b}; "
-        f"password; {locked} is encrypted (load it into ssh-agent: ssh-add {locked})){HINT}"
+        f"password; {pub} is a public key and no ssh-agent is reachable; {locked} is "
+        f"encrypted (load it into ssh-agent: ssh-add {locked}); {junk} cannot be loaded "
+        f"(ValueError)){HINT}"
     )
     assert [a.method for a in server.attempts] == ["publickey", "publickey", "password"]
 
@@ -138,13 +147,13 @@ def test_a_server_that_takes_only_passwords_gets_no_more_keys(
     allowed methods; no other key is offered, and a given password still logs in."""
     make_key(tmp_path / "a")
     make_key(tmp_path / "b")
-    server.policy.allowed = "password"
+    server.policy.allowed = "password,keyboard-interactive"
     server.policy.password = "right"
     target = target_for(server, tmp_path / "a", tmp_path / "b")
     message = failure(server, target)
     assert message == (
         f"box (alice@127.0.0.1:{server.port}): SSH authentication failed (tried: no usable "
-        f"key; the server allows only password){HINT}"
+        f"key; the server allows only password, keyboard-interactive){HINT}"
     )
     assert server.attempts == []
     login(server, target, Credentials(password="right"))
@@ -163,7 +172,7 @@ def test_a_key_that_is_only_a_first_factor_says_what_the_server_wants_next(
     message = failure(server, target)
     assert message == (
         f"box (alice@127.0.0.1:{server.port}): SSH authentication failed (tried: "
-        f"{tmp_path / 'a'} (server wants also password)){HINT}"
+        f"{tmp_path / 'a'} (server wants also password, keyboard-interactive)){HINT}"
     )
     login(server, target, Credentials(password="right"))
     assert [a.method for a in server.attempts][-2:] == ["publickey", "password"]

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.hosts.base import HostError
-from gpudoctor.hosts.ssh.target import SSHTarget, resolve_target, target_from_options
+from gpudoctor.hosts.ssh.target import (
+    SSHTarget,
+    expand,
+    resolve_target,
+    split_spec,
+    target_from_options,
+)
 
 HOME = os.path.expanduser("~")
 DEFAULT_KEYS = tuple(
@@ -181,5 +187,105 @@ def test_none_values_and_spellings_of_ssh_g_output() -> None:
     )
     keeps_tilde = target_from_options("box", {"proxycommand": ["~/bin/hop %h"]})
     assert keeps_tilde.proxy_command == "~/bin/hop box"
-    empty = target_from_options("box", {"hostname": [""], "port": [""], "user": [""]})
-    assert (empty.hostname, empty.port, empty.user) == ("box", 22, getpass.getuser())
+    empty = target_from_options(
+        "box",
+        {"hostname": [""], "port": [""], "user": [""], "stricthostkeychecking": [""],
+         "identitiesonly": [""], "hashknownhosts": [""]},
+    )  # fmt: skip
+    assert empty == SSHTarget(alias="box", hostname="box", port=22, user=getpass.getuser())
+
+
+def test_ports_1_and_65535_are_ports_0_and_65536_are_not() -> None:
+    assert split_spec("box:1") == (None, "box", 1)
+    assert split_spec("box:65535") == (None, "box", 65535)
+    for bad in ("box:0", "box:65536", "[::1]:0"):
+        with pytest.raises(HostError) as exc:
+            split_spec(bad)
+        assert str(exc.value) == f"bad port in {bad!r}: expected [user@]host[:port]"
+    with pytest.raises(HostError) as exc:
+        split_spec("-oProxyCommand=x")
+    assert str(exc.value) == "bad host '-oProxyCommand=x': expected [user@]host[:port]"
+
+
+def test_a_user_ssh_refuses_is_refused_before_ssh_runs() -> None:
+    with pytest.raises(HostError, match=r"^bad user 'a;reboot': the user name contains"):
+        resolve_target("box", user="a;reboot", ssh_config=None)
+
+
+def test_tokens_expand_in_text_that_is_not_ascii() -> None:
+    tokens = {"%": "%", "h": "hôte", "r": "jürgen"}
+    assert expand("/clés/%r@%h 50%", tokens, home=False) == "/clés/jürgen@hôte 50%"
+    assert expand("é%%", tokens, home=False) == "é%"
+
+
+def test_ssh_g_never_reads_our_stdin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ssh -G`` runs with stdin closed: a ``Match exec`` in the user's config cannot
+    eat what was typed into gpudoctor (or wait on a terminal). The wrapper ssh here
+    fails when anything reaches its stdin."""
+    broken_ssh(
+        tmp_path,
+        monkeypatch,
+        '#!/bin/sh\nif read -r line; then echo "stdin: $line" >&2; exit 9; fi\necho "hostname h"\n',
+    )
+    saved = os.dup(0)
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"typed by the user\n")
+    os.close(write_end)
+    os.dup2(read_end, 0)
+    try:
+        assert resolve_target("box", ssh_config=None).hostname == "h"
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(read_end)
+
+
+def test_the_config_named_by_the_environment_is_the_default_not_an_override(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``$GPUDOCTOR_SSH_CONFIG`` stands for ``~/.ssh/config``; a config named explicitly
+    (``ssh -F``) wins over it, and ``none`` means no file at all."""
+    from_env = tmp_path / "env-config"
+    from_env.write_text("Host box\n  Port 2201\n")
+    given = tmp_path / "given-config"
+    given.write_text("Host box\n  Port 2202\n")
+    monkeypatch.setenv("GPUDOCTOR_SSH_CONFIG", str(from_env))
+    assert resolve_target("box").port == 2201
+    assert resolve_target("box", ssh_config=str(given)).port == 2202
+    assert resolve_target("box", ssh_config=None).port == 22
+
+
+@pytest.mark.parametrize("reader", ["ssh -G", "paramiko"])
+def test_none_is_no_config_even_beside_a_file_called_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str
+) -> None:
+    """``ssh_config="none"`` (``ssh -F none``) reads no file, even when the current
+    directory holds one named ``none``; a config file that does not exist is no file
+    either (defaults, no error)."""
+    if reader == "paramiko":
+        (tmp_path / "empty").mkdir()
+        monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    (tmp_path / "none").write_text("Host box\n  Port 2201\n")
+    monkeypatch.chdir(tmp_path)
+    assert resolve_target("box", ssh_config="none").port == 22
+    assert resolve_target("box", ssh_config=str(tmp_path / "absent")).port == 22
+
+
+def test_known_hosts_paths_follow_home_when_it_is_not_the_password_databases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ssh -G`` expands ``~`` from the password database; with ``$HOME`` elsewhere
+    (``sudo -E``, tests, a service account whose home is ``/``) a ``~/.ssh`` path
+    points into ``$HOME``, and other paths stay as they are."""
+    home = tmp_path / "userX"
+    (home / ".ssh").mkdir(parents=True)
+    config = home / ".ssh" / "config"
+    config.write_text("Host box\n  UserKnownHostsFile /site/kh ~/.ssh/mine\n")
+    monkeypatch.setenv("HOME", str(home))
+    target = resolve_target("box", ssh_config=str(config))
+    assert target.user_known_hosts == ("/site/kh", f"{home}/.ssh/mine")
+    defaults = resolve_target("other", ssh_config=str(config))  # ssh's own ~/.ssh paths
+    assert defaults.user_known_hosts == (f"{home}/.ssh/known_hosts", f"{home}/.ssh/known_hosts2")
+    monkeypatch.setenv("HOME", "/")  # a service account's home
+    at_root = resolve_target("other", ssh_config=str(config))
+    assert at_root.user_known_hosts == ("/.ssh/known_hosts", "/.ssh/known_hosts2")

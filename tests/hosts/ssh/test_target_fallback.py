@@ -261,11 +261,12 @@ def test_none_is_no_config_even_beside_a_file_called_none(
 ) -> None:
     """``ssh_config="none"`` (``ssh -F none``) reads no file, even when the current
     directory holds one named ``none``; a config file that does not exist is no file
-    either (defaults, no error)."""
+    either (defaults, no error; never a file of another name)."""
     if reader == "paramiko":
         (tmp_path / "empty").mkdir()
         monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    (tmp_path / "none").write_text("Host box\n  Port 2201\n")
+    for name in ("none", "NONE"):
+        (tmp_path / name).write_text("Host box\n  Port 2201\n")
     monkeypatch.chdir(tmp_path)
     assert resolve_target("box", ssh_config="none").port == 22
     assert resolve_target("box", ssh_config=str(tmp_path / "absent")).port == 22

@@ -6,7 +6,10 @@ any credential is sent; every failure one line, and nothing left open after it."
 
 from __future__ import annotations
 
+import gc
 import socket
+import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import pytest
 
 from gpudoctor.hosts.base import HostError
 from gpudoctor.hosts.ssh.auth import Credentials
-from gpudoctor.hosts.ssh.connect import ConnectSettings, connect
+from gpudoctor.hosts.ssh.connect import ConnectSettings, _start_proxy, _stop, connect
 from gpudoctor.hosts.ssh.target import SSHTarget
 from tests.hosts.ssh.inproc_sshd import Policy, Server, running
 from tests.hosts.ssh.test_authenticate import make_key
@@ -258,6 +261,7 @@ def reply(data: bytes) -> Callable[[socket.socket], None]:
             " s",
         ),
     ],
+    ids=["other-protocol", "bad-banner", "ssh-1", "closes-after-banner"],
 )
 def test_a_peer_that_is_no_ssh_server_is_one_line(
     home: Path, sent: bytes, reason: str, tail: str
@@ -287,3 +291,39 @@ def test_a_proxy_command_that_ignores_term_is_killed_at_close(server: Server, ho
     conn.close()
     assert proxy.returncode == -9  # SIGKILL, after TERM was ignored
     assert proxy.stderr_file.closed  # type: ignore[attr-defined]
+
+
+def test_a_peer_that_stalls_mid_handshake_is_hung_up_on(home: Path) -> None:
+    """A peer that sends its banner and then nothing (a hung sshd): the handshake fails
+    at the timeout and the client closes its side (the peer sees the end)."""
+    hung_up = threading.Event()
+
+    def stall(conn: socket.socket) -> None:
+        conn.sendall(b"SSH-2.0-stalled\r\n")
+        while conn.recv(65536):
+            pass  # the client's banner and KEXINIT, then the end
+        hung_up.set()
+
+    for port in serve(stall):
+        with pytest.raises(HostError, match=r"cannot connect: "):
+            connect(
+                target_for(port, home),
+                settings_for(home / "kh", connect_timeout=0.5),
+                NO_CREDENTIALS,
+            )
+        assert hung_up.wait(60)
+
+
+def test_a_proxy_commands_end_of_the_socket_pair_is_closed_at_once() -> None:
+    """Only the proxy holds its end of the socket pair: gpudoctor closes its copy at once
+    (not left to the garbage collector, which warns of an unclosed socket), so that it
+    reads EOF as soon as the proxy exits."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        sock, proc = _start_proxy("sleep 60")
+        gc.collect()
+    try:
+        assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
+    finally:
+        sock.close()
+        _stop(proc)

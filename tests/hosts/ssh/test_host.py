@@ -17,6 +17,7 @@ from gpudoctor.hosts.ssh import host as ssh_host
 from gpudoctor.hosts.ssh.host import SSHHost
 from tests.hosts.ssh.inproc_sshd import Policy, Server, running
 from tests.hosts.ssh.test_authenticate import make_key
+from tests.hosts.ssh.test_connect import BASH_TCP
 
 
 @pytest.fixture
@@ -133,6 +134,52 @@ def test_the_exec_channel_is_a_byte_stream(host: SSHHost) -> None:
     assert stream.stderr_text() == "done\n"
     stream.close()
     assert stream.channel.closed
+
+
+def test_closing_a_stream_closes_its_channel_while_the_command_runs(host: SSHHost) -> None:
+    stream = host.open_stream(["sleep", "30"])
+    stream.close()
+    assert stream.channel.closed
+
+
+def test_a_closed_host_can_be_used_again_files_too(host: SSHHost, tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("x")
+    assert host.files.read_text(str(tmp_path / "f.txt")) == "x"
+    host.close()
+    assert host.files.read_text(str(tmp_path / "f.txt")) == "x"  # a new agent, a new connection
+    assert host.run(["echo", "back"]).stdout == "back\n"
+
+
+def test_a_dead_connection_stops_its_proxy_command_before_the_next(
+    server: Server, key_path: Path, tmp_path: Path
+) -> None:
+    """Through a ProxyCommand that outlives its connection (and ignores TERM): when the
+    transport has died, the next call connects anew and the old proxy is stopped, not
+    left behind."""
+    bridge = BASH_TCP.replace("%h", "127.0.0.1").replace("%p", str(server.port))
+    config = tmp_path / "config"
+    config.write_text(
+        f"Host box\n  HostName 127.0.0.1\n  Port {server.port}\n"
+        f"  ProxyCommand sh -c \"trap '' TERM; {bridge}; exec sleep 60\"\n"
+    )
+    known = tmp_path / "known_hosts"
+    known.write_text(server.known_hosts_line())
+    host = SSHHost(
+        "alice@box",
+        key_filename=str(key_path),
+        known_hosts=str(known),
+        ssh_config=str(config),
+        system_known_hosts=False,
+    )
+    try:
+        host.run(["true"])
+        first = host._conn
+        assert first is not None and first.proxy is not None
+        first.transport.close()  # the transport died (a protocol error, a lost keepalive)
+        assert host.run(["echo", "anew"]).stdout == "anew\n"
+        assert first.proxy.returncode == -9  # stopped (TERM ignored: killed) and reaped
+    finally:
+        host.close()
 
 
 def test_a_stream_can_be_abandoned_at_once(host: SSHHost) -> None:

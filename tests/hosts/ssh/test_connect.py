@@ -21,7 +21,7 @@ from gpudoctor.hosts.ssh.auth import Credentials
 from gpudoctor.hosts.ssh.connect import ConnectSettings, _start_proxy, _stop, connect
 from gpudoctor.hosts.ssh.target import SSHTarget
 from tests.hosts.ssh.inproc_sshd import Policy, Server, running
-from tests.hosts.ssh.test_authenticate import make_key
+from tests.hosts.ssh.test_authenticate import make_key, unix_sockets_open
 from tests.hosts.ssh.test_banner import serve
 
 NO_CREDENTIALS = Credentials()
@@ -327,3 +327,16 @@ def test_a_proxy_commands_end_of_the_socket_pair_is_closed_at_once() -> None:
     finally:
         sock.close()
         _stop(proc)
+
+
+def test_a_proxy_command_that_cannot_start_is_one_line_and_leaves_no_socket() -> None:
+    """A ProxyCommand the kernel refuses to start (one argument over 128 KiB: E2BIG):
+    one line naming the failure, and the socket pair is closed at once (checked while
+    the error, which keeps the failed call's frame, is still held)."""
+    before = unix_sockets_open()
+    with pytest.raises(HostError) as exc:
+        _start_proxy("echo " + "x" * 200_000)
+    assert unix_sockets_open() == before
+    message = str(exc.value)
+    assert message.startswith("cannot start the ProxyCommand 'echo xxx")
+    assert message.endswith("[Errno 7] Argument list too long: '/bin/sh'")

@@ -318,10 +318,10 @@ def test_a_proxy_commands_end_of_the_socket_pair_is_closed_at_once() -> None:
     """Only the proxy holds its end of the socket pair: gpudoctor closes its copy at once
     (not left to the garbage collector, which warns of an unclosed socket), so that it
     reads EOF as soon as the proxy exits."""
+    gc.collect()  # earlier tests' garbage warns now, not below
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
-        sock, proc = _start_proxy("sleep 60")
-        gc.collect()
+        sock, proc = _start_proxy("sleep 60")  # a socket dropped here warns at once
     try:
         assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
     finally:

@@ -14,6 +14,8 @@ and exit status travel over the channel, as sshd does."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import subprocess
 import threading
@@ -113,7 +115,9 @@ class _Interface(paramiko.ServerInterface):
 
     def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
         self.server.commands.append(command.decode())
-        threading.Thread(target=_run_exec, args=(channel, command), daemon=True).start()
+        threading.Thread(
+            target=_run_exec, args=(channel, command, self.server.procs), daemon=True
+        ).start()
         return True
 
     def check_channel_direct_tcpip_request(
@@ -128,9 +132,10 @@ class _Interface(paramiko.ServerInterface):
         return paramiko.OPEN_SUCCEEDED
 
 
-def _run_exec(channel: paramiko.Channel, command: bytes) -> None:
+def _run_exec(channel: paramiko.Channel, command: bytes, procs: list) -> None:
     """Run ``command`` as sshd does (``sh -c``), pumping the channel both ways; send the
-    exit status, then close the channel."""
+    exit status, then close the channel. The process joins ``procs`` (stopped by
+    :meth:`Server.close`)."""
     proc = subprocess.Popen(
         ["/bin/sh", "-c", command.decode()],
         stdin=subprocess.PIPE,
@@ -138,6 +143,7 @@ def _run_exec(channel: paramiko.Channel, command: bytes) -> None:
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
+    procs.append(proc)
     assert proc.stdin and proc.stdout and proc.stderr
 
     def feed() -> None:
@@ -162,10 +168,10 @@ def _run_exec(channel: paramiko.Channel, command: bytes) -> None:
             channel.sendall(chunk)
     err.join()
     status = proc.wait()
-    with contextlib.suppress(OSError, EOFError):
+    with contextlib.suppress(Exception):  # the client (or the whole connection) may be gone
         channel.send_exit_status(status)
         channel.shutdown_write()
-    channel.close()
+        channel.close()
 
 
 def _pump(a: paramiko.Channel | socket.socket, b: paramiko.Channel | socket.socket) -> None:
@@ -191,6 +197,7 @@ class Server:
         self.commands: list[str] = []
         self.forwards: list[tuple[str, int]] = []
         self.pending_forwards: dict[int, socket.socket] = {}
+        self.procs: list[subprocess.Popen[bytes]] = []
         self.transports: list[paramiko.Transport] = []
         self._listener = socket.socket()
         self._listener.bind(("127.0.0.1", 0))
@@ -249,6 +256,11 @@ class Server:
             self.policy.hold_auth.set()
         for transport in self.transports:
             transport.close()
+        for proc in self.procs:  # no command outlives the server (nor is left unreaped)
+            if proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 @contextlib.contextmanager

@@ -44,6 +44,13 @@ def fingerprint(key: Any) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
+def failure_reason(exc: BaseException) -> str:
+    """Return the words that say why an SSH step failed: a refused channel's reason
+    (``ChannelException.text``, e.g. ``Connect failed``), else the exception's text, else
+    its type's name (an ``EOFError`` says nothing)."""
+    return getattr(exc, "text", "") or str(exc) or type(exc).__name__
+
+
 @dataclass(frozen=True)
 class ConnectSettings:
     """Options that apply to every hop of a connection.
@@ -204,7 +211,7 @@ def _jump_channel(hop: Connection, target: SSHTarget, timeout: float) -> paramik
             "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout
         )
     except (paramiko.SSHException, OSError, EOFError) as exc:
-        reason = str(exc) or type(exc).__name__
+        reason = failure_reason(exc)
         raise HostError(
             f"{target.where}: the jump host {hop.target.alias} cannot reach "
             f"{target.hostname}:{target.port}: {reason}"

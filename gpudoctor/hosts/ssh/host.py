@@ -24,7 +24,13 @@ from gpudoctor.hosts.agent.client import AgentHost, agent_command
 from gpudoctor.hosts.base import CommandResult, ForwardingHost, HostError
 from gpudoctor.hosts.byte_stream import ByteStream
 from gpudoctor.hosts.ssh.auth import Credentials
-from gpudoctor.hosts.ssh.connect import Connection, ConnectSettings, connect, fingerprint
+from gpudoctor.hosts.ssh.connect import (
+    Connection,
+    ConnectSettings,
+    connect,
+    failure_reason,
+    fingerprint,
+)
 from gpudoctor.hosts.ssh.target import (
     DEFAULT_SSH_CONFIG,
     SSHTarget,
@@ -190,7 +196,9 @@ class SSHHost(ForwardingHost):
             channel = self._transport().open_session(timeout=self.connect_timeout)
             channel.exec_command(command)
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise HostError(f"{self.name}: cannot open an SSH channel: {exc}") from None
+            raise HostError(
+                f"{self.name}: cannot open an SSH channel: {failure_reason(exc)}"
+            ) from None
         return ChannelStream(channel)
 
     def close(self) -> None:

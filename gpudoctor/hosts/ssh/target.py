@@ -268,9 +268,10 @@ def _paramiko_options(
     if path != "none" and os.path.isfile(path):
         for key, value in _raw_config_class().from_path(path).lookup(alias).items():
             options[key] = list(value) if isinstance(value, list) else [str(value)]
-    options.setdefault("hostname", [alias])
-    options["user"] = [user] if user else options.get("user", [getpass.getuser()])
-    options["port"] = [str(port)] if port else options.get("port", ["22"])
+    if user:  # HostName, User and Port left unset take their defaults in target_from_options
+        options["user"] = [user]
+    if port:
+        options["port"] = [str(port)]
     options.setdefault("identityfile", [f"~/.ssh/{name}" for name in DEFAULT_IDENTITIES])
     options.setdefault("userknownhostsfile", ["~/.ssh/known_hosts ~/.ssh/known_hosts2"])
     options.setdefault("globalknownhostsfile", [" ".join(DEFAULT_GLOBAL_KNOWN_HOSTS)])
@@ -298,12 +299,16 @@ def target_from_options(alias: str, options: dict[str, list[str]]) -> SSHTarget:
     """Return the :class:`SSHTarget` that ``ssh -G`` output ``options`` describes
     (``~`` and ``%`` tokens expanded as OpenSSH does)."""
 
-    def one(key: str, default: str | None = None) -> str | None:
+    def one(key: str) -> str | None:
+        """Return the option's first value (None when it is unset)."""
         values = options.get(key)
-        return values[0] if values else default
+        return values[0] if values else None
 
-    hostname = one("hostname", alias) or alias
-    port = int(one("port", "22") or 22)
+    def yes(key: str) -> bool:
+        return (one(key) or "").lower() in ("yes", "true")
+
+    hostname = one("hostname") or alias
+    port = int(one("port") or 22)
     user = one("user") or getpass.getuser()
     partial = SSHTarget(alias=alias, hostname=hostname, port=port, user=user)
     host_key_alias = one("hostkeyalias")
@@ -319,18 +324,18 @@ def target_from_options(alias: str, options: dict[str, list[str]]) -> SSHTarget:
                     found.append(path)
         return tuple(found)
 
-    timeout = one("connecttimeout", "none")
+    timeout = one("connecttimeout")
     jump = one("proxyjump")
     command = one("proxycommand")
     agent = one("identityagent")
-    strict = (one("stricthostkeychecking", "ask") or "ask").lower()
+    strict = (one("stricthostkeychecking") or "ask").lower()
     return SSHTarget(
         alias=alias,
         hostname=hostname,
         port=port,
         user=user,
         identity_files=paths("identityfile"),
-        identities_only=(one("identitiesonly", "no") or "no").lower() in ("yes", "true"),
+        identities_only=yes("identitiesonly"),
         certificate_files=paths("certificatefile"),
         identity_agent=(
             None
@@ -346,7 +351,7 @@ def target_from_options(alias: str, options: dict[str, list[str]]) -> SSHTarget:
             expand(command, tokens, home=False) if command and command.lower() != "none" else None
         ),
         connect_timeout=float(timeout) if timeout and timeout != "none" else None,
-        hash_known_hosts=(one("hashknownhosts", "no") or "no").lower() in ("yes", "true"),
+        hash_known_hosts=yes("hashknownhosts"),
         revoked_host_keys=paths("revokedhostkeys"),
     )
 

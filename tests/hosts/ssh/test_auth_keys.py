@@ -187,6 +187,9 @@ def test_the_agent_comes_from_identity_agent_or_the_environment(
     assert found is not None and [k.comment for k in found.get_keys()] == ["k-comment"]
     found.close()
     assert open_agent(SSHTarget("pve1", "10.0.0.5", identity_agent="none")) is None
+    (tmp_path / "none").symlink_to(agent)  # "none" is a word there, never a path
+    monkeypatch.chdir(tmp_path)
+    assert open_agent(SSHTarget("pve1", "10.0.0.5", identity_agent="none")) is None
     not_a_socket = tmp_path / "file"
     not_a_socket.write_text("")
     assert open_agent(SSHTarget("pve1", "10.0.0.5", identity_agent=str(not_a_socket))) is None
@@ -195,3 +198,56 @@ def test_the_agent_comes_from_identity_agent_or_the_environment(
     via_config = open_agent(SSHTarget("pve1", "10.0.0.5", identity_agent=agent))
     assert via_config is not None
     via_config.close()
+
+
+def test_the_agent_signs_for_an_identity_whatever_its_public_key_line_looks_like(
+    tmp_path: Path, agent: str
+) -> None:
+    """``IdentityFile`` names a key the agent holds: it is offered from the agent (the
+    private file is not even opened: encrypted is fine) when ``IDENTITY.pub`` or the
+    identity itself holds its public key line: any key type, a comment that is not ASCII
+    or looks like a key type, options in front (an authorized_keys line pasted in), a
+    certificate line or a damaged line ahead of the key's own."""
+    locked = keygen(tmp_path / "locked")
+    other = keygen(tmp_path / "other")
+    ecdsa = keygen(tmp_path / "ecdsa", "ecdsa")
+    ssh_add(agent, locked, other, ecdsa)
+    subprocess.run(["ssh-keygen", "-q", "-p", "-P", "", "-N", "secret", "-f", locked],
+                   check=True, capture_output=True)  # fmt: skip
+    lkind, lblob, _ = Path(f"{locked}.pub").read_text().split()
+    Path(f"{locked}.pub").write_text(f"{lkind} {lblob}\n")  # made with -C "": no comment
+    kind, blob, _comment = Path(f"{other}.pub").read_text().split()
+    Path(f"{other}.pub").write_text(f"{kind} {blob} Jürgen's laptop ssh-laptop\n", "utf-8")
+    ekind, eblob, _ = Path(f"{ecdsa}.pub").read_text().split()
+    pasted = tmp_path / "pasted"  # no private file, no pasted.pub: the line is the identity
+    cert_line = Path(certify(keygen(tmp_path / "ca"), ecdsa)).read_text()
+    pasted.write_text(
+        f"{cert_line}ssh-ed25519 AAAA-damaged-AAAAA\nssh-ed25519 AAAA\u00e9AAA\n"
+        f'restrict,command="uptime" {ekind} {eblob} ops\n'
+    )
+    truncated = tmp_path / "truncated"  # a public key line cut after its type
+    truncated.write_text("ssh-ed25519\n")
+    target = SSHTarget("pve1", "10.0.0.5", identities_only=True,
+                       identity_files=(locked, other, str(pasted), str(truncated)))  # fmt: skip
+    names, notes, keys = labels(target, agent_path=agent)
+    assert names == [f"agent key for {locked}", f"agent key for {other}", f"agent key for {pasted}"]
+    assert notes == [f"{truncated} cannot be loaded (ValueError)"]
+    assert all(isinstance(k, paramiko.AgentKey) for _l, k in keys)
+
+
+def test_an_agent_socket_nobody_listens_on_is_closed_at_once(tmp_path: Path) -> None:
+    """``IdentityAgent`` names a dead socket (the agent is gone, the file is left): no
+    agent, and the socket opened to try it is closed then, not left to the garbage
+    collector (which warns about an unclosed socket: an fd held meanwhile)."""
+    import gc
+    import socket
+    import warnings
+
+    dead = tmp_path / "dead.sock"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(dead))  # bound, never listening: connect() is refused
+    gc.collect()  # earlier tests' garbage warns now, not below
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        assert open_agent(SSHTarget("pve1", "10.0.0.5", identity_agent=str(dead))) is None
+    assert [str(w.message) for w in caught if w.category is ResourceWarning] == []

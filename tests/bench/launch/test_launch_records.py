@@ -129,6 +129,36 @@ def test_state_json_says_what_runs_where_since_when(tmp_path: Path) -> None:
     assert re.fullmatch(STAMP, now_utc())
 
 
+def test_state_json_names_its_writers_start_so_a_reused_pid_is_not_taken_for_it(
+    tmp_path: Path,
+) -> None:
+    """`bench status` in another terminal asks whether the launcher still runs: state.json
+    carries the launcher's process start, so another process that got its pid later (here:
+    this test's parent, started before it) never reads as the launcher; and a state written
+    before any pool is known has an empty pool, not null."""
+    path = tmp_path / STATE
+    LiveState(path, "tag").start("s1", {"label": "a@tp1", "slot": 1, "gpus": []})
+    doc = json.loads(path.read_text())
+    assert doc["pid_started"] == psutil.Process().create_time() and doc["pool"] == {}
+    assert launcher_alive(doc)
+    assert not launcher_alive({**doc, "pid": os.getppid()})  # alive, but not the launcher
+
+
+def test_state_times_are_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # UTC+05:30 all year
+    time.tzset()
+    try:
+        stamp = datetime.datetime.strptime(now_utc(), "%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+        assert abs((now - stamp).total_seconds()) < 3600  # the zone's 5.5 h would show
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 def test_a_launcher_counts_as_alive_only_while_its_very_process_runs() -> None:
     mine = {"pid": os.getpid()}
     assert launcher_alive(mine)

@@ -134,14 +134,16 @@ def test_state_json_names_its_writers_start_so_a_reused_pid_is_not_taken_for_it(
 ) -> None:
     """`bench status` in another terminal asks whether the launcher still runs: state.json
     carries the launcher's process start, so another process that got its pid later (here:
-    this test's parent, started before it) never reads as the launcher; and a state written
+    PID 1, started long before this test: a parent such as `timeout` can start within the
+    same clock tick as its child) never reads as the launcher; and a state written
     before any pool is known has an empty pool, not null."""
     path = tmp_path / STATE
     LiveState(path, "tag").start("s1", {"label": "a@tp1", "slot": 1, "gpus": []})
     doc = json.loads(path.read_text())
     assert doc["pid_started"] == psutil.Process().create_time() and doc["pool"] == {}
     assert launcher_alive(doc)
-    assert not launcher_alive({**doc, "pid": os.getppid()})  # alive, but not the launcher
+    assert psutil.Process(1).create_time() != doc["pid_started"]
+    assert not launcher_alive({**doc, "pid": 1})  # alive, but not the launcher
 
 
 def test_state_times_are_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -91,6 +91,21 @@ class WeightsCli:
 
 
 @pytest.fixture
+def fsynced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Return the list of the paths this process fsyncs during the test, in order (what
+    ``strace -e trace=fsync`` shows): ``os.fsync`` wrapped, each file still flushed."""
+    flushed: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    return flushed
+
+
+@pytest.fixture
 def hub(tmp_path: Path) -> Iterator[HubServer]:
     """A started Hub stand-in (function scope: its own repos and request log)."""
     server = HubServer(tmp_path / "hub-storage")

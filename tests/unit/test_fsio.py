@@ -851,7 +851,10 @@ def test_read_regular_returns_the_bytes_up_to_the_limit(
 
 
 @pytest.mark.parametrize("umask", [0o000, 0o077])
-def test_make_dirs_gives_each_new_level_exactly_its_mode(tmp_path: Path, umask: int) -> None:
+def test_make_dirs_gives_each_new_level_exactly_its_mode(
+    tmp_path: Path, umask: int, no_fd_leak: None
+) -> None:
+    """Each level is made with its mode, and the descriptor used to set it is closed."""
     (tmp_path / "have").mkdir(mode=0o700)
     old = os.umask(umask)
     try:

@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import lab_unavailable
 from tests.weights.hub_server import HubServer
+from tests.weights.range_server import Server, start_servers, stop_servers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HF_VARS_TO_DROP = (
@@ -114,6 +115,16 @@ def hub(tmp_path: Path) -> Iterator[HubServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def servers() -> Iterator[list[Server]]:
+    """Two started range servers on loopback: the Hub's ``/resolve/`` and its CDN."""
+    made = start_servers(2)
+    try:
+        yield made
+    finally:
+        stop_servers(made)
 
 
 @pytest.fixture

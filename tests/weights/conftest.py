@@ -4,7 +4,8 @@ huggingface_hub reads HF_* variables once, at import (recipe pitfall 1), so ever
 test that touches the Hub runs the CLI as a fresh process whose environment sets
 HF_ENDPOINT, telemetry off, no token, and its own isolated HF_HOME (pitfall 2: a
 shared cache could serve files without a request and make a test pass for the wrong
-reason). No test imports huggingface_hub into the pytest process.
+reason). Only test_hub.py imports huggingface_hub into the pytest process: it points
+the module constants read at call time (endpoint, home, token file) at its own Hub.
 """
 
 from __future__ import annotations

@@ -343,7 +343,7 @@ def test_a_tree_with_a_path_out_of_the_model_is_refused(hf: HubServer) -> None:
 def _model(hf: HubServer) -> tuple[hub.RemoteSnapshot, dict[str, bytes]]:
     files = {
         "big.safetensors": os.urandom(300_000),
-        "mid.safetensors": os.urandom(120_000),
+        "mid.safetensors": os.urandom(100_000),  # exactly the size from which files are ranged
         "config.json": b'{"a": 1}',
         "sub/tok.json": b"[1, 2]",
     }
@@ -386,6 +386,37 @@ def test_big_files_by_ranges_small_ones_through_huggingface_hub(
     assert {r.authorization for r in ranged} == {"Bearer hf_tokenvalue123"}
     assert all(r.range is None for r in gets if not r.path.endswith(".safetensors"))
     assert sorted(os.listdir(tmp_path / "m" / ".gpudoctor-incomplete")) == []
+    assert [t.name for t in threading.enumerate() if t.name.startswith("download")] == []
+
+
+def test_ctrl_c_returns_without_waiting_for_small_downloads(
+    hf: HubServer, tmp_path: Path, small_ranges: None
+) -> None:
+    """Ctrl-C (KeyboardInterrupt) while a small file is being fetched: download_files
+    raises at once and leaves that thread to the exiting process."""
+    snapshot, _ = _model(hf)
+    small_started, checked = threading.Event(), threading.Event()
+
+    class CtrlC(Recorder):
+        def advance(self, path: str, nbytes: int) -> None:
+            if path.endswith(".safetensors"):
+                small_started.wait(10)
+                raise KeyboardInterrupt
+            small_started.set()
+            checked.wait(10)
+
+    before = set(threading.enumerate())
+    (tmp_path / "m").mkdir()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            hub.download_files(snapshot, snapshot.files, tmp_path / "m", CtrlC(), workers=1)
+        running = [t for t in threading.enumerate() if t not in before]
+        assert any(t.name.startswith("download") for t in running)
+    finally:
+        checked.set()
+        for thread in set(threading.enumerate()) - before:
+            if thread.name.startswith(("download", "range")):
+                thread.join(10)
 
 
 def test_the_files_come_from_the_snapshot_s_commit_biggest_first(

@@ -7,7 +7,7 @@ self-signed certificate for 127.0.0.1) serving ``DATA``. Knobs make it misbehave
 ways real servers and networks do; ``script`` gives the next requests' answers one by
 one (then ``"ok"``): ``"half"`` sends half the body and closes, ``"hangup"`` closes
 without a word, ``"whole"`` ignores ``Range`` (200 and the whole body), ``"stall"``
-answers nothing until :attr:`Server.release` is set (or 3 s) and then closes,
+answers nothing until :attr:`Server.release` is set (or 6 s) and then closes,
 ``"endless"`` starts a 500 error page of 10 MiB, sends ``body`` and then waits as
 ``"stall"`` does.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 from gpudoctor.weights import fetch
 
 DATA = random.Random(5).randbytes(50_000)
-STALL_CAP_S = 3.0
+STALL_CAP_S = 6.0
 
 
 @dataclass

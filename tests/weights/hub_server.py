@@ -154,6 +154,7 @@ class HubServer:
         self.gated: set[str] = set()  # repositories whose terms the caller has not accepted
         self.api_status: int | None = None  # answer every /api/ request with this error status
         self.tree_reversed = False  # list a tree's files in reverse path order
+        self.hold_small: threading.Event | None = None  # non-LFS files wait for it (10 s at most)
         self._port = port
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
@@ -347,6 +348,8 @@ class _Handler(BaseHTTPRequestHandler):
         if f is None:
             self._error(404, "EntryNotFound", f"{path} does not exist at {rev}", commit=sha)
             return
+        if not f.is_lfs and self.hub.hold_small is not None:
+            self.hub.hold_small.wait(10)
         if f.is_lfs and self.hub.redirect_lfs and not from_cdn:
             self.send_response(302)
             self.send_header("Location", f"/cdn/{repo_id}/resolve/{sha}/{path}")

@@ -122,6 +122,7 @@ def test_scrub_hides_the_token_and_anything_that_looks_like_one(
 ) -> None:
     assert hub.scrub("sent secret-123 to x", token="secret-123") == "sent *** to x"
     assert hub.scrub("hf_abcdefgh and hf_abcdefg", token="") == "hf_*** and hf_abcdefg"
+    assert hub.scrub("[hf_AbCdEfGh12]", token="") == "[hf_***]"
     monkeypatch.setenv("HF_TOKEN", "plain-secret")
     assert hub.scrub("a plain-secret b") == "a *** b"  # the token in use, when none is given
     assert hub.scrub("a plain-secret b", token="other") == "a plain-secret b"
@@ -176,7 +177,10 @@ def test_a_server_error_gives_its_status(hf: HubServer) -> None:
     hf.add_repo("org/m").commit({"config.json": b"{}"})
     hf.api_status = 500
     error = _error_of(lambda: hub.fetch_snapshot("org/m", None))
-    assert str(error).startswith(f"the Hub ({hf.url}) answered HTTP 500 for org/m: ")
+    assert str(error) == (
+        f"the Hub ({hf.url}) answered HTTP 500 for org/m: Server error '500 Internal Server"
+        f" Error' for url '{hf.url}/api/models/org/m/revision/main'"
+    )
 
 
 def _download_error(hf: HubServer, tmp_path: Path, path: str, revision: str = "main"):
@@ -376,6 +380,7 @@ def test_big_files_by_ranges_small_ones_through_huggingface_hub(
     progress = Recorder()
     (tmp_path / "m").mkdir()
     hub.download_files(snapshot, snapshot.files, tmp_path / "m", progress, workers=1)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("download")] == []
     assert _tree(tmp_path / "m") == files
     assert sorted(progress.done) == sorted(files)
     assert progress.bytes == {p: len(b) for p, b in files.items()}
@@ -386,7 +391,6 @@ def test_big_files_by_ranges_small_ones_through_huggingface_hub(
     assert {r.authorization for r in ranged} == {"Bearer hf_tokenvalue123"}
     assert all(r.range is None for r in gets if not r.path.endswith(".safetensors"))
     assert sorted(os.listdir(tmp_path / "m" / ".gpudoctor-incomplete")) == []
-    assert [t.name for t in threading.enumerate() if t.name.startswith("download")] == []
 
 
 def test_ctrl_c_returns_without_waiting_for_small_downloads(
@@ -417,6 +421,33 @@ def test_ctrl_c_returns_without_waiting_for_small_downloads(
         for thread in set(threading.enumerate()) - before:
             if thread.name.startswith(("download", "range")):
                 thread.join(10)
+
+
+@pytest.mark.parametrize(("workers", "threads"), [(0, 1), (1, 1), (16, 8)])
+def test_small_files_are_fetched_up_to_eight_at_a_time(
+    hf: HubServer, tmp_path: Path, small_ranges: None, workers: int, threads: int
+) -> None:
+    """As ``hf download``: at most 8 small files at once (fewer when fewer workers are
+    asked for, at least one). The Hub holds the small files' answers until the big
+    file's ranges flow, so each small download has its own thread by then."""
+    files = {f"f{i}.json": b"{}" for i in range(10)} | {"big.safetensors": os.urandom(200_000)}
+    hf.add_repo("org/m").commit(files)
+    snapshot = hub.fetch_snapshot("org/m", None)
+    hf.hold_small = threading.Event()
+    counted: list[int] = []
+
+    class Counting(Recorder):
+        def advance(self, path: str, nbytes: int) -> None:
+            if path == "big.safetensors" and not counted:
+                names = [t.name for t in threading.enumerate()]
+                counted.append(sum(name.startswith("download") for name in names))
+                hf.hold_small.set()
+            super().advance(path, nbytes)
+
+    (tmp_path / "m").mkdir()
+    hub.download_files(snapshot, snapshot.files, tmp_path / "m", Counting(), workers=workers)
+    assert counted == [threads]
+    assert _tree(tmp_path / "m") == files
 
 
 def test_the_files_come_from_the_snapshot_s_commit_biggest_first(
@@ -486,6 +517,10 @@ def test_a_failed_download_is_one_line(hf: HubServer, tmp_path: Path, small_rang
     gone = [ManifestFile("gone.json", 20, None)]
     (tmp_path / "b").mkdir()
     error = _error_of(lambda: hub.download_files(missing_big, gone, tmp_path / "b", Recorder()))
+    assert str(error).startswith(f"a file of org/m@{snapshot.revision} is missing on {hf.url}")
+    both = [ManifestFile("big.safetensors", 300_000, None), ManifestFile("gone.json", 20, None)]
+    (tmp_path / "c").mkdir()
+    error = _error_of(lambda: hub.download_files(snapshot, both, tmp_path / "c", Recorder()))
     assert str(error).startswith(f"a file of org/m@{snapshot.revision} is missing on {hf.url}")
 
 

@@ -198,7 +198,7 @@ def test_a_missing_file_and_an_unreachable_hub(
 ) -> None:
     hf.add_repo("org/m").commit({"config.json": b"{}"})
     error = hub.translate_error(_download_error(hf, tmp_path, "gone.json"), "org/m", None)
-    assert str(error).startswith(f"a file of org/m@main is missing on {hf.url}: ")
+    assert str(error) == f"a file of org/m@main is missing on {hf.url}: 404 Client Error."
     down = _point_at_a_closed_port(monkeypatch)
     error = _error_of(lambda: hub.fetch_snapshot("org/m", None))
     assert (

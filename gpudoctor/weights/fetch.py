@@ -154,8 +154,12 @@ class RangedDownloader:
                     if attempt:
                         raise
             if response.status in (301, 302, 303, 307, 308):
-                location = response.getheader("Location") or ""
+                location = response.getheader("Location")
                 response.read()
+                if not location:
+                    raise WeightsError(
+                        f"the Hub answered HTTP {response.status} without a Location for {path}"
+                    )
                 url = urljoin(url, location)
                 continue
             if response.status == 206:

@@ -1,10 +1,12 @@
 """Fixtures for the weights tests: a Hub stand-in on loopback, real tmpfs mounts, the CLI.
 
-huggingface_hub reads HF_* variables once, at import (recipe pitfall 1), so every
-test that touches the Hub runs the CLI as a fresh process whose environment sets
-HF_ENDPOINT, telemetry off, no token, and its own isolated HF_HOME (pitfall 2: a
-shared cache could serve files without a request and make a test pass for the wrong
-reason). No test imports huggingface_hub into the pytest process.
+huggingface_hub reads HF_* variables once, at import (recipe pitfall 1), so a test that
+runs the CLI against the Hub runs it as a fresh process whose environment sets
+HF_ENDPOINT, telemetry off, no token, and its own isolated HF_HOME (pitfall 2: a shared
+cache could serve files without a request and make a test pass for the wrong reason).
+The in-process tests of hub.py (test_hub_errors.py, test_hub_files.py) use the fixture
+``hf`` instead: it points the module constants read at call time (endpoint, home, token
+file) at the test's own Hub and folders (tests/weights/hf_inprocess.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import lab_unavailable
+from tests.weights.hf_inprocess import PROXY_VARS, TOKEN_VARS
 from tests.weights.hub_server import HubServer
+from tests.weights.range_server import Server, start_servers, stop_servers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HF_VARS_TO_DROP = (
@@ -114,6 +118,48 @@ def hub(tmp_path: Path) -> Iterator[HubServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def no_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No token anywhere: every place looked at unset, HOME an empty folder; return HOME."""
+    for name in TOKEN_VARS:
+        monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def hf(hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_token: Path):
+    """huggingface_hub pointed at ``hub``, with its own home, no token and no proxy."""
+    from huggingface_hub import constants
+
+    home = tmp_path / "hf-home"
+    for name in HF_VARS_TO_DROP + PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+    template = hub.url + "/{repo_id}/resolve/{revision}/{filename}"
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HOME", str(home))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(home / "token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(home / "stored_tokens"))
+    return hub
+
+
+@pytest.fixture
+def servers() -> Iterator[list[Server]]:
+    """Two started range servers on loopback: the Hub's ``/resolve/`` and its CDN."""
+    made = start_servers(2)
+    try:
+        yield made
+    finally:
+        stop_servers(made)
 
 
 @pytest.fixture

@@ -11,8 +11,9 @@ download a repository (documented in docs/recipes/hf_hub_offline.md, section 3):
 - ``HEAD|GET /{id}/resolve/{rev}/{path}``: ``X-Repo-Commit``, ``ETag`` (sha256 for LFS,
   git blob sha1 otherwise), ``X-Linked-Etag``/``X-Linked-Size`` for LFS,
   ``Content-Length``, ``Range: bytes=N-`` / ``N-M`` -> 206 with ``Content-Range``.
-- Errors: unknown repo -> 401 + ``X-Error-Code: RepoNotFound``; unknown revision ->
-  404 + ``RevisionNotFound``; unknown file -> 404 + ``EntryNotFound``.
+- Errors: unknown repo -> 401 + ``X-Error-Code: RepoNotFound``; a gated one (``gated``) ->
+  403 + ``GatedRepo``; unknown revision -> 404 + ``RevisionNotFound``; unknown file ->
+  404 + ``EntryNotFound``; ``api_status``: every ``/api/`` request answered with it.
 
 File bodies are served from disk with ``sendfile`` (fast enough for benchmarks), or
 slowly (``throttle_bytes_per_s``) so a test can kill a client mid-download. Every
@@ -137,6 +138,7 @@ class LoggedRequest:
     range: str | None
     bytes_sent: int
     authorization: str | None
+    port: int = 0  # the client's port: one per connection
 
 
 class HubServer:
@@ -149,6 +151,10 @@ class HubServer:
         self.throttle_bytes_per_s: int | None = None
         self.ignore_range = False  # answer every Range request with 200 and the whole file
         self.redirect_lfs = False  # send LFS bodies from /cdn/... with a 302, as the Hub does
+        self.gated: set[str] = set()  # repositories whose terms the caller has not accepted
+        self.api_status: int | None = None  # answer every /api/ request with this error status
+        self.tree_reversed = False  # list a tree's files in reverse path order
+        self.hold_small: threading.Event | None = None  # non-LFS files wait for it (10 s at most)
         self._port = port
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
@@ -170,7 +176,7 @@ class HubServer:
         handler = type("Handler", (_Handler,), {"hub": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", self._port), handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True)
         self._thread.start()
         return self.url
 
@@ -215,6 +221,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.headers.get("Range"),
                 sent,
                 self.headers.get("Authorization"),
+                self.client_address[1],
             )
         )
 
@@ -231,7 +238,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._finish(status, len(data))
 
     def _error(self, status: int, code: str, message: str, commit: str | None = None) -> None:
-        headers = {"X-Error-Code": code, "X-Error-Message": message}
+        headers = {"X-Error-Message": message} | ({"X-Error-Code": code} if code else {})
         if commit:
             headers["X-Repo-Commit"] = commit
         self._send_json(status, {"error": message}, headers)
@@ -259,10 +266,16 @@ class _Handler(BaseHTTPRequestHandler):
         repo = self.hub.repos.get(repo_id)
         if repo is None:
             self._error(401, "RepoNotFound", f"Repository {repo_id} not found")
+        elif repo_id in self.hub.gated:
+            self._error(403, "GatedRepo", f"Access to model {repo_id} is restricted.")
+            return None
         return repo
 
     def _api(self, match: re.Match[str], query: dict[str, list[str]]) -> None:
         _kind, repo_id, action, rest = match.groups()
+        if self.hub.api_status is not None:
+            self._error(self.hub.api_status, "", "Internal Error - We're working hard to fix this")
+            return
         repo = self._repo(repo_id)
         if repo is None:
             return
@@ -319,6 +332,8 @@ class _Handler(BaseHTTPRequestHandler):
             if recursive or len(parts) == 1:
                 entries.append(f.tree_entry())
         folders = [{"type": "directory", "path": d, "oid": "0" * 40, "size": 0} for d in dirs]
+        if self.hub.tree_reversed:
+            entries.reverse()
         return sorted(folders, key=lambda e: e["path"]) + entries
 
     def _resolve(self, repo_id: str, rev: str, path: str, from_cdn: bool = False) -> None:
@@ -333,6 +348,8 @@ class _Handler(BaseHTTPRequestHandler):
         if f is None:
             self._error(404, "EntryNotFound", f"{path} does not exist at {rev}", commit=sha)
             return
+        if not f.is_lfs and self.hub.hold_small is not None:
+            self.hub.hold_small.wait(10)
         if f.is_lfs and self.hub.redirect_lfs and not from_cdn:
             self.send_response(302)
             self.send_header("Location", f"/cdn/{repo_id}/resolve/{sha}/{path}")

@@ -18,11 +18,17 @@ import pytest
 
 from gpudoctor.hosts.base import HostError
 from gpudoctor.hosts.ssh.auth import Credentials
-from gpudoctor.hosts.ssh.connect import ConnectSettings, _start_proxy, _stop, connect
+from gpudoctor.hosts.ssh.connect import (
+    ConnectSettings,
+    _start_proxy,
+    _stop,
+    connect,
+    failure_reason,
+)
 from gpudoctor.hosts.ssh.target import SSHTarget
 from tests.hosts.ssh.inproc_sshd import Policy, Server, running
 from tests.hosts.ssh.test_authenticate import make_key, unix_sockets_open
-from tests.hosts.ssh.test_banner import serve
+from tests.hosts.ssh.test_banner import elapsed_in, serve
 
 NO_CREDENTIALS = Credentials()
 
@@ -335,3 +341,36 @@ def test_a_proxy_command_that_cannot_start_is_one_line_and_leaves_no_socket() ->
     message = str(exc.value)
     assert message.startswith("cannot start the ProxyCommand 'echo xxx")
     assert message.endswith("[Errno 7] Argument list too long: '/bin/sh'")
+
+
+@pytest.mark.parametrize(
+    ("stderr", "said"),
+    [
+        ("", ""),  # a silent proxy: its status alone
+        (r"printf 'no route\n\377 host down\n\n' >&2", ": \ufffd host down"),  # not UTF-8
+        ("head -c 3000 /dev/zero | tr '\\0' x >&2", ": " + "x" * 2000),  # a flood: its end
+    ],
+)
+def test_a_proxy_command_that_dies_is_reported_with_the_last_line_it_said(
+    home: Path, stderr: str, said: str
+) -> None:
+    """A ProxyCommand that exits before the handshake: its exit status and the last
+    line of its stderr (decoded with replacement, at most its last 2000 bytes), or its
+    status alone when it said nothing."""
+    command = f'sh -c "{stderr}{"; " if stderr else ""}exit 7"'
+    with pytest.raises(HostError) as exc:
+        connect(target_for(1, home, proxy_command=command), settings_for(home / "kh"),
+                NO_CREDENTIALS)  # fmt: skip
+    message = str(exc.value)
+    took = elapsed_in(message)
+    assert message == (
+        f"box (alice@127.0.0.1:1): cannot connect: the ProxyCommand exited with status 7"
+        f" after {took} s{said}"
+    )
+
+
+def test_a_failure_is_named_by_its_reason_its_text_or_its_type() -> None:
+    assert failure_reason(paramiko.ChannelException(2, "Connect failed")) == "Connect failed"
+    assert failure_reason(OSError("No route to host")) == "No route to host"
+    assert failure_reason(EOFError()) == "EOFError"
+    assert failure_reason(paramiko.SSHException()) == "SSHException"

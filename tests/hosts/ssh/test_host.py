@@ -146,6 +146,18 @@ def test_the_exec_channel_is_a_byte_stream(host: SSHHost) -> None:
     assert stream.channel.closed
 
 
+def test_a_stream_gives_a_long_line_in_pieces_and_bytes_as_they_come(host: SSHHost) -> None:
+    stream = host.open_stream(["cat"])
+    try:
+        stream.write(b"z")
+        assert stream.read_some(10) == b"z"  # nothing buffered: straight from the channel
+        stream.write(b"0123456789\n")
+        assert stream.readline(4) == b"0123"  # never more than the limit
+        assert stream.readline(100) == b"456789\n"
+    finally:
+        stream.close()
+
+
 def test_closing_a_stream_closes_its_channel_while_the_command_runs(host: SSHHost) -> None:
     stream = host.open_stream(["sleep", "30"])
     stream.close()

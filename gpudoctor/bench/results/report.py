@@ -255,7 +255,7 @@ def render_markdown(
         *server_signal_lines(cells),
     ]
     if notes:
-        lines[3:3] = [*(f"> **Warning:** {md_text(n)}" for n in notes), ""]
+        lines[4:4] = [*(f"> **Warning:** {md_text(n)}" for n in notes), ""]  # after the counts
     return "\n".join(lines)
 
 

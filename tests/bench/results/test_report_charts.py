@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import struct
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -156,17 +158,30 @@ def test_a_run_with_nothing_measured_gives_empty_plots_without_a_legend(tmp_path
 
 
 def test_the_plots_are_written_as_pngs_and_every_figure_is_closed(tmp_path: Path) -> None:
-    run = _run(tmp_path, [_row("a", 1, 1, **_numbers(1))])
+    """800 x 500 PNGs readable by all (an older one of mode 0600 too), a config named
+    with an emoji drawn without a warning (a box where the font has no glyph), and only
+    the report's own figures closed (the caller's stays open)."""
+    run = _run(tmp_path, [_row("a 🚀", 1, 1, **_numbers(1))])
     out = tmp_path / "out"
     out.mkdir()
-    open_before = plt.get_fignums()
-    written = write_plots(read_run(run).cells, out)
+    (out / PLOT_FILES["pareto"]).write_bytes(b"old")
+    (out / PLOT_FILES["pareto"]).chmod(0o600)
+    callers = plt.figure()
+    try:
+        open_before = plt.get_fignums()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            written = write_plots(read_run(run).cells, out)
+        assert plt.get_fignums() == open_before
+    finally:
+        plt.close(callers)
     assert written == [out / name for name in PLOT_FILES.values()]
     for path in written:
-        assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+        png = path.read_bytes()
+        assert png.startswith(b"\x89PNG\r\n\x1a\n")
+        assert struct.unpack(">II", png[16:24]) == (800, 500)  # IHDR: width, height
         assert path.stat().st_mode & 0o777 == 0o644
     assert sorted(p.name for p in out.iterdir()) == sorted(PLOT_FILES.values())
-    assert plt.get_fignums() == open_before
 
 
 def test_a_plot_that_cannot_be_written_leaves_no_figure_open(tmp_path: Path) -> None:

@@ -41,6 +41,8 @@ class Policy:
             that crashes or is restarted mid-login).
         sessions: open session channels (False: refuse them, as an sshd with
             ``MaxSessions 0`` does).
+        hold_forwards: when set, every ``direct-tcpip`` request waits on this event (a
+            jump host that never answers), then is refused.
     """
 
     keys: set[bytes] = field(default_factory=set)
@@ -50,6 +52,7 @@ class Policy:
     hold_auth: threading.Event | None = None
     drop_on_auth: bool = False
     sessions: bool = True
+    hold_forwards: threading.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,10 @@ class _Interface(paramiko.ServerInterface):
         self, chanid: int, origin: tuple[str, int], destination: tuple[str, int]
     ) -> int:
         self.server.forwards.append(destination)
+        hold = self.server.policy.hold_forwards
+        if hold is not None:
+            hold.wait()  # set by the test, or by close()
+            return paramiko.OPEN_FAILED_CONNECT_FAILED
         try:
             sock = socket.create_connection(destination, timeout=10)
         except OSError:
@@ -271,8 +278,9 @@ class Server:
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() above
         self._listener.close()
-        if self.policy.hold_auth is not None:
-            self.policy.hold_auth.set()
+        for hold in (self.policy.hold_auth, self.policy.hold_forwards):
+            if hold is not None:
+                hold.set()
         for transport in self.transports:
             transport.close()
         with self._procs_lock:

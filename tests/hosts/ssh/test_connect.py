@@ -200,6 +200,23 @@ def test_a_jump_host_carries_the_connection_and_each_key_is_verified(
     assert hop.wait_closed() and server.wait_closed()
 
 
+def test_a_jump_host_is_resolved_with_the_config_the_user_gave(
+    server: Server, hop: Server, home: Path
+) -> None:
+    """``ssh -F FILE -J jumpbox``: the hop's alias comes from FILE, not ~/.ssh/config."""
+    config = home / "given_config"
+    config.write_text(f"Host jumpbox\n  HostName 127.0.0.1\n  Port {hop.port}\n  User root\n")
+    settings = ConnectSettings(known_hosts=str(known(home, server, hop)), ssh_config=str(config),
+                               use_config_known_hosts=False)  # fmt: skip
+    conn = connect(target_for(server, home, proxy_jump=("jumpbox",)), settings, NO_CREDENTIALS)
+    try:
+        assert [(h.target.alias, h.target.port) for h in conn.hops] == [("jumpbox", hop.port)]
+        assert [a.user for a in hop.attempts] == ["root"]
+    finally:
+        conn.close()
+    assert hop.wait_closed() and server.wait_closed()
+
+
 def test_two_jump_hosts_are_crossed_in_order(
     server: Server, hop: Server, home: Path, user_key: paramiko.PKey
 ) -> None:
@@ -229,6 +246,22 @@ def test_a_jump_host_that_cannot_reach_the_target_says_so(hop: Server, home: Pat
         f"127.0.0.1:{port}: Connect failed"
     )
     assert hop.wait_closed()
+
+
+def test_a_jump_host_that_never_answers_is_given_up_at_the_timeout(
+    user_key: paramiko.PKey, home: Path
+) -> None:
+    """The hop logs in but never answers the request to reach the target (a hung sshd):
+    the connection fails at the connect timeout, in one line."""
+    with running(Policy(keys={user_key.asbytes()}, hold_forwards=threading.Event())) as hung:
+        target = target_for(2222, home, proxy_jump=(f"root@127.0.0.1:{hung.port}",))
+        with pytest.raises(HostError) as exc:
+            connect(target, settings_for(known(home, hung), connect_timeout=0.5), NO_CREDENTIALS)
+        assert str(exc.value) == (
+            "box (alice@127.0.0.1:2222): the jump host 127.0.0.1 cannot reach 127.0.0.1:2222:"
+            " Timeout opening channel."
+        )
+        assert hung.forwards == [("127.0.0.1", 2222)]
 
 
 def test_a_jump_host_that_fails_is_named(server: Server, hop: Server, home: Path) -> None:

@@ -19,6 +19,7 @@ import pytest
 from gpudoctor.bench.results.reader import read_run
 from gpudoctor.bench.results.report import PLOT_FILES, figures, write_plots
 
+matplotlib = pytest.importorskip("matplotlib")
 plt = pytest.importorskip("matplotlib.pyplot")
 colors = pytest.importorskip("matplotlib.colors")
 
@@ -91,6 +92,8 @@ def test_throughput_is_one_line_per_config_and_tp_by_concurrency(drawn: dict) ->
 
 def test_latency_shows_p50_solid_and_p99_dashed_in_one_colour_per_series(drawn: dict) -> None:
     ttft, tpot = drawn["latency"].get_axes()
+    left, right = ttft.get_position(), tpot.get_position()
+    assert left.x1 < right.x0 and left.y0 == right.y0  # side by side
     assert _lines(ttft) == [
         ("a (TP1)", [1, 2, 4], [2.0, 3.0, 5.0]), (None, [1, 2, 4], [3.0, 4.0, 6.0]),
         ("a (TP2)", [1], [2.0]), (None, [1], [3.0]),
@@ -158,7 +161,7 @@ def test_a_run_with_nothing_measured_gives_empty_plots_without_a_legend(tmp_path
 
 
 def test_the_plots_are_written_as_pngs_and_every_figure_is_closed(tmp_path: Path) -> None:
-    """800 x 500 PNGs readable by all (an older one of mode 0600 too), a config named
+    """800 x 500 PNGs whatever matplotlibrc says, readable by all (an older one of mode 0600 too), a config named
     with an emoji drawn without a warning (a box where the font has no glyph), and only
     the report's own figures closed (the caller's stays open)."""
     run = _run(tmp_path, [_row("a 🚀", 1, 1, **_numbers(1))])
@@ -169,7 +172,8 @@ def test_the_plots_are_written_as_pngs_and_every_figure_is_closed(tmp_path: Path
     callers = plt.figure()
     try:
         open_before = plt.get_fignums()
-        with warnings.catch_warnings():
+        settings = {"figure.dpi": 50, "figure.figsize": (3.0, 2.0)}  # a user's matplotlibrc
+        with warnings.catch_warnings(), matplotlib.rc_context(settings):
             warnings.simplefilter("error")
             written = write_plots(read_run(run).cells, out)
         assert plt.get_fignums() == open_before

@@ -131,6 +131,7 @@ def test_the_pareto_view_marks_each_point_with_its_concurrency(drawn: dict) -> N
     assert (ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) == (
         "median TPOT ms", "output tokens/s", "Throughput vs TPOT")  # fmt: skip
     assert ax.get_xscale() == "linear"
+    assert {line.get_marker() for line in ax.get_lines()} == {"o"}
     assert _legend(ax) == ["a (TP1)", "a (TP2)", "b (TP2)"]
     assert ax.get_legend().get_texts()[0].get_fontsize() == 7
 

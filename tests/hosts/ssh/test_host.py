@@ -158,6 +158,31 @@ def test_a_stream_gives_a_long_line_in_pieces_and_bytes_as_they_come(host: SSHHo
         stream.close()
 
 
+def test_a_stdout_flood_is_kept_to_the_limit_and_read_to_its_end(host: SSHHost) -> None:
+    """300 kB over several SSH packets, 100 kB kept (the rest read and dropped, so the
+    command is not blocked on a full channel); stderr that is not UTF-8 shown replaced."""
+    flood = "head -c 300000 /dev/zero | tr '\\0' y; printf '\\303\\251\\377' >&2"
+    stream = host.open_stream(["sh", "-c", flood])
+    try:
+        assert stream.read_all(limit=100_000) == b"y" * 100_000
+        assert stream.channel.recv_exit_status() == 0
+        assert stream.stderr_text() == "\u00e9\ufffd"
+    finally:
+        stream.close()
+
+
+def test_a_stream_is_closed_quietly_after_its_connection_died(
+    host: SSHHost, server: Server
+) -> None:
+    stream = host.open_stream(["sleep", "30"])
+    server.transports[0].close()  # sshd gone
+    client = host._conn.transport  # type: ignore[union-attr]
+    client.join(30)  # the client has seen the connection end
+    assert not client.is_active()
+    stream.close()  # no OSError/EOFError from the dead connection
+    assert stream.channel.closed
+
+
 def test_closing_a_stream_closes_its_channel_while_the_command_runs(host: SSHHost) -> None:
     stream = host.open_stream(["sleep", "30"])
     stream.close()

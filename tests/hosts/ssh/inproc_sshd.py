@@ -172,6 +172,8 @@ def _run_exec(channel: paramiko.Channel, command: bytes, server: Server) -> None
             channel.sendall(chunk)
     err.join()
     status = proc.wait()
+    proc.stdout.close()  # read to EOF by this thread and the joined one: no fd left to GC
+    proc.stderr.close()
     with contextlib.suppress(Exception):  # the client (or the whole connection) may be gone
         channel.send_exit_status(status)
         channel.shutdown_write()

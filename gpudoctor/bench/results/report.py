@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpudoctor import fsio
 from gpudoctor.bench.results.html_report import render_html
@@ -132,24 +133,28 @@ def _points(rows: list[CellResult], x: str, y: str) -> tuple[list[float], list[f
     return [a for a, _ in kept], [b for _, b in kept]
 
 
-def write_plots(cells: Sequence[CellResult], out_dir: Path) -> list[Path]:
-    """Write the three PNG plots into ``out_dir``; return their paths."""
+def figures(cells: Sequence[CellResult]) -> dict[str, Any]:
+    """Return the report's three plots as matplotlib Figures, drawn but not saved, keyed as
+    ``PLOT_FILES`` is: ``throughput`` (output tok/s vs concurrency, log2 x), ``latency``
+    (TTFT and TPOT ms vs concurrency side by side, p50 solid and p99 dashed in the series'
+    colour) and ``pareto`` (output tok/s vs median TPOT ms, each point marked ``c=N``). One
+    line per ``config (TPn)`` of the measured cells, by concurrency; a point lacking either
+    number is left out; a legend only when there is a line. The caller closes them."""
     import matplotlib  # lazy: heavy, and only the report needs it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     series = _series(cells)
-    written = []
 
-    fig, ax = plt.subplots(figsize=FIGSIZE_IN, dpi=DPI)
+    throughput, ax = plt.subplots(figsize=FIGSIZE_IN, dpi=DPI)
     for label, rows in series.items():
         ax.plot(*_points(rows, "concurrency", "output_throughput"), marker="o", label=label)
     ax.set(xlabel="concurrency", ylabel="output tokens/s", title="Output throughput")
     ax.set_xscale("log", base=2)
-    written.append(_save(fig, ax, out_dir / PLOT_FILES["throughput"], bool(series)))
+    _legend(ax, series)
 
-    fig, axes = plt.subplots(1, 2, figsize=FIGSIZE_IN, dpi=DPI)
+    latency, axes = plt.subplots(1, 2, figsize=FIGSIZE_IN, dpi=DPI)
     for number, (label, rows) in enumerate(series.items()):
         for ax, metric in zip(axes, ("ttft", "tpot"), strict=True):
             for pct, style in (("median", "-"), ("p99", "--")):
@@ -159,9 +164,9 @@ def write_plots(cells: Sequence[CellResult], out_dir: Path) -> list[Path]:
     for ax, metric in zip(axes, ("TTFT", "TPOT"), strict=True):
         ax.set(xlabel="concurrency", ylabel=f"{metric} ms", title=f"{metric} p50 (—) / p99 (--)")
         ax.set_xscale("log", base=2)
-    written.append(_save(fig, axes[0], out_dir / PLOT_FILES["latency"], bool(series)))
+    _legend(axes[0], series)
 
-    fig, ax = plt.subplots(figsize=FIGSIZE_IN, dpi=DPI)
+    pareto, ax = plt.subplots(figsize=FIGSIZE_IN, dpi=DPI)
     for label, rows in series.items():
         xs, ys = _points(rows, "median_tpot_ms", "output_throughput")
         ax.plot(xs, ys, marker="o", label=label)
@@ -170,22 +175,36 @@ def write_plots(cells: Sequence[CellResult], out_dir: Path) -> list[Path]:
             if x is not None and y is not None:
                 ax.annotate(f"c={row.concurrency}", (x, y), fontsize=7)
     ax.set(xlabel="median TPOT ms", ylabel="output tokens/s", title="Throughput vs TPOT")
-    written.append(_save(fig, ax, out_dir / PLOT_FILES["pareto"], bool(series)))
-    return written
+    _legend(ax, series)
+    return {"throughput": throughput, "latency": latency, "pareto": pareto}
 
 
-def _save(fig: object, legend_ax: object, path: Path, has_data: bool) -> Path:
+def _legend(ax: Any, series: dict[str, list[CellResult]]) -> None:
+    if series:
+        ax.legend(fontsize=7)
+
+
+def write_plots(cells: Sequence[CellResult], out_dir: Path) -> list[Path]:
+    """Write the three PNG plots of :func:`figures` into ``out_dir`` (``FIGSIZE_IN * DPI``
+    pixels, replaced atomically, never through a link); return their paths. Every figure
+    is closed, also when a write fails (a long-lived process draws many reports)."""
     import matplotlib.pyplot as plt
 
-    if has_data:
-        legend_ax.legend(fontsize=7)  # type: ignore[attr-defined]
+    drawn = figures(cells)
+    try:
+        return [_save(fig, out_dir / PLOT_FILES[name]) for name, fig in drawn.items()]
+    finally:
+        for fig in drawn.values():
+            plt.close(fig)
+
+
+def _save(fig: Any, path: Path) -> Path:
     png = io.BytesIO()
     with warnings.catch_warnings():  # an emoji in a config name: a box in the PNG, not a
         warnings.filterwarnings("ignore", "Glyph .* missing from font")  # source-path warning
-        fig.tight_layout()  # type: ignore[attr-defined]
-        fig.savefig(png, format="png")  # type: ignore[attr-defined]
+        fig.tight_layout()
+        fig.savefig(png, format="png")
     fsio.atomic_replace(path, png.getvalue(), mode=0o644, require_trusted_dir=True)  # no link
-    plt.close(fig)  # type: ignore[arg-type]
     return path
 
 
@@ -236,7 +255,7 @@ def render_markdown(
         *server_signal_lines(cells),
     ]
     if notes:
-        lines[3:3] = [*(f"> **Warning:** {md_text(n)}" for n in notes), ""]
+        lines[4:4] = [*(f"> **Warning:** {md_text(n)}" for n in notes), ""]  # after the counts
     return "\n".join(lines)
 
 

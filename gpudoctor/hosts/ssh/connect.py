@@ -322,7 +322,7 @@ def _why(
             return f"the ProxyCommand exited with status {proxy.returncode} after {took}" + (
                 f": {said}" if said else ""
             )
-    if isinstance(error, paramiko.ssh_exception.IncompatiblePeer) or "Incompatible" in text:
+    if isinstance(error, paramiko.ssh_exception.IncompatiblePeer):  # no algorithm, or SSH-1
         return f"the server and gpudoctor share no SSH algorithm ({text})"
     if text.startswith("Indecipherable protocol version"):
         said = text.split('"', 1)[-1].rstrip('"')[:60]
@@ -347,9 +347,8 @@ def _why(
 
 
 def _proxy_stderr(proxy: subprocess.Popen[bytes]) -> str:
-    errors = getattr(proxy, "stderr_file", None)
-    if errors is None:
-        return ""
+    """Return the last line the ProxyCommand wrote on stderr ("" for none)."""
+    errors = proxy.stderr_file  # type: ignore[attr-defined]  # set by _start_proxy
     try:
         errors.seek(0)
         lines = errors.read()[-2000:].decode("utf-8", "replace").strip().splitlines()

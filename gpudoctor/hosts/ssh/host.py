@@ -42,6 +42,7 @@ __all__ = ["SSHHost", "SSHTarget", "fingerprint", "resolve_target", "split_spec"
 
 # Seconds a command may outlive its own timeout before the client closes the channel.
 RUN_GRACE = 10.0
+STDERR_KEPT = 65536  # bytes of a command's stderr kept (the rest is read and dropped)
 
 
 class ChannelStream(ByteStream):
@@ -56,8 +57,7 @@ class ChannelStream(ByteStream):
 
     def _drain(self) -> None:
         for chunk in iter(lambda: self.channel.recv_stderr(4096), b""):
-            if len(self._err) < 65536:
-                self._err += chunk
+            self._err += chunk[: STDERR_KEPT - len(self._err)]  # the first 64 KiB, no more
 
     def read_all(self, limit: int = 16 << 20) -> bytes:
         """Return the rest of the remote command's stdout (until EOF), at most ``limit``
@@ -231,16 +231,15 @@ class SSHHost(ForwardingHost):
             pass
         finished = channel.status_event.wait(timeout + RUN_GRACE)
         elapsed = time.monotonic() - started
-        if not finished:
-            stream.close()
-            reader.join(1.0)
-            rc, timed_out = -9, True
-        else:
+        if finished:
             rc = channel.recv_exit_status()
-            reader.join(RUN_GRACE)
+            reader.join(RUN_GRACE)  # stdout's end (a background process may hold it open)
             timed_out = rc in (124, 137) and elapsed >= timeout * 0.95
+        else:
+            rc, timed_out = -9, True
+        stream.close()  # nothing more is read: the reader ends with what has arrived
+        reader.join(1.0)
         err = stream.stderr_text()
-        stream.close()
         return CommandResult(
             argv=tuple(argv),
             returncode=rc,

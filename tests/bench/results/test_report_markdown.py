@@ -143,7 +143,8 @@ def test_the_page_states_its_run_counts_and_plots_in_order(tmp_path: Path) -> No
             " available). Definitions: docs/bench-metrics.md.") in lines  # fmt: skip
     assert f"No plots: {PLOTS_HINT}." not in lines
     bare = render_markdown(run, [_cell()], [], notes=["3 <corrupt> lines"]).split("\n")
-    assert bare[3:5] == ["> **Warning:** 3 \\<corrupt\\> lines", ""]
+    assert bare[2:6] == ["1 cells: 1 ok, 0 failed, 0 crashed, 0 skipped.", "",
+                         "> **Warning:** 3 \\<corrupt\\> lines", ""]  # fmt: skip
     assert f"No plots: {PLOTS_HINT}." in bare
 
 

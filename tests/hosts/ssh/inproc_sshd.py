@@ -41,6 +41,8 @@ class Policy:
             that crashes or is restarted mid-login).
         sessions: open session channels (False: refuse them, as an sshd with
             ``MaxSessions 0`` does).
+        hold_forwards: when set, every ``direct-tcpip`` request waits on this event (a
+            jump host that never answers), then is refused.
     """
 
     keys: set[bytes] = field(default_factory=set)
@@ -50,6 +52,7 @@ class Policy:
     hold_auth: threading.Event | None = None
     drop_on_auth: bool = False
     sessions: bool = True
+    hold_forwards: threading.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ class _Interface(paramiko.ServerInterface):
     def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
         self.server.commands.append(command.decode())
         threading.Thread(
-            target=_run_exec, args=(channel, command, self.server.procs), daemon=True
+            target=_run_exec, args=(channel, command, self.server), daemon=True
         ).start()
         return True
 
@@ -124,6 +127,10 @@ class _Interface(paramiko.ServerInterface):
         self, chanid: int, origin: tuple[str, int], destination: tuple[str, int]
     ) -> int:
         self.server.forwards.append(destination)
+        hold = self.server.policy.hold_forwards
+        if hold is not None:
+            hold.wait()  # set by the test, or by close()
+            return paramiko.OPEN_FAILED_CONNECT_FAILED
         try:
             sock = socket.create_connection(destination, timeout=10)
         except OSError:
@@ -132,18 +139,15 @@ class _Interface(paramiko.ServerInterface):
         return paramiko.OPEN_SUCCEEDED
 
 
-def _run_exec(channel: paramiko.Channel, command: bytes, procs: list) -> None:
-    """Run ``command`` as sshd does (``sh -c``), pumping the channel both ways; send the
-    exit status, then close the channel. The process joins ``procs`` (stopped by
-    :meth:`Server.close`)."""
-    proc = subprocess.Popen(
-        ["/bin/sh", "-c", command.decode()],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    procs.append(proc)
+def _run_exec(channel: paramiko.Channel, command: bytes, server: Server) -> None:
+    """Run ``command`` as sshd does (``sh -c``, :meth:`Server.spawn`), pumping the channel
+    both ways; send the exit status, then close the channel. A server already closed runs
+    nothing and closes the channel."""
+    proc = server.spawn(command)
+    if proc is None:
+        with contextlib.suppress(Exception):
+            channel.close()
+        return
     assert proc.stdin and proc.stdout and proc.stderr
 
     def feed() -> None:
@@ -168,6 +172,8 @@ def _run_exec(channel: paramiko.Channel, command: bytes, procs: list) -> None:
             channel.sendall(chunk)
     err.join()
     status = proc.wait()
+    proc.stdout.close()  # read to EOF by this thread and the joined one: no fd left to GC
+    proc.stderr.close()
     with contextlib.suppress(Exception):  # the client (or the whole connection) may be gone
         channel.send_exit_status(status)
         channel.shutdown_write()
@@ -198,6 +204,8 @@ class Server:
         self.forwards: list[tuple[str, int]] = []
         self.pending_forwards: dict[int, socket.socket] = {}
         self.procs: list[subprocess.Popen[bytes]] = []
+        self._procs_lock = threading.Lock()
+        self._closed = False
         self.transports: list[paramiko.Transport] = []
         self._listener = socket.socket()
         self._listener.bind(("127.0.0.1", 0))
@@ -247,15 +255,38 @@ class Server:
             transport.join(30)
         return not any(t.is_active() for t in self.transports)
 
+    def spawn(self, command: bytes) -> subprocess.Popen[bytes] | None:
+        """Start ``command`` as sshd does (``/bin/sh -c``, in a session of its own) and
+        return it, kept in ``procs`` for :meth:`close`; None once the server is closed.
+        Under one lock with ``close``, so an exec request the client sent just before the
+        end cannot start a process that close() has not seen (left running, then reaped by
+        whoever waits for any child: mutmut's worker loop aborts on an unknown pid)."""
+        with self._procs_lock:
+            if self._closed:
+                return None
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", command.decode()],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            self.procs.append(proc)
+            return proc
+
     def close(self) -> None:
-        """Stop listening and close every connection."""
+        """Stop listening and close every connection; kill and reap every command the
+        server started (none starts after this)."""
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() above
         self._listener.close()
-        if self.policy.hold_auth is not None:
-            self.policy.hold_auth.set()
+        for hold in (self.policy.hold_auth, self.policy.hold_forwards):
+            if hold is not None:
+                hold.set()
         for transport in self.transports:
             transport.close()
+        with self._procs_lock:
+            self._closed = True
         for proc in self.procs:  # no command outlives the server (nor is left unreaped)
             if proc.poll() is None:
                 with contextlib.suppress(OSError):

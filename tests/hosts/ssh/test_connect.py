@@ -18,11 +18,17 @@ import pytest
 
 from gpudoctor.hosts.base import HostError
 from gpudoctor.hosts.ssh.auth import Credentials
-from gpudoctor.hosts.ssh.connect import ConnectSettings, _start_proxy, _stop, connect
+from gpudoctor.hosts.ssh.connect import (
+    ConnectSettings,
+    _start_proxy,
+    _stop,
+    connect,
+    failure_reason,
+)
 from gpudoctor.hosts.ssh.target import SSHTarget
 from tests.hosts.ssh.inproc_sshd import Policy, Server, running
 from tests.hosts.ssh.test_authenticate import make_key, unix_sockets_open
-from tests.hosts.ssh.test_banner import serve
+from tests.hosts.ssh.test_banner import elapsed_in, serve
 
 NO_CREDENTIALS = Credentials()
 
@@ -194,6 +200,23 @@ def test_a_jump_host_carries_the_connection_and_each_key_is_verified(
     assert hop.wait_closed() and server.wait_closed()
 
 
+def test_a_jump_host_is_resolved_with_the_config_the_user_gave(
+    server: Server, hop: Server, home: Path
+) -> None:
+    """``ssh -F FILE -J jumpbox``: the hop's alias comes from FILE, not ~/.ssh/config."""
+    config = home / "given_config"
+    config.write_text(f"Host jumpbox\n  HostName 127.0.0.1\n  Port {hop.port}\n  User root\n")
+    settings = ConnectSettings(known_hosts=str(known(home, server, hop)), ssh_config=str(config),
+                               use_config_known_hosts=False)  # fmt: skip
+    conn = connect(target_for(server, home, proxy_jump=("jumpbox",)), settings, NO_CREDENTIALS)
+    try:
+        assert [(h.target.alias, h.target.port) for h in conn.hops] == [("jumpbox", hop.port)]
+        assert [a.user for a in hop.attempts] == ["root"]
+    finally:
+        conn.close()
+    assert hop.wait_closed() and server.wait_closed()
+
+
 def test_two_jump_hosts_are_crossed_in_order(
     server: Server, hop: Server, home: Path, user_key: paramiko.PKey
 ) -> None:
@@ -223,6 +246,22 @@ def test_a_jump_host_that_cannot_reach_the_target_says_so(hop: Server, home: Pat
         f"127.0.0.1:{port}: Connect failed"
     )
     assert hop.wait_closed()
+
+
+def test_a_jump_host_that_never_answers_is_given_up_at_the_timeout(
+    user_key: paramiko.PKey, home: Path
+) -> None:
+    """The hop logs in but never answers the request to reach the target (a hung sshd):
+    the connection fails at the connect timeout, in one line."""
+    with running(Policy(keys={user_key.asbytes()}, hold_forwards=threading.Event())) as hung:
+        target = target_for(2222, home, proxy_jump=(f"root@127.0.0.1:{hung.port}",))
+        with pytest.raises(HostError) as exc:
+            connect(target, settings_for(known(home, hung), connect_timeout=0.5), NO_CREDENTIALS)
+        assert str(exc.value) == (
+            "box (alice@127.0.0.1:2222): the jump host 127.0.0.1 cannot reach 127.0.0.1:2222:"
+            " Timeout opening channel."
+        )
+        assert hung.forwards == [("127.0.0.1", 2222)]
 
 
 def test_a_jump_host_that_fails_is_named(server: Server, hop: Server, home: Path) -> None:
@@ -335,3 +374,36 @@ def test_a_proxy_command_that_cannot_start_is_one_line_and_leaves_no_socket() ->
     message = str(exc.value)
     assert message.startswith("cannot start the ProxyCommand 'echo xxx")
     assert message.endswith("[Errno 7] Argument list too long: '/bin/sh'")
+
+
+@pytest.mark.parametrize(
+    ("stderr", "said"),
+    [
+        ("", ""),  # a silent proxy: its status alone
+        (r"printf 'no route\n\377 host down\n\n' >&2", ": \ufffd host down"),  # not UTF-8
+        ("head -c 3000 /dev/zero | tr '\\0' x >&2", ": " + "x" * 2000),  # a flood: its end
+    ],
+)
+def test_a_proxy_command_that_dies_is_reported_with_the_last_line_it_said(
+    home: Path, stderr: str, said: str
+) -> None:
+    """A ProxyCommand that exits before the handshake: its exit status and the last
+    line of its stderr (decoded with replacement, at most its last 2000 bytes), or its
+    status alone when it said nothing."""
+    command = f'sh -c "{stderr}{"; " if stderr else ""}exit 7"'
+    with pytest.raises(HostError) as exc:
+        connect(target_for(1, home, proxy_command=command), settings_for(home / "kh"),
+                NO_CREDENTIALS)  # fmt: skip
+    message = str(exc.value)
+    took = elapsed_in(message)
+    assert message == (
+        f"box (alice@127.0.0.1:1): cannot connect: the ProxyCommand exited with status 7"
+        f" after {took} s{said}"
+    )
+
+
+def test_a_failure_is_named_by_its_reason_its_text_or_its_type() -> None:
+    assert failure_reason(paramiko.ChannelException(2, "Connect failed")) == "Connect failed"
+    assert failure_reason(OSError("No route to host")) == "No route to host"
+    assert failure_reason(EOFError()) == "EOFError"
+    assert failure_reason(paramiko.SSHException()) == "SSHException"

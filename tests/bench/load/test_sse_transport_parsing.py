@@ -173,6 +173,12 @@ def test_a_bad_status_line_is_a_disconnect(status_line):
     assert fed.events == []
 
 
+def test_a_response_that_starts_with_a_blank_line_fails_at_once():
+    fed = Fed([b"\r\n\r\nHTTP/1.1 200 OK\r\n\r\ndata: x\n"])
+    assert fed.error.kind == "disconnect" and str(fed.error) == "bad status line b''"
+    assert fed.events == [] and fed.transport.closed
+
+
 def test_a_head_over_its_cap_is_oversize():
     caps = StreamCaps(head_bytes=40)
     fed = Fed([b"HTTP/1.1 200 OK\r\n" + b"X-A: " + b"a" * 40], caps)
@@ -195,6 +201,8 @@ def test_an_sse_line_over_its_cap_is_oversize():
     assert whole.error.kind == "oversize"
     fits = Fed([head("200 OK"), b"data: 0123\n", b"data: 9"], caps)  # 10 bytes each
     assert fits.error is None and fits.events == [b"0123"]
+    at_cap = Fed([head("200 OK"), b"data: 6789", b"\n"], caps)  # 10 bytes pending, then ended
+    assert at_cap.error is None and at_cap.events == [b"6789"]
 
 
 def test_a_chunk_size_line_over_its_cap_is_oversize():
@@ -209,6 +217,8 @@ def test_a_chunk_size_that_is_not_hex_fails_the_request():
     fed = Fed([head("200 OK", "Transfer-Encoding: chunked"), b"zz\r\n"])
     assert isinstance(fed.error, ValueError)
     assert fed.transport.closed
+    empty = Fed([head("200 OK", "Transfer-Encoding: chunked") + b"\r\n5\r\ndata:\r\n"])
+    assert isinstance(empty.error, ValueError)  # an empty size line: at once, not at the cap
 
 
 def test_an_event_handler_can_end_the_request():

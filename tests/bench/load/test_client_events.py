@@ -126,6 +126,10 @@ def test_kept_text_is_bounded_by_the_requested_tokens():
     with pytest.raises(TransportFailure) as info:
         stream.feed(event("c"), 9.0, False)
     assert (info.value.kind, str(info.value)) == ("oversize", "streamed text over the cap")
+    wide = _Stream(max_tokens=1, keep_text=True)  # counted in UTF-8 bytes, not characters
+    wide.feed(event("é" * (TEXT_BYTES_PER_TOKEN // 2)), 1.0, False)
+    with pytest.raises(TransportFailure):
+        wide.feed(event("é"), 2.0, False)
     zero = _Stream(max_tokens=0, keep_text=True)  # max_tokens 0 still keeps one token's worth
     zero.feed(event("z" * TEXT_BYTES_PER_TOKEN), 1.0, False)
     assert zero.texts == ["z" * TEXT_BYTES_PER_TOKEN]

@@ -113,6 +113,15 @@ def test_an_error_body_is_kept_only_up_to_its_cap(transport):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_endless_error_body_is_read_only_up_to_its_cap(transport):
+    head = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 100000\r\n\r\n"
+    with ScriptedHttpServer([head + b"e" * 25], hang=True) as srv:  # the rest never comes
+        caps = StreamCaps(error_body_bytes=25)
+        record = send(ClientOptions(srv.url, "m", transport=transport, caps=caps, timeout_s=30))
+    assert record.error_kind == "http_4xx" and record.error == "HTTP 400: " + "e" * 25
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_an_sse_line_over_its_cap_is_oversize(transport):
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
     line = b'data: {"choices": [{"text": "' + b"x" * 60 + b'"}]}\n'

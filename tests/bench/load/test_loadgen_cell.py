@@ -8,7 +8,9 @@ against a real `transformers serve` (slower)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -99,6 +101,30 @@ def test_a_cell_records_every_request_as_it_completes(tokenizer_dir, tmp_path):
     assert sorted(r["index"] for r in rows[:5]) == list(range(5))
     assert all(r["ok"] and r["output_tokens"] == 40 for r in rows[:5])
     assert again["num_prompts"] == 2 and again["client"]["warmup"] == {"sent": 0, "failed": 0}
+
+
+def open_paths() -> set[str]:
+    """Return the files this process holds open (``ls -l /proc/self/fd``)."""
+    fds = Path("/proc/self/fd")
+    paths = set()
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            paths.add(os.readlink(fd))
+    return paths
+
+
+def test_a_cell_stopped_by_an_exception_gives_its_raw_file_back(tokenizer_dir, tmp_path):
+    raw = tmp_path / "raw.jsonl"
+
+    def interrupted(done: int, total: int) -> None:
+        raise RuntimeError("progress display failed")  # as the first request completes
+
+    with OpenAIServer() as srv, pytest.raises(RuntimeError) as stopped:
+        measure_cell(CellTarget(srv.url, "m", tokenizer_dir, raw_path=raw), spec(), 1,
+                     telemetry=False, progress=interrupted)  # fmt: skip
+    assert stopped.traceback  # the cell's frames are still alive here, and yet:
+    assert str(raw) not in open_paths()
+    assert len(raw_rows(raw)) == 1  # the record written before the stop is on disk
 
 
 def test_a_chat_cell_with_ignore_eos_and_an_open_loop(tokenizer_dir, tmp_path):

@@ -133,6 +133,14 @@ def test_kept_text_is_bounded_by_the_requested_tokens():
     zero = _Stream(max_tokens=0, keep_text=True)  # max_tokens 0 still keeps one token's worth
     zero.feed(event("z" * TEXT_BYTES_PER_TOKEN), 1.0, False)
     assert zero.texts == ["z" * TEXT_BYTES_PER_TOKEN]
+    with pytest.raises(TransportFailure):
+        zero.feed(event("z"), 2.0, False)
+
+
+def test_the_documented_bounds():
+    """A server may send 16 content chunks beyond max_tokens (a chunk holds >= 1 token),
+    256 bytes of kept text per requested token, a request id of 128 characters."""
+    assert (CHUNK_SLACK, TEXT_BYTES_PER_TOKEN, REQUEST_ID_MAX) == (16, 256, 128)
 
 
 def test_a_stream_without_limits_takes_many_chunks():
@@ -140,6 +148,7 @@ def test_a_stream_without_limits_takes_many_chunks():
     for i in range(100):
         stream.feed(event("t"), float(i), False)
     assert len(stream.chunk_times) == 100 and stream.usage is None and stream.finish is None
+    assert stream.texts == [] and stream.spec_verify_ct is None and stream.request_id is None
 
 
 def test_a_payload_that_is_not_json_raises():

@@ -58,6 +58,7 @@ def test_a_completion_request_sends_its_body_and_records_the_stream(transport):
                                 extra_body=(("top_k", 5), ("temperature", 0.5)))  # fmt: skip
         t0 = time.perf_counter()
         record = send(options, index=7, t0=t0)
+        after = time.perf_counter() - t0
     [seen] = srv.requests
     assert seen.path == "/v1/completions"
     assert seen.body == {"model": "the-model", "max_tokens": 3, "prompt": "hello there",
@@ -69,7 +70,7 @@ def test_a_completion_request_sends_its_body_and_records_the_stream(transport):
     assert record.text_chunks == (" tok",) * 3 and record.chunk_tokens == (1, 1, 1)
     assert record.output_tokens == record.usage_completion_tokens == 3
     assert record.usage_prompt_tokens == 2 and record.finish_reason == "length"
-    assert record.send_s > 0 and record.ttft_s == record.chunk_times_s[0]
+    assert 0 < record.send_s < after and record.ttft_s == record.chunk_times_s[0]
     assert list(record.chunk_times_s) == sorted(record.chunk_times_s)
     assert record.chunk_times_s[-1] <= record.e2e_s <= record.wall_s  # [DONE] came last
 
@@ -102,6 +103,13 @@ def test_an_error_status_is_recorded_with_its_body_on_one_line(transport):
     assert record.error == 'HTTP 500: {"error": {"message": "injected failure"}}'
     assert record.ttft_s is None and record.e2e_s is None and record.chunk_times_s == ()
     assert record.output_tokens == 0 and record.wall_s > 0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_error_body_that_is_not_utf8_is_kept_readable(transport):
+    with OpenAIServer(status={0: (502, b"bad \xff gateway")}) as srv:
+        record = send(ClientOptions(srv.url, "m", transport=transport))
+    assert record.error == "HTTP 502: bad \ufffd gateway"
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -139,9 +147,10 @@ def test_an_sse_line_over_its_cap_is_oversize(transport):
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_last_line_without_newline_is_still_an_event(transport):
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
-    with ScriptedHttpServer([head + b'data: {"choices": [{"text": "a"}]}']) as srv:
+    events = b'data:{"choices": [{"text": "a"}]}\n\ndata:{"choices": [{"text": "b"}]}'
+    with ScriptedHttpServer([head + events]) as srv:  # no space after "data:" either
         record = send(ClientOptions(srv.url, "m", transport=transport))
-    assert record.ok and len(record.chunk_times_s) == 1
+    assert record.ok and len(record.chunk_times_s) == 2
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -190,6 +199,21 @@ def test_the_cells_deadline_ends_a_request_before_its_own_limit(transport):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_cell_deadline_already_passed_sends_nothing(transport):
+    with OpenAIServer() as srv:
+        options = ClientOptions(srv.url, "m", transport=transport)
+        record = send(options, cell_deadline=time.perf_counter() - 1.0)
+    assert (record.error_kind, record.error) == ("deadline", "the cell's deadline passed")
+    assert srv.requests == []
+
+
+def test_the_httpx_transport_needs_a_client():
+    options = ClientOptions("http://127.0.0.1:1", "m", transport="httpx")
+    with pytest.raises(AssertionError, match="the httpx transport needs an AsyncClient"):
+        asyncio.run(send_request(None, options, PROMPT, 0, 0.0))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_cell_deadline_later_than_the_request_limit_leaves_the_limit(transport):
     with ScriptedHttpServer([], hang=True) as srv:
         options = ClientOptions(srv.url, "m", transport=transport, timeout_s=0.2)
@@ -221,8 +245,9 @@ def test_output_tokens_without_usage():
 def test_a_request_not_sent_is_a_deadline_failure():
     t0 = time.perf_counter()
     record = not_sent(PROMPT, 4, t0)
+    after = time.perf_counter() - t0
     assert (record.index, record.prompt_len, record.max_tokens) == (4, 2, 3)
-    assert record.send_s >= 0 and record.wall_s == 0.0 and not record.ok
+    assert 0 <= record.send_s <= after and record.wall_s == 0.0 and not record.ok
     assert (record.error_kind, record.error) == ("deadline", "not sent: the cell's deadline passed")
 
 
@@ -242,7 +267,7 @@ def test_at_most_concurrency_requests_are_in_flight(transport):
     assert srv.peak == 2 and len(srv.requests) == 6
     assert [r.index for r in records] == list(range(6)) and all(r.ok for r in records)
     assert all(r.intended_s is None for r in records)  # closed loop: no schedule
-    assert all(r.queued_s is not None and r.queued_s >= 0 for r in records)
+    assert all(r.queued_s is not None and 0 <= r.queued_s <= wall for r in records)
     assert wall >= max(r.send_s + r.wall_s for r in records)
 
 
@@ -284,16 +309,16 @@ def test_open_loop_arrivals_follow_the_seeded_schedule():
 
 def test_given_offsets_replay_a_trace_and_every_record_passes_on_record():
     prompts = [Prompt(f"p{i}", 1, 1) for i in range(3)]
-    seen: list[int] = []
+    seen: list[tuple[int, float | None]] = []
 
     def on_record(record: RequestRecord) -> RequestRecord:
-        seen.append(record.index)
+        seen.append((record.index, record.intended_s))
         return RequestRecord(record.index, 0, 0, 0.0, False, error_kind="other")
 
     with OpenAIServer() as srv:
         records, _ = run(ClientOptions(srv.url, "m"), prompts, 1, offsets=[0.0, 0.01, 0.02],
                          request_rate=1.0, on_record=on_record)  # fmt: skip
-    assert sorted(seen) == [0, 1, 2] and len(srv.requests) == 3
+    assert sorted(seen) == [(0, 0.0), (1, 0.01), (2, 0.02)] and len(srv.requests) == 3
     assert [r.error_kind for r in records] == ["other"] * 3  # what on_record returned is kept
 
 
@@ -306,6 +331,13 @@ def test_requests_due_after_the_deadline_are_not_sent():
     assert [r.ok for r in records] == [True, True, False] and len(srv.requests) == 2
     assert records[2].error == "not sent: the cell's deadline passed"
     assert records[2].intended_s == 3600.0 and wall < 3600.0
+
+
+def test_a_request_in_flight_at_the_cells_deadline_ends_there():
+    with ScriptedHttpServer([], hang=True) as srv:
+        options = ClientOptions(srv.url, "m", timeout_s=30.0)
+        records, _ = run(options, [PROMPT], 1, deadline=time.perf_counter() + 0.3)
+    assert [r.error_kind for r in records] == ["deadline"]
 
 
 def test_a_deadline_already_passed_sends_nothing():

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from transformers import AutoTokenizer  # noqa: F401 - at collection: forked runs start warm
 
 from gpudoctor.bench.cell_spec import CellTarget, WorkloadSpec
 from gpudoctor.bench.load.arrivals import arrival_offsets

@@ -301,6 +301,8 @@ def test_open_loop_arrivals_follow_the_seeded_schedule():
         records, _ = run(ClientOptions(srv.url, "m"), prompts, 5, request_rate=500.0, seed=3)
         bursty, _ = run(ClientOptions(srv.url, "m"), prompts, 5, request_rate=500.0, seed=3,
                         burstiness=4.0)  # fmt: skip
+        unseeded, _ = run(ClientOptions(srv.url, "m"), prompts, 5, request_rate=500.0)
+    assert [r.intended_s for r in unseeded] == arrival_offsets(5, 500.0, 1.0, 0)  # seed 0
     expected = arrival_offsets(5, 500.0, 1.0, 3)
     assert [r.intended_s for r in records] == expected
     assert [r.intended_s for r in bursty] == arrival_offsets(5, 500.0, 4.0, 3) != expected
@@ -329,7 +331,7 @@ def test_requests_due_after_the_deadline_are_not_sent():
         records, wall = run(ClientOptions(srv.url, "m"), prompts, 3, offsets=[0.0, 0.0, 3600.0],
                             deadline=began + 0.5)  # fmt: skip
     assert [r.ok for r in records] == [True, True, False] and len(srv.requests) == 2
-    assert records[2].error == "not sent: the cell's deadline passed"
+    assert records[2].error == "not sent: the cell's deadline passed" and records[2].index == 2
     assert records[2].intended_s == 3600.0 and wall < 3600.0
 
 

@@ -12,12 +12,13 @@ import contextlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer  # noqa: F401 - at collection: forked runs start warm
 
-from gpudoctor.bench.cell_spec import CellTarget, WorkloadSpec
+from gpudoctor.bench.cell_spec import SLO, CellTarget, WorkloadSpec
 from gpudoctor.bench.load.arrivals import arrival_offsets
 from gpudoctor.bench.load.loadgen import (
     WARMUP_MAX_TOKENS,
@@ -28,8 +29,10 @@ from gpudoctor.bench.load.loadgen import (
 )
 from gpudoctor.bench.load.workload import Prompt, load_tokenizer
 from gpudoctor.bench.request_record import RequestRecord
+from gpudoctor.fsio import FsioError
 from tests.bench.load.test_telemetry_sampling import FakePynvml
 from tests.bench.load.test_workload_prompts import make_tokenizer
+from tests.bench.metrics_server import MetricsServer, recorded
 from tests.bench.openai_loopback import OpenAIServer
 from tests.bench.scripted_http import ScriptedHttpServer
 
@@ -60,8 +63,10 @@ def test_a_cell_records_every_request_as_it_completes(tokenizer_dir, tmp_path):
     with OpenAIServer(hold_until=2) as srv:
         target = CellTarget(srv.url, "served", tokenizer_dir, raw_path=raw,
                             metrics_note="this test serves no /metrics")  # fmt: skip
+        cpu0 = time.process_time()
         cell = measure_cell(target, spec(output_len=40, num_prompts=5, warmup=2), 2,
                             telemetry=False, progress=lambda d, t: progress.append((d, t)))  # fmt: skip
+        cpu = time.process_time() - cpu0
         again = measure_cell(target, spec(num_prompts=2), 1, telemetry=False)
     warm, measured = srv.requests[:2], srv.requests[2:7]
     assert [s.body["max_tokens"] for s in warm] == [WARMUP_MAX_TOKENS] * 2
@@ -84,6 +89,8 @@ def test_a_cell_records_every_request_as_it_completes(tokenizer_dir, tmp_path):
         False,
     )
     assert client["chunks"] == 5 * 40 and client["max_in_flight"] in (1, 2)
+    assert 0 < client["cpu_s"] <= cpu and cell["metrics"]["token_count_mismatches"] is None
+    assert client["audit"]["achieved_rate"] > 0 and client["audit"]["cpu_busy"] > 0
     assert client["chunks_per_cpu_s"] == pytest.approx(200 / client["cpu_s"])
     assert client["warmup"] == {"sent": 2, "failed": 0} and client["flush_cache_error"] is None
     assert (client["keep_text"], client["timeout_s"], client["cell_timeout_s"]) == (
@@ -144,6 +151,7 @@ def test_a_chat_cell_with_ignore_eos_and_an_open_loop(tokenizer_dir, tmp_path):
         True,
     )
     assert client["timeout_s"] == 30.0 and cell["completed"] == 4
+    assert cell["metrics"]["token_count_mismatches"] == 0  # every reply had max_tokens
     intended = sorted(r["intended_s"] for r in raw_rows(raw))
     assert intended == arrival_offsets(4, 2000.0, 2.0, 5)
 
@@ -336,3 +344,55 @@ def test_telemetry_samples_the_cells_gpus_only(tokenizer_dir, monkeypatch):
         off = measure_cell(target, spec(), 2, telemetry=False, telemetry_gpus=["GPU-b"])
     assert slot["telemetry"]["gpus"] == 1 and slot["telemetry"]["temp_c"]["max"] == 70
     assert off["telemetry"] == {}
+
+
+# ---------------------------------------------------------------------------- more of a cell
+
+
+def test_a_warmup_ends_at_the_cells_deadline_too(tokenizer_dir):
+    with ScriptedHttpServer([], hang=True) as srv:
+        target = CellTarget(srv.url, "m", tokenizer_dir)
+        cell = measure_cell(target, spec(warmup=1, num_prompts=2), 1, telemetry=False,
+                            timeout_s=30.0, cell_timeout_s=0.3)  # fmt: skip
+    warmup = cell["client"]["warmup"]
+    assert warmup == {"sent": 1, "failed": 1, "first_error": "the cell's deadline passed"}
+    assert cell["errors"]["deadline"] == 2
+
+
+def test_server_signals_slo_and_trace(tokenizer_dir, tmp_path):
+    trace = tmp_path / "trace.json"
+    with OpenAIServer() as srv, MetricsServer(recorded("vllm")) as metrics:
+        target = CellTarget(srv.url, "m", tokenizer_dir, metrics_url=metrics.url,
+                            trace_path=trace, label="c")  # fmt: skip
+        cell = measure_cell(target, spec(), 2, SLO(ttft_ms=60_000.0), telemetry=False)
+    signals = cell["server_signals"]
+    assert signals["url"] == metrics.url and signals["dialect"] == "vllm"
+    assert signals["scrapes"] >= 2 and signals["failed"] == 0  # at the start and at the end
+    assert cell["metrics"]["good_requests"] == 4 and cell["metrics"]["slo_attainment"] == 1.0
+    document = json.loads(trace.read_text())
+    assert document["metadata"]["cell"] == "c" and document["metadata"]["requests"] == 4
+    counters = [e for e in document["traceEvents"] if e["ph"] == "C"]
+    assert counters and all(e["pid"] == 2 for e in counters)  # the server's scraped signals
+
+
+def test_a_trace_workload_is_sent_at_its_own_times(tokenizer_dir, tmp_path):
+    data = tmp_path / "mooncake.jsonl"
+    rows = [{"timestamp": t, "input_length": 8, "output_length": 2, "hash_ids": [1]}
+            for t in (1000, 1010, 1030)]  # fmt: skip
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    raw = tmp_path / "raw.jsonl"
+    workload = spec(kind="trace", dataset_path=str(data), num_prompts=3, trace_block_size=4)
+    with OpenAIServer() as srv:
+        measure_cell(CellTarget(srv.url, "m", tokenizer_dir, raw_path=raw), workload, 3,
+                     telemetry=False)  # fmt: skip
+    assert sorted(r["intended_s"] for r in raw_rows(raw)) == pytest.approx([0.0, 0.01, 0.03])
+
+
+def test_a_raw_file_in_a_directory_others_can_write_is_refused(tokenizer_dir, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # another user could swap the file for a link
+    with OpenAIServer() as srv, pytest.raises(FsioError):
+        measure_cell(CellTarget(srv.url, "m", tokenizer_dir, raw_path=shared / "raw.jsonl"),
+                     spec(), 1, telemetry=False)  # fmt: skip
+    assert srv.requests == [] and not (shared / "raw.jsonl").exists()

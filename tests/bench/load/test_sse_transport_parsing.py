@@ -200,6 +200,12 @@ def test_a_bad_status_line_is_a_disconnect(status_line):
     assert fed.events == []
 
 
+def test_a_long_bad_status_line_is_quoted_cut_to_80_bytes():
+    line = b"<html>" + b"x" * 200
+    fed = Fed([line + b"\r\n\r\n"])
+    assert fed.error.kind == "disconnect" and str(fed.error) == f"bad status line {line[:80]!r}"
+
+
 def test_a_response_that_starts_with_a_blank_line_fails_at_once():
     fed = Fed([b"\r\n\r\nHTTP/1.1 200 OK\r\n\r\ndata: x\n"])
     assert fed.error.kind == "disconnect" and str(fed.error) == "bad status line b''"

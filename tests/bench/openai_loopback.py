@@ -13,7 +13,8 @@ order; ``log``: ``start N`` / ``end N`` and the other requests' ``METHOD PATH``,
 order they happened). Faults: ``status`` answers chosen requests (by number, 0-based)
 with an HTTP status and body; ``hang`` never answers the paths it names; ``hold_until``
 holds every stream until that many requests are in flight at once (``peak`` says the most
-there ever were), so a concurrency limit shows on the wire.
+there ever were), so a concurrency limit shows on the wire; with ``hold_s``, at most that
+long (to see that a limit is never passed: the streams go on either way).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class OpenAIServer(LoopbackAsyncServer):
         flush_status: int = 200,
         server_info: dict[str, Any] | None = None,
         hang: tuple[str, ...] = (),
+        hold_s: float = 0.0,
     ) -> None:
         super().__init__()
         self.status = status or {}
@@ -55,6 +57,7 @@ class OpenAIServer(LoopbackAsyncServer):
         self.flush_status = flush_status
         self.server_info = server_info
         self.hang = hang
+        self.hold_s = hold_s
         self.requests: list[Seen] = []
         self.log: list[str] = []
         self.other: list[str] = []  # "METHOD PATH" of every request that is not a completion
@@ -118,7 +121,10 @@ class OpenAIServer(LoopbackAsyncServer):
                 self._gate = asyncio.Event()
             if self.in_flight >= self.hold_until:
                 self._gate.set()
-            await self._gate.wait()
+            try:  # hold_s: at most that long (a limit the client must never reach)
+                await asyncio.wait_for(self._gate.wait(), self.hold_s or None)
+            except asyncio.TimeoutError:
+                self._gate.set()
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                      b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
         chat = path.endswith("/chat/completions")

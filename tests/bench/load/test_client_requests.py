@@ -23,6 +23,7 @@ from gpudoctor.bench.load.client import (
 from gpudoctor.bench.load.sse_transport import StreamCaps
 from gpudoctor.bench.load.workload import Prompt
 from gpudoctor.bench.request_record import RequestRecord
+from tests.bench.load.test_sse_transport_lifecycle import RecordingLoop
 from tests.bench.openai_loopback import OpenAIServer
 from tests.bench.scripted_http import ScriptedHttpServer
 
@@ -118,6 +119,18 @@ def test_an_error_body_is_kept_only_up_to_its_cap(transport):
         caps = StreamCaps(error_body_bytes=25)
         record = send(ClientOptions(srv.url, "m", transport=transport, caps=caps))
     assert record.error == "HTTP 400: " + ("0123456789" * 3)[:25]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_error_body_sent_in_pieces_is_kept_whole_up_to_its_cap(transport):
+    head = b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 40\r\n\r\n"
+    pieces = [head, b"0123456789", b"abcdefghij", b"ABCDEFGHIJ", b"klmnopqrst"]
+    with ScriptedHttpServer(pieces) as srv:
+        whole = send(ClientOptions(srv.url, "m", transport=transport))
+        capped = send(ClientOptions(srv.url, "m", transport=transport,
+                                    caps=StreamCaps(error_body_bytes=25)))  # fmt: skip
+    assert whole.error == "HTTP 500: 0123456789abcdefghijABCDEFGHIJklmnopqrst"
+    assert capped.error == "HTTP 500: 0123456789abcdefghijABCDE"
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -273,7 +286,7 @@ def test_at_most_concurrency_requests_are_in_flight(transport):
 
 def test_the_httpx_pool_holds_at_most_its_size_in_flight():
     prompts = [Prompt(f"p{i}", 1, 2) for i in range(4)]
-    with OpenAIServer(hold_until=2) as srv:
+    with OpenAIServer(hold_until=3, hold_s=0.5) as srv:  # a third in flight would show
         records, _ = run(ClientOptions(srv.url, "m", transport="httpx"), prompts, 4, client_size=2)
     assert srv.peak == 2 and all(r.ok for r in records)
 
@@ -342,6 +355,24 @@ def test_a_request_in_flight_at_the_cells_deadline_ends_there():
         options = ClientOptions(srv.url, "m", timeout_s=30.0)
         records, _ = run(options, [PROMPT], 1, deadline=time.perf_counter() + 0.3)
     assert [r.error_kind for r in records] == ["deadline"]
+
+
+def test_the_pacer_waits_for_a_request_due_after_the_deadline_only_until_the_deadline():
+    prompts = [Prompt(f"p{i}", 1, 1) for i in range(2)]
+    with OpenAIServer() as srv:
+
+        async def go() -> list[RequestRecord]:
+            async with make_client(2, 30.0) as client:
+                deadline = time.perf_counter() + 0.3
+                records, _ = await run_requests(client, ClientOptions(srv.url, "m"), prompts, 2,
+                                                offsets=[0.0, 3600.0], deadline=deadline)  # fmt: skip
+                return records
+
+        with asyncio.Runner(loop_factory=RecordingLoop) as runner:
+            records = runner.run(go())
+            timers = runner.get_loop().timers
+    assert [r.ok for r in records] == [True, False]
+    assert 0 < timers[0] <= 0.3  # the pacer's sleep: to the deadline, not to 3600 s
 
 
 def test_a_deadline_already_passed_sends_nothing():

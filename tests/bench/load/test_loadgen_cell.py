@@ -8,6 +8,7 @@ against a real `transformers serve` (slower)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -30,6 +31,7 @@ from gpudoctor.bench.load.loadgen import (
 from gpudoctor.bench.load.workload import Prompt, load_tokenizer
 from gpudoctor.bench.request_record import RequestRecord
 from gpudoctor.fsio import FsioError
+from tests.bench.load.test_sse_transport_lifecycle import RecordingLoop
 from tests.bench.load.test_telemetry_sampling import FakePynvml
 from tests.bench.load.test_workload_prompts import make_tokenizer
 from tests.bench.metrics_server import MetricsServer, recorded
@@ -316,6 +318,33 @@ def test_the_cells_deadline_ends_a_flush_that_never_answers(tokenizer_dir):
     assert client["flush_cache_error"] == "the cell's deadline passed"
     assert client["deadline_hit"] is True and client["cell_timeout_s"] == 0.3
     assert cell["errors"]["deadline"] == 2 and srv.requests == []  # never sent
+
+
+class RecordingPolicy(asyncio.DefaultEventLoopPolicy):
+    """The default policy, whose new loops (asyncio.run's) are RecordingLoops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loops: list[RecordingLoop] = []
+
+    def new_event_loop(self) -> RecordingLoop:
+        self.loops.append(RecordingLoop())
+        return self.loops[-1]
+
+
+def test_a_flush_waits_only_until_the_cells_deadline(tokenizer_dir):
+    policy = RecordingPolicy()
+    saved = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(policy)
+    try:
+        with OpenAIServer(hang=("/flush_cache",)) as srv:
+            target = CellTarget(srv.url, "m", tokenizer_dir, flush_cache_path="/flush_cache")
+            cell = measure_cell(target, spec(num_prompts=1), 1, telemetry=False, cell_timeout_s=0.4)
+    finally:
+        asyncio.set_event_loop_policy(saved)
+    assert cell["client"]["flush_cache_error"] == "the cell's deadline passed"
+    cell_loop = policy.loops[-1]  # the server's loop came first
+    assert 0 < cell_loop.timers[0] <= 0.4  # the flush's limit: what is left of the cell
 
 
 def test_a_trace_is_written_when_asked(tokenizer_dir, tmp_path):

@@ -172,6 +172,19 @@ def test_a_watchdog_check_past_the_deadline_fails_with_its_kind(message, said):
     assert (error.kind, str(error), ahead) == ("deadline", said, 0.0)
 
 
+def test_a_server_that_never_sends_a_byte_times_out():
+    async def main(loop: RecordingLoop):
+        served = Server(b"", hold=True)  # reads the request, answers nothing
+        server, url = await served.start()
+        async with server:
+            with pytest.raises(TransportFailure) as info:
+                await asyncio.wait_for(stream_post(url, {}, lambda p, t: None, 0.2), 30.0)
+        return info.value
+
+    error, _ = run(main)
+    assert (error.kind, str(error)) == ("timeout", "no data for 0.2 s")
+
+
 def test_a_request_that_goes_silent_after_a_byte_fails_at_the_next_check():
     async def main(loop: RecordingLoop):
         protocol = _SseProtocol(b"", lambda p, t: None, loop.create_future())

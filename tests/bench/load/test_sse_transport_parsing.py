@@ -200,6 +200,20 @@ def test_a_bad_status_line_is_a_disconnect(status_line):
     assert fed.events == []
 
 
+def test_a_status_line_not_split_by_single_spaces_is_refused():
+    fed = Fed([b"HTTP/1.1\t200\tOK\r\n\r\ndata: x\n"])
+    assert fed.error.kind == "disconnect" and fed.events == []
+
+
+def test_only_the_framing_headers_decide_the_framing():
+    note = Fed([head("200 OK", "X-Note: chunked", "Content-Length: 9"), b"data: a\n\n"])
+    assert note.events == [b"a"] and note.result == HttpResult(200, "")  # not chunked
+    identity = Fed([head("200 OK", "Transfer-Encoding: identity"), b"data: a\n"], end="eof")
+    assert identity.events == [b"a"] and identity.result == HttpResult(200, "")
+    bad = Fed([head("200 OK", "Content-Length: 1:0"), b"data: a\n"])
+    assert isinstance(bad.error, ValueError)  # a malformed length fails, never guessed
+
+
 def test_a_long_bad_status_line_is_quoted_cut_to_80_bytes():
     line = b"<html>" + b"x" * 200
     fed = Fed([line + b"\r\n\r\n"])
@@ -217,7 +231,7 @@ def test_a_head_over_its_cap_is_oversize():
     fed = Fed([b"HTTP/1.1 200 OK\r\n" + b"X-A: " + b"a" * 40], caps)
     assert fed.error.kind == "oversize" and str(fed.error) == "response head over 40 bytes"
     whole = Fed([head("200 OK", "X-A: " + "a" * 40)], caps)
-    assert whole.error.kind == "oversize"
+    assert whole.error.kind == "oversize" and str(whole.error) == "response head over 40 bytes"
     at_cap = head("200 OK", "X-A: " + "a" * 18)
     assert len(at_cap) - 4 == 40
     assert Fed([at_cap], caps).error is None  # a head of exactly the cap is read
@@ -231,7 +245,7 @@ def test_an_sse_line_over_its_cap_is_oversize():
     pending = Fed([head("200 OK"), b"data: 0123456789"], caps)  # no newline yet
     assert pending.error.kind == "oversize" and str(pending.error) == "an SSE line over 10 bytes"
     whole = Fed([head("200 OK"), b"data: 012345\n"], caps)
-    assert whole.error.kind == "oversize"
+    assert whole.error.kind == "oversize" and str(whole.error) == "an SSE line over 10 bytes"
     fits = Fed([head("200 OK"), b"data: 0123\n", b"data: 9"], caps)  # 10 bytes each
     assert fits.error is None and fits.events == [b"0123"]
     at_cap = Fed([head("200 OK"), b"data: 6789", b"\n"], caps)  # 10 bytes pending, then ended

@@ -222,7 +222,7 @@ def test_a_cell_deadline_already_passed_sends_nothing(transport):
 
 def test_the_httpx_transport_needs_a_client():
     options = ClientOptions("http://127.0.0.1:1", "m", transport="httpx")
-    with pytest.raises(AssertionError, match="the httpx transport needs an AsyncClient"):
+    with pytest.raises(AssertionError, match=r"^the httpx transport needs an AsyncClient$"):
         asyncio.run(send_request(None, options, PROMPT, 0, 0.0))
 
 

@@ -286,13 +286,16 @@ def test_server_info_unanswered_by_the_deadline_gives_no_accept_length(tokenizer
 
 @pytest.mark.parametrize("keep_text", [True, False])
 def test_the_itl_is_split_by_tokens_only_with_an_accept_length_and_the_text(
-    tokenizer_dir, keep_text
+    tokenizer_dir, tmp_path, keep_text
 ):
+    raw = tmp_path / "raw.jsonl"
     with OpenAIServer(spec_verify_ct=1) as srv:
-        target = CellTarget(srv.url, "m", tokenizer_dir)
+        target = CellTarget(srv.url, "m", tokenizer_dir, raw_path=raw)
         cell = measure_cell(target, spec(), 2, telemetry=False, keep_text=keep_text)
     assert cell["accept_length"] == 3.0 and cell["client"]["keep_text"] is keep_text
     assert cell["metrics"]["itl_split_by_tokens"] is keep_text
+    kept = [row.get("text_chunks") or [] for row in raw_rows(raw)]
+    assert kept == ([[" tok"] * 3] * 4 if keep_text else [[]] * 4)  # the text, only if asked
 
 
 def test_retokenizing_counts_each_chunks_own_tokens(tokenizer_dir):

@@ -242,6 +242,17 @@ def test_a_connection_refused_is_connect_on_one_line():
     assert "\n" not in record.error
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_servers_usage_count_wins_over_the_chunks_seen(transport):
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
+    events = (b'data: {"choices": [{"text": "ab"}]}\n\n'
+              b'data: {"choices": [{"text": "cd"}], "usage": {"completion_tokens": 4}}\n\n')  # fmt: skip
+    with ScriptedHttpServer([head + events]) as srv:  # a speculative server: 2 tokens a chunk
+        record = send(ClientOptions(srv.url, "m", transport=transport))
+    assert record.output_tokens == record.usage_completion_tokens == 4
+    assert len(record.chunk_times_s) == 2
+
+
 def test_output_tokens_without_usage():
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
     two = b'data: {"choices": [{"text": "a"}]}\n\ndata: {"choices": [{"text": "b"}]}\n\n'

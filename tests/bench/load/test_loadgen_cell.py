@@ -20,6 +20,7 @@ import pytest
 from transformers import AutoTokenizer  # noqa: F401 - at collection: forked runs start warm
 
 from gpudoctor.bench.cell_spec import SLO, CellTarget, WorkloadSpec
+from gpudoctor.bench.load import sse_transport
 from gpudoctor.bench.load.arrivals import arrival_offsets
 from gpudoctor.bench.load.loadgen import (
     WARMUP_MAX_TOKENS,
@@ -348,6 +349,23 @@ def test_a_flush_waits_only_until_the_cells_deadline(tokenizer_dir):
     assert cell["client"]["flush_cache_error"] == "the cell's deadline passed"
     cell_loop = policy.loops[-1]  # the server's loop came first
     assert 0 < cell_loop.timers[0] <= 0.4  # the flush's limit: what is left of the cell
+
+
+def test_the_server_info_query_waits_only_until_the_cells_deadline(tokenizer_dir):
+    policy = RecordingPolicy()
+    saved = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(policy)
+    try:
+        with OpenAIServer(hang=("/server_info",)) as srv:
+            target = CellTarget(srv.url, "m", tokenizer_dir, flush_cache_path="/flush_cache")
+            cell = measure_cell(target, spec(num_prompts=1), 1, telemetry=False, cell_timeout_s=1.0)
+    finally:
+        asyncio.set_event_loop_policy(saved)
+    assert cell["completed"] == 1 and cell["accept_length"] is None
+    loop = policy.loops[-1]
+    last_request = max(i for i, c in enumerate(loop.callbacks) if c is sse_transport._watch)
+    after = loop.timers[last_request + 1 :]  # the query's own limit, then httpx's inside it
+    assert after and 0 < after[0] <= 1.0
 
 
 def test_a_trace_is_written_when_asked(tokenizer_dir, tmp_path):

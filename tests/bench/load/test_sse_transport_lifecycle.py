@@ -33,10 +33,12 @@ class RecordingLoop(asyncio.SelectorEventLoop):
         self.delays: list[float] = []  # seconds ahead each watchdog was armed for
 
         self.timers: list[float] = []  # seconds ahead of every timer, in order
+        self.callbacks: list[object] = []  # the callback of each of them
 
     def call_at(self, when, callback, *args, context=None):  # type: ignore[no-untyped-def]
         handle = super().call_at(when, callback, *args, context=context)
         self.timers.append(when - self.time())
+        self.callbacks.append(callback)
         if callback is sse_transport._watch:
             self.watchdogs.append(handle)
             self.delays.append(when - self.time())

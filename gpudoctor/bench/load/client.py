@@ -127,7 +127,7 @@ class _Stream:
                         f"max_tokens {self.max_chunks - CHUNK_SLACK}")  # fmt: skip
                 self.chunk_times.append(now)
                 if self.keep_text:
-                    self.text_left -= len(text)
+                    self.text_left -= len(text.encode())  # UTF-8 bytes, as the cap says
                     if self.text_left < 0:
                         raise TransportFailure("oversize", "streamed text over the cap")
                     self.texts.append(text)

@@ -21,6 +21,10 @@ from gpudoctor.bench.load.sse_transport import (
     stream_post,
 )
 
+# a guard: a framing loop that never ends (a mutant, a bug) fails in a minute, not at the
+# whole run's timeout; each test here takes milliseconds
+pytestmark = pytest.mark.timeout(60)
+
 SSE = b'data: {"t":1}\n\n: keep-alive\nevent: x\ndata:{"t":2}\r\n\ndata: [DONE]\n\n'
 EVENTS = [b'{"t":1}', b'{"t":2}', b"[DONE]"]
 
@@ -48,6 +52,7 @@ class Fed:
                  on_event=None) -> None:  # fmt: skip
         self.loop = asyncio.new_event_loop()
         self.events: list[bytes] = []
+        self.times: list[float] = []
         done = self.loop.create_future()
         self.protocol = _SseProtocol(b"REQUEST", on_event or self.record, done, caps)
         self.transport = Transport()
@@ -63,6 +68,7 @@ class Fed:
 
     def record(self, payload: bytes, at: float) -> None:
         self.events.append(payload)
+        self.times.append(at)
 
     @property
     def result(self) -> HttpResult | None:
@@ -106,6 +112,16 @@ def test_a_body_of_a_given_length_gives_every_data_line_whatever_the_reads():
     assert fed.transport.closed
 
 
+def test_chunk_extensions_are_ignored():
+    response = (
+        head("200 OK", "Transfer-Encoding: chunked") + b"9;a=1;b=2\r\ndata: ok\n\r\n0\r\n\r\n"
+    )
+    before = time.perf_counter()
+    fed = Fed([response])
+    assert fed.events == [b"ok"] and fed.result == HttpResult(200, "")
+    assert all(before <= t <= time.perf_counter() for t in fed.times)
+
+
 def test_a_chunked_body_gives_every_data_line_whatever_the_reads():
     response = head("200 OK", "transfer-encoding: Chunked") + chunked(SSE)
     for pieces in splits(response):
@@ -116,13 +132,17 @@ def test_a_chunked_body_gives_every_data_line_whatever_the_reads():
 def test_a_chunk_larger_than_a_read_is_decoded_as_it_arrives():
     body = b"data: " + b"x" * 5000 + b"\n\ndata: y\n\n"
     response = head("200 OK", "Transfer-Encoding: chunked") + chunked(body, size=len(body))
+    before = time.perf_counter()
     fed = Fed([response[k : k + 100] for k in range(0, len(response), 100)])
     assert fed.events == [b"x" * 5000, b"y"] and fed.result == HttpResult(200, "")
+    assert all(before <= t <= time.perf_counter() for t in fed.times)  # when each arrived
 
 
 def test_a_body_ended_by_the_connection_gives_its_last_unterminated_line():
-    fed = Fed([head("200 OK"), b"data: a\n\ndata: b"], end="eof")
+    before = time.perf_counter()
+    fed = Fed([head("200 OK"), b"data: a\n\ndata:b"], end="eof")  # "data:" needs no space
     assert fed.events == [b"a", b"b"] and fed.result == HttpResult(200, "")
+    assert all(before <= t <= time.perf_counter() for t in fed.times)
     chunk_end = Fed([head("200 OK", "Transfer-Encoding: chunked"), chunked(b"data: z")])
     assert chunk_end.events == [b"z"]
 
@@ -154,6 +174,13 @@ def test_an_error_status_gives_its_body():
     assert fed.result == HttpResult(500, "boom") and fed.events == []
 
 
+def test_an_error_body_that_is_not_utf8_is_kept_readable():
+    fed = Fed([head("502 Bad Gateway", "Content-Length: 5"), b"a\xffb\xfe!"])
+    assert fed.result == HttpResult(502, "a\ufffdb\ufffd!")
+    capped = Fed([head("502 x"), b"a\xffbcdef"], StreamCaps(error_body_bytes=3))
+    assert capped.result == HttpResult(502, "a\ufffdb")
+
+
 def test_an_error_body_is_read_only_up_to_its_cap():
     caps = StreamCaps(error_body_bytes=10)
     fed = Fed([head("429 Too Many"), b"0123456", b"789abc", b"never read"], caps)
@@ -173,12 +200,38 @@ def test_a_bad_status_line_is_a_disconnect(status_line):
     assert fed.events == []
 
 
+def test_a_status_line_not_split_by_single_spaces_is_refused():
+    fed = Fed([b"HTTP/1.1\t200\tOK\r\n\r\ndata: x\n"])
+    assert fed.error.kind == "disconnect" and fed.events == []
+
+
+def test_only_the_framing_headers_decide_the_framing():
+    note = Fed([head("200 OK", "X-Note: chunked", "Content-Length: 9"), b"data: a\n\n"])
+    assert note.events == [b"a"] and note.result == HttpResult(200, "")  # not chunked
+    identity = Fed([head("200 OK", "Transfer-Encoding: identity"), b"data: a\n"], end="eof")
+    assert identity.events == [b"a"] and identity.result == HttpResult(200, "")
+    bad = Fed([head("200 OK", "Content-Length: 1:0"), b"data: a\n"])
+    assert isinstance(bad.error, ValueError)  # a malformed length fails, never guessed
+
+
+def test_a_long_bad_status_line_is_quoted_cut_to_80_bytes():
+    line = b"<html>" + b"x" * 200
+    fed = Fed([line + b"\r\n\r\n"])
+    assert fed.error.kind == "disconnect" and str(fed.error) == f"bad status line {line[:80]!r}"
+
+
+def test_a_response_that_starts_with_a_blank_line_fails_at_once():
+    fed = Fed([b"\r\n\r\nHTTP/1.1 200 OK\r\n\r\ndata: x\n"])
+    assert fed.error.kind == "disconnect" and str(fed.error) == "bad status line b''"
+    assert fed.events == [] and fed.transport.closed
+
+
 def test_a_head_over_its_cap_is_oversize():
     caps = StreamCaps(head_bytes=40)
     fed = Fed([b"HTTP/1.1 200 OK\r\n" + b"X-A: " + b"a" * 40], caps)
     assert fed.error.kind == "oversize" and str(fed.error) == "response head over 40 bytes"
     whole = Fed([head("200 OK", "X-A: " + "a" * 40)], caps)
-    assert whole.error.kind == "oversize"
+    assert whole.error.kind == "oversize" and str(whole.error) == "response head over 40 bytes"
     at_cap = head("200 OK", "X-A: " + "a" * 18)
     assert len(at_cap) - 4 == 40
     assert Fed([at_cap], caps).error is None  # a head of exactly the cap is read
@@ -192,9 +245,11 @@ def test_an_sse_line_over_its_cap_is_oversize():
     pending = Fed([head("200 OK"), b"data: 0123456789"], caps)  # no newline yet
     assert pending.error.kind == "oversize" and str(pending.error) == "an SSE line over 10 bytes"
     whole = Fed([head("200 OK"), b"data: 012345\n"], caps)
-    assert whole.error.kind == "oversize"
+    assert whole.error.kind == "oversize" and str(whole.error) == "an SSE line over 10 bytes"
     fits = Fed([head("200 OK"), b"data: 0123\n", b"data: 9"], caps)  # 10 bytes each
     assert fits.error is None and fits.events == [b"0123"]
+    at_cap = Fed([head("200 OK"), b"data: 6789", b"\n"], caps)  # 10 bytes pending, then ended
+    assert at_cap.error is None and at_cap.events == [b"6789"]
 
 
 def test_a_chunk_size_line_over_its_cap_is_oversize():
@@ -203,12 +258,17 @@ def test_a_chunk_size_line_over_its_cap_is_oversize():
     assert fed.error.kind == "oversize" and str(fed.error) == "chunk-size line over the cap"
     ok = Fed([head("200 OK", "Transfer-Encoding: chunked"), b"00000005", b"\r\ndata:\r\n"], caps)
     assert ok.error is None
+    after_a_chunk = [head("200 OK", "Transfer-Encoding: chunked"), b"8\r\ndata: a\n\r\n0000",
+                     b"0003\r\nb\n\n\r\n"]  # fmt: skip
+    assert Fed(after_a_chunk, caps).error is None  # the cap counts the size line only
 
 
 def test_a_chunk_size_that_is_not_hex_fails_the_request():
     fed = Fed([head("200 OK", "Transfer-Encoding: chunked"), b"zz\r\n"])
     assert isinstance(fed.error, ValueError)
     assert fed.transport.closed
+    empty = Fed([head("200 OK", "Transfer-Encoding: chunked") + b"\r\n5\r\ndata:\r\n"])
+    assert isinstance(empty.error, ValueError)  # an empty size line: at once, not at the cap
 
 
 def test_an_event_handler_can_end_the_request():

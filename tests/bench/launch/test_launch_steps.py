@@ -295,6 +295,8 @@ def test_each_cell_is_done_skipped_by_a_quirk_or_run_in_plan_order(tmp_path: Pat
     # --retry-crashed measures a quirked configuration again (the quirk may be fixed)
     again = decide(plan, done, [_quirk(threads=8)], "cpu", "v1", retry=True)
     assert [d.action for d in again] == ["done", "run", "run", "done"]
+    on_cpu = Quirk("q4", "cpu", "*", "*", (), "this host's architecture")
+    assert [d.action for d in decide(plan, {}, [on_cpu], "cpu", "v1", False)] == ["skip"] * 4
     other_arch = Quirk("q2", "sm_90", "*", "*", (), "only there")
     assert [d.action for d in decide(plan, {}, [other_arch], "cpu", "v1", False)] == ["run"] * 4
     old = Quirk("q3", "*", "*", "v0*", (), "fixed in v1")

@@ -12,7 +12,9 @@ import io
 import json
 import sys
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +57,7 @@ def configs(*names: str, args: str = "") -> str:
 
 
 def write_plan(tmp_path: Path, body: str, command: list[str] | None = None,
-               head: str = "") -> Plan:  # fmt: skip
+               head: str = "", concurrency: str = "[1, 2]") -> Plan:  # fmt: skip
     """Write and load a plan of the ``command`` engine (default: :data:`TINY_SERVER`)."""
     (tmp_path / "m").mkdir(exist_ok=True)
     if command is None:
@@ -67,7 +69,7 @@ def write_plan(tmp_path: Path, body: str, command: list[str] | None = None,
     path.write_text(
         f'name = "fast"\n{head}[model]\npath = "m"\n[engine]\nname = "command"\n'
         f'command = [{words}]\nversion = "v7"\nstartup_timeout_s = 30\nstop_timeout_s = 5\n'
-        f"[axes]\nconcurrency = [1, 2]\n[workload]\ninput_len = 64\noutput_len = 16\n{body}"
+        f"[axes]\nconcurrency = {concurrency}\n[workload]\ninput_len = 64\noutput_len = 16\n{body}"
     )
     return load_plan(path)
 
@@ -127,6 +129,7 @@ class Launch:
     shown: io.StringIO
     state: LiveState
     quirks: Path
+    tag: str  # this launch's own (stopping a server reaps every process of its prefix)
 
     def runner(self, measure: RecordedMeasure | None, arch: str = "cpu",
                shard: tuple[int, int] | None = None) -> CellRunner:  # fmt: skip
@@ -137,7 +140,7 @@ class Launch:
     def servers(self) -> ServerLifecycle:
         """Return this launch's real server lifecycle (quirks into ``self.quirks``)."""
         return ServerLifecycle(self.plan, engine_for(self.plan.engine), self.writer, self.reporter,
-                               self.state, "gdb-test:0", EngineFacts("v7", "cpu"), self.quirks)  # fmt: skip
+                               self.state, self.tag, EngineFacts("v7", "cpu"), self.quirks)  # fmt: skip
 
     def records(self) -> list[dict[str, Any]]:
         """Return results.jsonl's records in order."""
@@ -148,6 +151,7 @@ class Launch:
         return json.loads((self.rundir.path / STATE).read_text())
 
 
+@contextmanager
 def open_launch(tmp_path: Path, plan: Plan) -> Iterator[Launch]:
     """Yield a :class:`Launch` of ``plan`` on ``tmp_path/run`` (locked, opened)."""
     shown = io.StringIO()
@@ -156,5 +160,6 @@ def open_launch(tmp_path: Path, plan: Plan) -> Iterator[Launch]:
     with RunDir(tmp_path / "run") as rundir:
         rundir.open(plan.text, None)
         writer = RunWriter(rundir, reporter)
-        state = LiveState(rundir.path / STATE, "gdb-test:0")
-        yield Launch(plan, rundir, writer, reporter, shown, state, tmp_path / "quirks.toml")
+        tag = f"gdb-test{uuid.uuid4().hex[:12]}:0"
+        state = LiveState(rundir.path / STATE, tag)
+        yield Launch(plan, rundir, writer, reporter, shown, state, tmp_path / "quirks.toml", tag)

@@ -31,7 +31,8 @@ from tests.bench.launch.runner_support import (
 @pytest.fixture
 def launch(tmp_path: Path) -> Iterator[Launch]:
     plan = write_plan(tmp_path, configs("a", args="threads = 2"))
-    yield from open_launch(tmp_path, plan)
+    with open_launch(tmp_path, plan) as launch:
+        yield launch
 
 
 def _external(launch: Launch, **facts: object) -> RunningServer:
@@ -116,7 +117,7 @@ def test_a_speculative_rate_cell_keeps_its_text_at_its_own_rate(tmp_path: Path) 
         "prompts_per_concurrency = 3\n" + configs("s", args='speculative-algorithm = "EAGLE"'),
         head="",
     )
-    for launch in open_launch(tmp_path, plan):
+    with open_launch(tmp_path, plan) as launch:
         measure = RecordedMeasure([measurement(6)])
         cell = dataclasses.replace(plan.cells()[1], request_rate=2.5)
         launch.runner(measure).run(cell, _external(launch))
@@ -129,7 +130,7 @@ def test_a_speculative_rate_cell_keeps_its_text_at_its_own_rate(tmp_path: Path) 
 def test_a_search_probe_is_judged_by_the_search_slo(tmp_path: Path) -> None:
     body = "[slo]\nttft_ms = 100\n[search]\nslo = { ttft_ms = 250 }\nhigh = 8\n" + configs("a")
     plan = write_plan(tmp_path, body)
-    for launch in open_launch(tmp_path, plan):
+    with open_launch(tmp_path, plan) as launch:
         measure = RecordedMeasure([measurement(4), measurement(4)])
         probe = plan.probe(plan.configs[0], 4.0)
         launch.runner(measure).run(probe, _external(launch))
@@ -140,7 +141,7 @@ def test_a_search_probe_is_judged_by_the_search_slo(tmp_path: Path) -> None:
 
 def test_a_search_without_its_own_slo_uses_the_plan_slo(tmp_path: Path) -> None:
     plan = write_plan(tmp_path, "[slo]\nttft_ms = 100\n[search]\nhigh = 8\n" + configs("a"))
-    for launch in open_launch(tmp_path, plan):
+    with open_launch(tmp_path, plan) as launch:
         measure = RecordedMeasure([measurement(4)])
         launch.runner(measure).run(plan.probe(plan.configs[0], 4.0), _external(launch))
         assert measure.calls[0].slo == SLO(ttft_ms=100)
@@ -175,7 +176,7 @@ def test_a_cell_that_cannot_fit_is_skipped_for_good_and_nothing_is_sent(launch: 
 def test_a_dataset_cell_records_how_many_prompts_were_cut(tmp_path: Path) -> None:
     (tmp_path / "d.jsonl").write_text('{"prompt": "hi"}\n')
     plan = write_plan(tmp_path, 'kind = "jsonl"\ndataset_path = "d.jsonl"\n' + configs("a"))
-    for launch in open_launch(tmp_path, plan):
+    with open_launch(tmp_path, plan) as launch:
         measure = RecordedMeasure([measurement(4, prompts_cut=3), measurement(4)])
         runner = launch.runner(measure)
         runner.run(plan.cells()[0], _external(launch))
@@ -193,7 +194,9 @@ def test_failed_requests_on_a_live_server_are_a_failed_cell(launch: Launch) -> N
 
 
 def _process(launch: Launch, script: str) -> ServerProcess:
-    return ServerProcess(["/bin/sh", "-c", script], {}, launch.rundir.path / "logs" / "a.log", "t")
+    return ServerProcess(
+        ["/bin/sh", "-c", script], {}, launch.rundir.path / "logs" / "a.log", launch.tag
+    )
 
 
 def test_a_server_found_dead_after_the_cell_makes_it_crashed(launch: Launch) -> None:

@@ -3,7 +3,7 @@ engine in tmp_path, an opened run directory with its writer, reporter and state.
 the one stand-in they need, :class:`RecordedMeasure`.
 
 A real server (:data:`TINY_SERVER`, a few lines of ``http.server`` answering ``/health``
-and ``/v1/models``, exiting on ``POST /exit``) is started by the real
+and ``/v1/models``, exiting on ``POST /exit``, its ``--help`` naming its flags) is started by the real
 :class:`ServerLifecycle` where a test needs one."""
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ class H(BaseHTTPRequestHandler):
         self._send(404, {})
     def do_POST(self):
         self._send(200, {}); os._exit(3)
+if "--help" in sys.argv:
+    sys.exit(print("usage: tiny_server.py --port P [--threads N] [--speculative-algorithm A]"))
 port = int(sys.argv[sys.argv.index("--port") + 1])
 print("Uvicorn running on", port, flush=True)
 HTTPServer(("127.0.0.1", port), H).serve_forever()

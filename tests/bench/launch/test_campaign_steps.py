@@ -1,0 +1,204 @@
+"""A whole campaign, in-process and fast: ``run_campaign`` on the real tiny server
+(runner_support.TINY_SERVER, one process per configuration, its flags checked against its
+real ``--help``), the run directory a user reads afterwards (results.jsonl, run.json,
+state.json, servers.jsonl), a resume that measures nothing twice, the retries, a shard,
+a quirked configuration, the leftovers of an earlier launch, a stop (a failed preflight,
+Ctrl-C) written to run.json, and a busy directory. The load generator is
+:class:`~tests.bench.launch.runner_support.RecordedMeasure`."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudoctor.bench.launch.campaign import LaunchOptions, Summary, run_campaign
+from gpudoctor.bench.launch.progress import PlainReporter
+from gpudoctor.bench.launch.server import TAG_VAR, tagged_processes
+from gpudoctor.bench.launch.steps import CampaignError, run_id
+from gpudoctor.bench.plan import Plan
+from gpudoctor.bench.results.run_dir import RunDir, read_records
+from tests.bench.launch.runner_support import RecordedMeasure, configs, measurement, write_plan
+
+TWO = configs("a") + configs("b", args="threads = 2")
+
+
+@pytest.fixture(autouse=True)
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine has no GPU: one server at a time (no stand-ins declared)."""
+    for name in ("GPUDOCTOR_FAKE_GPUS", "GPUDOCTOR_FAKE_GPU_TOPO", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _plan(tmp_path: Path, body: str = TWO) -> Plan:
+    return write_plan(tmp_path, "[preflight]\nenabled = false\n" + body)
+
+
+def _run(
+    plan: Plan, tmp_path: Path, measure: RecordedMeasure, **options: Any
+) -> tuple[Summary, str]:
+    shown = io.StringIO()
+    opts = LaunchOptions(out=tmp_path / "run", quirks_path=tmp_path / "quirks.toml", **options)
+    summary = run_campaign(plan, opts, PlainReporter(shown), measure)
+    return summary, shown.getvalue()
+
+
+def _records(tmp_path: Path) -> list[dict]:
+    return read_records(tmp_path / "run" / "results.jsonl")[0]
+
+
+def _run_json(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "run" / "run.json").read_text())
+
+
+def test_a_campaign_measures_every_cell_once_and_says_so(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    measure = RecordedMeasure([measurement(4)] * 4)
+    summary, shown = _run(plan, tmp_path, measure)
+    assert summary == Summary(total=4, already_done=0, ok=4, crashed=0, skipped=0,
+                              server_starts=2, failed=0)  # fmt: skip
+    assert [(r["config"], r["concurrency"], r["status"]) for r in _records(tmp_path)] == [
+        ("a", 1, "ok"), ("a", 2, "ok"), ("b", 1, "ok"), ("b", 2, "ok")
+    ]  # fmt: skip
+    facts = _run_json(tmp_path)
+    out = tmp_path / "run"
+    assert re.fullmatch(re.escape(run_id(out)) + r":[0-9a-f]{8}", facts["tag"])
+    assert (facts["plan"], facts["plan_dir"], facts["shard"]) == ("fast", str(tmp_path), None)
+    assert (facts["engine_version"], facts["gpu_arch"]) == ("v7", "cpu")
+    assert "stopped" not in facts and "weights" not in facts
+    state = json.loads((out / "state.json").read_text())
+    assert state["finished"] is True and state["running"] == []
+    assert [s["label"] for s in read_records(out / "servers.jsonl")[0]] == ["a@tp1", "b@tp1"]
+    assert tagged_processes(run_id(out)) == []  # servers and guardian gone
+    assert shown.splitlines()[0] == "bench: 4 cells, 0 already done"
+    assert "GPU pool" not in shown and "left by an earlier launch" not in shown
+
+
+def test_a_resume_measures_nothing_twice(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 4))
+    again = RecordedMeasure([])
+    summary, shown = _run(plan, tmp_path, again)
+    assert summary == Summary(4, 4, 0, 0, 0, 0)
+    assert again.calls == [] and len(_records(tmp_path)) == 4
+    assert shown.splitlines()[0] == "bench: 4 cells, 4 already done"
+
+
+def test_retry_failed_measures_the_failed_cells_again_and_keeps_the_old_records(
+    tmp_path: Path,
+) -> None:
+    plan = _plan(tmp_path)
+    bad = measurement(0, {"http_500": 4})
+    _run(plan, tmp_path, RecordedMeasure([measurement(4), bad, measurement(4), bad]))
+    summary, _ = _run(plan, tmp_path, RecordedMeasure([]), retry_crashed=True)
+    assert summary.already_done == 4  # --retry-crashed leaves failed cells alone
+    measure = RecordedMeasure([measurement(4)] * 2)
+    summary, _ = _run(plan, tmp_path, measure, retry_failed=True)
+    assert (summary.already_done, summary.ok, summary.failed) == (2, 2, 0)
+    assert [c.concurrency for c in measure.calls] == [2, 2]
+    records = _records(tmp_path)
+    assert sorted(r["status"] for r in records) == ["ok"] * 4
+    superseded = read_records(tmp_path / "run" / "superseded.jsonl")[0]
+    assert [r["status"] for r in superseded] == ["failed", "failed"]
+
+
+def test_a_quirked_configuration_is_skipped_until_retry_crashed(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    (tmp_path / "quirks.toml").write_text(
+        '[[quirk]]\nid = "b-hangs"\narch = "*"\nengine = "command"\nreason = "hangs"\n'
+        "match = { threads = 2 }\n"
+    )
+    summary, _ = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 2))
+    assert (summary.ok, summary.skipped, summary.server_starts) == (2, 2, 1)
+    skipped = [r for r in _records(tmp_path) if r["status"] == "skipped"]
+    assert [(r["config"], r["reason"], r["retryable"]) for r in skipped] == [
+        ("b", "quirk b-hangs: hangs", True)
+    ] * 2
+    measure = RecordedMeasure([measurement(4)] * 2)
+    summary, _ = _run(plan, tmp_path, measure, retry_crashed=True)
+    assert (summary.already_done, summary.ok, summary.server_starts) == (2, 2, 1)
+    assert sorted(r["status"] for r in _records(tmp_path)) == ["ok"] * 4
+
+
+def test_a_shard_runs_only_its_cells_and_says_which(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    first, _ = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 4), shard=(1, 2))
+    keys = {r["key"] for r in _records(tmp_path)}
+    assert first.total == len(keys) < 4 and all(r["shard"] == "1/2" for r in _records(tmp_path))
+    assert _run_json(tmp_path)["shard"] == [1, 2]
+    second, _ = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 4), shard=(2, 2))
+    assert second.total == 4 - len(keys) and second.already_done == 0
+    assert {r["key"] for r in _records(tmp_path)} == {c.key for c in plan.cells()}
+
+
+def test_a_torn_or_corrupt_results_file_is_named_and_its_cells_run_again(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 4))
+    results = tmp_path / "run" / "results.jsonl"
+    lines = results.read_text().splitlines(keepends=True)
+    results.write_text(lines[0] + "not json\n" + "".join(lines[2:]) + '{"key": "tor')
+    measure = RecordedMeasure([measurement(4)])
+    summary, shown = _run(plan, tmp_path, measure)
+    assert "bench: cut off a torn last line (12 bytes) of results.jsonl" in shown.splitlines()
+    assert (
+        "bench: warning: skipped 1 corrupt line(s) of results.jsonl (line 2); their cells,"
+        " if any, run again" in shown.splitlines()
+    )
+    assert summary.already_done == 3 and len(measure.calls) == 1
+
+
+def test_the_servers_an_earlier_launch_left_are_stopped_first(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, configs("a"))
+    out = tmp_path / "run"
+    env = {**os.environ, TAG_VAR: f"{run_id(out)}:0ld00000"}
+    left = subprocess.Popen(["sleep", "300"], env=env)
+    try:
+        _, shown = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 2))
+        assert left.wait(timeout=30) is not None
+    finally:
+        left.kill()
+        left.wait()
+    assert "bench: stopped 1 server process(es) left by an earlier launch" in shown.splitlines()
+
+
+def test_a_missing_model_is_refused_before_the_run_directory_is_touched(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    os.rmdir(tmp_path / "m")
+    with pytest.raises(CampaignError, match=r"model.path .* does not exist; fix the path"):
+        _run(plan, tmp_path, RecordedMeasure([]))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_stop_is_written_to_run_json_and_every_server_is_gone(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path, '[preflight]\nonly = ["driver"]\n' + TWO)
+    with pytest.raises(CampaignError, match=r"^preflight \(campaign\) failed: driver.loaded"):
+        _run(plan, tmp_path, RecordedMeasure([]))
+    assert _run_json(tmp_path)["stopped"].startswith("preflight (campaign) failed: driver.loaded")
+
+    def ctrl_c(_target: Any) -> None:
+        raise KeyboardInterrupt
+
+    plan = _plan(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        _run(plan, tmp_path, RecordedMeasure([], during=ctrl_c), resume=False)
+    facts = _run_json(tmp_path)
+    assert facts["stopped"] == "interrupted" and facts["plan"] == "fast"
+    assert tagged_processes(run_id(tmp_path / "run")) == []
+    assert json.loads((tmp_path / "run" / "state.json").read_text())["finished"] is True
+
+
+def test_a_busy_run_directory_is_one_campaign_error(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    with RunDir(tmp_path / "run"), pytest.raises(CampaignError) as caught:
+        _run(plan, tmp_path, RecordedMeasure([]))
+    assert (
+        str(caught.value)
+        == f"{tmp_path / 'run'}: another gpudoctor bench is running on this directory"
+    )
+    assert caught.value.__cause__ is not None

@@ -59,7 +59,7 @@ def configs(*names: str, args: str = "") -> str:
 
 
 def write_plan(tmp_path: Path, body: str, command: list[str] | None = None,
-               head: str = "", concurrency: str = "[1, 2]") -> Plan:  # fmt: skip
+               head: str = "", concurrency: str = "[1, 2]", engine: str = "") -> Plan:  # fmt: skip
     """Write and load a plan of the ``command`` engine (default: :data:`TINY_SERVER`)."""
     (tmp_path / "m").mkdir(exist_ok=True)
     if command is None:
@@ -70,7 +70,7 @@ def write_plan(tmp_path: Path, body: str, command: list[str] | None = None,
     path = tmp_path / "plan.toml"
     path.write_text(
         f'name = "fast"\n{head}[model]\npath = "m"\n[engine]\nname = "command"\n'
-        f'command = [{words}]\nversion = "v7"\nstartup_timeout_s = 30\nstop_timeout_s = 5\n'
+        f'command = [{words}]\nversion = "v7"\nstartup_timeout_s = 30\nstop_timeout_s = 5\n{engine}'
         f"[axes]\nconcurrency = {concurrency}\n[workload]\ninput_len = 64\noutput_len = 16\n{body}"
     )
     return load_plan(path)

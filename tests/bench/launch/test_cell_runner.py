@@ -7,9 +7,11 @@ The load generator is :class:`~tests.bench.launch.runner_support.RecordedMeasure
 
 from __future__ import annotations
 
+import calendar
 import dataclasses
 import re
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -191,6 +193,13 @@ def test_failed_requests_on_a_live_server_are_a_failed_cell(launch: Launch) -> N
     [record] = launch.records()
     assert record["status"] == "failed" and record["reason"] == "all 4 requests failed (http_500 4)"
     assert launch.writer.counts["failed"] == 1
+    assert (
+        launch.shown.getvalue()
+        .splitlines()[-1]
+        .startswith(
+            "bench: a@tp1 concurrency 1: FAILED (all 4 requests failed (http_500 4)) [1/2 done: 0 ok,"
+        )
+    )
 
 
 def _process(launch: Launch, script: str) -> ServerProcess:
@@ -257,3 +266,87 @@ def test_without_a_measure_given_the_load_generator_measures(launch: Launch) -> 
 
     runner = launch.runner(None)
     assert runner._measure() is measure_cell
+
+
+def test_the_signals_urls_and_the_trace_name_follow_the_cell(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path, configs("a"), head="", engine='metrics_path = "/metrics"\n')
+    with open_launch(tmp_path, plan) as launch:
+        measure = RecordedMeasure([measurement(4)] * 2)
+        runner = launch.runner(measure)
+        rated = dataclasses.replace(plan.cells()[1], request_rate=2.5, repeat=1)
+        runner.run(rated, _external(launch))
+        target = measure.calls[0].target
+        assert target.metrics_url == "http://127.0.0.1:9/metrics" and target.metrics_note == ""
+        assert target.label == "a@tp1-c2-r2.5-rep1"
+        assert target.trace_path == launch.rundir.path / "trace" / "a_tp1-c2-r2.5-rep1.json"
+
+
+def test_an_engine_with_a_cache_to_flush_gets_it_flushed(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    path = tmp_path / "plan.toml"
+    path.write_text('name = "s"\n[model]\npath = "m"\n[engine]\nname = "sglang"\n'
+                    '[axes]\nconcurrency = [1]\n[[configs]]\nname = "a"\n')  # fmt: skip
+    from gpudoctor.bench.plan import load_plan
+
+    with open_launch(tmp_path, load_plan(path)) as launch:
+        measure = RecordedMeasure([measurement(4)])
+        launch.runner(measure).run(launch.plan.cells()[0], _external(launch))
+        assert measure.calls[0].target.flush_cache_path == "/flush_cache"
+
+
+def test_state_json_shows_the_cell_on_its_slot(launch: Launch) -> None:
+    launch.state.start("0", {"slot": 0, "label": "other"})
+    launch.state.start("1", {"slot": 1, "label": "a@tp1"})
+    runner = launch.runner(RecordedMeasure([measurement(4)]))
+    runner.run(launch.plan.cells()[1], _external(launch, slot=1))
+    slots = {r["slot"]: r for r in launch.state_json()["running"]}
+    assert slots[1]["concurrency"] == 2 and "concurrency" not in slots[0]
+
+
+def test_the_timings_are_seconds_to_a_tenth_of_a_millisecond(launch: Launch) -> None:
+    runner = launch.runner(RecordedMeasure([measurement(4)]))
+    before = time.monotonic()
+    runner.run(launch.plan.cells()[0], _external(launch))
+    took = time.monotonic() - before
+    timings = launch.records()[0]["timings"]
+    for value in timings.values():
+        assert isinstance(value, float) and round(value, 4) == value
+    assert 0 <= timings["measure_s"] <= timings["cell_s"] <= took + 1e-4
+
+
+def test_recorded_at_is_utc_whatever_the_local_zone(
+    launch: Launch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TZ", "XST-9")  # nine hours east of UTC
+    time.tzset()
+    try:
+        before = time.time()
+        launch.runner(RecordedMeasure([measurement(4)])).run(
+            launch.plan.cells()[0], _external(launch)
+        )
+        after = time.time()
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    stamp = launch.records()[0]["recorded_at"]
+    at = calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+    assert int(before) <= at <= after
+
+
+def test_a_server_that_stays_up_after_broken_connections_is_failed_not_crashed(
+    launch: Launch,
+) -> None:
+    # the connections broke but the process lives on (a hung server): after the grace it is
+    # judged by its requests
+    process = _process(launch, "echo up; exec sleep 300")
+    server = RunningServer(
+        launch.plan.configs[0], process, "http://127.0.0.1:9", {"max_context": 4096}, 0.0
+    )
+    try:
+        reason = launch.runner(RecordedMeasure([measurement(0, {"disconnect": 4})])).run(
+            launch.plan.cells()[0], server
+        )
+        assert process.alive()
+    finally:
+        process.stop(grace_s=5)
+    assert reason is None and launch.records()[0]["status"] == "failed"

@@ -58,7 +58,7 @@ def _run_json(tmp_path: Path) -> dict:
 
 
 def test_a_campaign_measures_every_cell_once_and_says_so(tmp_path: Path) -> None:
-    plan = _plan(tmp_path)
+    plan = write_plan(tmp_path, '[preflight]\nonly = ["proc"]\n' + TWO)
     measure = RecordedMeasure([measurement(4)] * 4)
     summary, shown = _run(plan, tmp_path, measure)
     assert summary == Summary(total=4, already_done=0, ok=4, crashed=0, skipped=0,
@@ -78,6 +78,41 @@ def test_a_campaign_measures_every_cell_once_and_says_so(tmp_path: Path) -> None
     assert tagged_processes(run_id(out)) == []  # servers and guardian gone
     assert shown.splitlines()[0] == "bench: 4 cells, 0 already done"
     assert "GPU pool" not in shown and "left by an earlier launch" not in shown
+    # gpudoctor check before the campaign, then before each configuration's server
+    whens = [v["when"] for v in read_records(out / "preflight.jsonl")[0]]
+    assert whens == ["campaign", "config a@tp1", "config b@tp1"]
+    assert all("gpus" not in r for r in _records(tmp_path))
+
+
+def test_with_gpus_each_configuration_gets_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUDOCTOR_FAKE_GPUS", "GPU-a,GPU-b")
+    plan = _plan(tmp_path)
+    summary, shown = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 4))
+    assert (summary.ok, summary.server_starts) == (4, 2)
+    assert "bench: GPU pool: 2 GPU(s) from GPUDOCTOR_FAKE_GPUS: 0=GPU-a, 1=GPU-b" in (
+        shown.splitlines()
+    )
+    records = _records(tmp_path)
+    assert sorted(r["key"] for r in records) == sorted(c.key for c in plan.cells())
+    assert all(len(r["gpus"]) == 1 and r["gpus"][0] in ("GPU-a", "GPU-b") for r in records)
+
+
+def test_a_search_runs_its_probes_on_each_configuration_server_after_its_preflight(
+    tmp_path: Path,
+) -> None:
+    body = '[preflight]\nonly = ["proc"]\n[slo]\nttft_ms = 100\n[search]\nhigh = 8\n' + TWO
+    plan = write_plan(tmp_path, body)
+    good = measurement(4, metrics={"total_output_tokens": 64, "slo_attainment": 1.0})
+    measure = RecordedMeasure([good] * 40)
+    summary, _ = _run(plan, tmp_path, measure)
+    lines = _records(tmp_path)
+    searches = [r for r in lines if r.get("record") == "search"]
+    assert [(r["config"], r["status"]) for r in searches] == [("a", "done"), ("b", "done")]
+    assert summary.server_starts == 2 and summary.ok == len(lines) - 2
+    whens = [v["when"] for v in read_records(tmp_path / "run" / "preflight.jsonl")[0]]
+    assert whens == ["campaign", "config a@tp1", "config b@tp1"]
 
 
 def test_a_resume_measures_nothing_twice(tmp_path: Path) -> None:

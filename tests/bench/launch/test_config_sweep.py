@@ -18,6 +18,7 @@ from gpudoctor.bench.launch.config_sweep import serve_and_sweep, serving, sweep
 from gpudoctor.bench.launch.serial import run_serial
 from gpudoctor.bench.launch.server import tagged_processes
 from gpudoctor.bench.launch.server_lifecycle import StartFailed
+from gpudoctor.bench.launch.slots import Gpu, Slot
 from gpudoctor.bench.launch.steps import CampaignError
 from gpudoctor.bench.plan.quirks import load_quirks
 from tests.bench.launch.runner_support import (
@@ -172,3 +173,19 @@ def test_a_failed_preflight_stops_serial_before_that_configuration_starts(tmp_pa
         assert [r["config"] for r in launch.records()] == ["a", "a"]
         assert [line["label"] for line in _servers(launch)] == ["a@tp1"]
         assert os.path.exists(launch.rundir.path / "servers.jsonl")
+
+
+def test_a_slot_server_runs_on_its_gpus_and_its_crash_is_quirked(tmp_path: Path) -> None:
+    with _launch(tmp_path, configs("a")) as launch:
+        plan = launch.plan
+        measure = RecordedMeasure([measurement(1, {"disconnect": 3})], during=kill_server)
+        slot = Slot(2, (Gpu(1, "GPU-b"),))
+        serve_and_sweep(
+            launch.servers(), launch.runner(measure), plan.configs[0], plan.cells(), slot
+        )
+        records = launch.records()
+        assert [(r["status"], r["slot"], r["gpus"]) for r in records] == [
+            ("crashed", 2, ["GPU-b"]), ("skipped", 2, ["GPU-b"])
+        ]  # fmt: skip
+        [quirk] = [q for q in load_quirks(launch.quirks) if q.source != "shipped"]
+        assert quirk.reason == "server exited with code 3 during the cell"

@@ -7,9 +7,12 @@ machine has no GPU)."""
 
 from __future__ import annotations
 
+import calendar
+import hashlib
 import io
 import re
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +75,7 @@ def test_a_failing_check_stops_with_every_fail_and_its_remedy(tmp_path: Path, as
     assert record["when"] == "config a@tp1" and record["status"] == "FAIL"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record["at"])
     assert isinstance(record["duration_s"], float) and record["duration_s"] >= 0
+    assert round(record["duration_s"], 3) == record["duration_s"]  # milliseconds
     assert [f["check"] for f in record["findings"]] == ["driver.loaded", "driver.userspace_match"]
     assert asked[0].only == ("driver",)
 
@@ -87,6 +91,37 @@ def test_a_fail_without_a_remedy_has_no_arrow_and_two_fails_are_joined(tmp_path:
         f" weights and no index. -> gpudoctor weights ensure <org/model> --to {model}"
     )
     assert [line.split(":")[0] for line in shown.splitlines()[1:]] == ["bench"] * 2
+
+
+PLUGIN = """
+from gpudoctor.model import Severity
+from gpudoctor.registry import check
+
+@check(id="widgetry.present", title="The widget is there", severity=Severity.HIGH,
+       proves="the widget is there", remediation="Install the widget.")
+def widget_present(ctx):
+    yield ctx.fail("widget", "the widget is missing")
+"""
+
+
+def test_a_fail_whose_finding_names_no_remedy_is_shown_without_an_arrow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real installed plug-in distribution (``gpudoctor.checks`` entry point) whose
+    check FAILs with no remedy of its own in the finding."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "launch_a_widgetry.py").write_text(PLUGIN)
+    dist = site / "launch_a_widgetry-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: launch-a-widgetry\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[gpudoctor.checks]\nwidgetry = launch_a_widgetry\n")
+    monkeypatch.syspath_prepend(str(site))
+    plan = _plan(tmp_path, '[preflight]\nonly = ["widgetry"]\n')
+    _, shown = _preflight(plan)
+    assert shown.splitlines()[0] == (
+        "error: preflight (config a@tp1) failed: widgetry.present [widget]: the widget is missing"
+    )
 
 
 def test_a_model_about_to_be_restored_is_left_out_of_the_checks(
@@ -128,6 +163,11 @@ def test_no_preflight_runs_nothing(tmp_path: Path, asked: list) -> None:
     off = _plan(tmp_path, '[preflight]\nenabled = false\nonly = ["driver"]\n')
     prep.Preflight(off, "cpu", True, reporter, records.append)("campaign")
     assert records == [] and asked == []
+    arch_of_plan = _plan(tmp_path, '[preflight]\nonly = ["proc"]\n', tp="[2]")
+    prep.Preflight(arch_of_plan, "cpu", True, reporter, records.append)("campaign")
+    prep.Preflight(arch_of_plan, "sm_90", True, reporter, records.append)("campaign")
+    assert [o.expect_gpus for o in asked] == [None, 2]  # no GPU count asked on a CPU host
+    del asked[:], records[:]
     with pytest.raises(CampaignError, match=r"^preflight \(campaign\) failed: driver.loaded"):
         prep.Preflight(plan, "cpu", True, reporter, records.append)("campaign")
     with pytest.raises(CampaignError, match=r"^preflight \(config b\) failed: driver.loaded"):
@@ -154,8 +194,11 @@ def _server_program(tmp_path: Path) -> None:
 def test_the_engine_is_inspected_before_anything_runs(tmp_path: Path) -> None:
     _server_program(tmp_path)
     plan = _plan(tmp_path)
-    found = prep.inspect_engine(plan, engine_for(plan.engine), None, tmp_path / "quirks.toml")
+    cache = tmp_path / "help-cache"
+    found = prep.inspect_engine(plan, engine_for(plan.engine), cache, tmp_path / "quirks.toml")
     assert found.help_text == "usage: server [--port P] [--threads N]\n"
+    [cached] = cache.iterdir()  # the next launch reads it instead of running --help
+    assert cached.read_text() == found.help_text and cached.name.startswith("command-v7-")
     assert (found.version, found.arch) == ("v7", "cpu")
     assert [q.source for q in found.quirks] == ["shipped"] * len(found.quirks)
     (tmp_path / "quirks.toml").write_text(
@@ -251,3 +294,80 @@ def test_the_pool_is_the_host_gpus_capped_by_the_plan(
         == f"{plan.source}: [hardware] gpus names GPU 5, but this host has 0, 1, 2"
     )
     assert isinstance(pool.gpus[0], Gpu)
+
+
+# --- the weights step ----------------------------------------------------------------------
+
+REPO, REVISION = "acme/tiny", "c" * 40
+
+
+def _mirror(root: Path) -> None:
+    """Write a disk mirror ``root/acme/tiny`` (a config and a small shard, its manifest)."""
+    from gpudoctor.weights.localfs import write_manifest
+    from gpudoctor.weights.manifest import Manifest, ManifestFile
+
+    model = root / "acme" / "tiny"
+    model.mkdir(parents=True)
+    shard = bytes(range(256)) * 64
+    (model / "model.safetensors").write_bytes(shard)
+    (model / "config.json").write_bytes(b'{"architectures": ["LlamaForCausalLM"]}\n')
+    files = (ManifestFile("config.json", 40),
+             ManifestFile("model.safetensors", len(shard), hashlib.sha256(shard).hexdigest()))  # fmt: skip
+    write_manifest(model, Manifest(REPO, REVISION, files, "2026-12-02T10:00:00Z"))
+
+
+def _repo_plan(tmp_path: Path, target: Path) -> Plan:
+    (tmp_path / "plan.toml").write_text(
+        f'name = "w"\n[model]\nrepo = "{REPO}"\ndir = "{target}"\nrevision = "{REVISION}"\n'
+        f'mirror = "{tmp_path / "mirror"}"\n[engine]\nname = "vllm"\n'
+        '[axes]\nconcurrency = [1]\n[[configs]]\nname = "a"\n'
+    )
+    from gpudoctor.bench.plan import load_plan
+
+    return load_plan(tmp_path / "plan.toml")
+
+
+def test_the_weights_step_restores_the_model_from_the_mirror(tmp_path: Path) -> None:
+    _mirror(tmp_path / "mirror")
+    target = tmp_path / "shm" / "tiny"
+    shown = io.StringIO()
+    done = prep.ensure_weights(_repo_plan(tmp_path, target), PlainReporter(shown))
+    assert done is not None
+    assert {k: done[k] for k in ("repo", "dir", "action", "source", "files")} == {
+        "repo": REPO, "dir": str(target), "action": "restored", "source": "mirror", "files": 2
+    }  # fmt: skip
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", done["at"])
+    assert (target / "model.safetensors").read_bytes() == bytes(range(256)) * 64
+    assert shown.getvalue().splitlines() == [
+        f"bench: weights: ensuring {REPO} in {target}",
+        "bench: weights: restored (mirror, 2 files)",
+    ]
+    again = prep.ensure_weights(_repo_plan(tmp_path, target), PlainReporter(io.StringIO()))
+    assert again is not None and (again["action"], again["source"]) == ("none", "local")
+
+
+def test_a_failed_weights_step_is_one_campaign_error(tmp_path: Path) -> None:
+    _mirror(tmp_path / "mirror")
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(CampaignError, match=r"^weights: ") as caught:
+        prep.ensure_weights(
+            _repo_plan(tmp_path, tmp_path / "file" / "tiny"), PlainReporter(io.StringIO())
+        )
+    assert str(tmp_path / "file") in str(caught.value)
+
+
+def test_the_preflight_time_is_utc_whatever_the_local_zone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = _plan(tmp_path, '[preflight]\nonly = ["proc"]\n')
+    monkeypatch.setenv("TZ", "XST-9")  # nine hours east of UTC
+    time.tzset()
+    try:
+        before = time.time()
+        records, _ = _preflight(plan)
+        after = time.time()
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    at = calendar.timegm(time.strptime(records[0]["at"], "%Y-%m-%dT%H:%M:%SZ"))
+    assert int(before) <= at <= after

@@ -8,6 +8,7 @@ and ``/v1/models``, exiting on ``POST /exit``, its ``--help`` naming its flags) 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import sys
@@ -165,3 +166,21 @@ def open_launch(tmp_path: Path, plan: Plan) -> Iterator[Launch]:
         tag = f"gdb-test{uuid.uuid4().hex[:12]}:0"
         state = LiveState(rundir.path / STATE, tag)
         yield Launch(plan, rundir, writer, reporter, shown, state, tmp_path / "quirks.toml", tag)
+
+
+REPO, REVISION = "acme/tiny", "c" * 40
+
+
+def write_mirror(root: Path) -> None:
+    """Write a disk mirror ``root/acme/tiny`` (a config and a small shard, its manifest)."""
+    from gpudoctor.weights.localfs import write_manifest
+    from gpudoctor.weights.manifest import Manifest, ManifestFile
+
+    model = root / "acme" / "tiny"
+    model.mkdir(parents=True)
+    shard = bytes(range(256)) * 64
+    (model / "model.safetensors").write_bytes(shard)
+    (model / "config.json").write_bytes(b'{"architectures": ["LlamaForCausalLM"]}\n')
+    files = (ManifestFile("config.json", 40),
+             ManifestFile("model.safetensors", len(shard), hashlib.sha256(shard).hexdigest()))  # fmt: skip
+    write_manifest(model, Manifest(REPO, REVISION, files, "2026-12-02T10:00:00Z"))

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,14 @@ from gpudoctor.bench.launch.server import TAG_VAR, tagged_processes
 from gpudoctor.bench.launch.steps import CampaignError, run_id
 from gpudoctor.bench.plan import Plan
 from gpudoctor.bench.results.run_dir import RunDir, read_records
-from tests.bench.launch.runner_support import RecordedMeasure, configs, measurement, write_plan
+from tests.bench.launch.runner_support import (
+    REPO,
+    RecordedMeasure,
+    configs,
+    measurement,
+    write_mirror,
+    write_plan,
+)
 
 TWO = configs("a") + configs("b", args="threads = 2")
 
@@ -88,6 +96,7 @@ def test_with_gpus_each_configuration_gets_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GPUDOCTOR_FAKE_GPUS", "GPU-a,GPU-b")
+    monkeypatch.setitem(sys.modules, "transformers", None)  # not installed: nothing needs it
     plan = _plan(tmp_path)
     summary, shown = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 4))
     assert (summary.ok, summary.server_starts) == (4, 2)
@@ -177,15 +186,16 @@ def test_a_torn_or_corrupt_results_file_is_named_and_its_cells_run_again(tmp_pat
     _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 4))
     results = tmp_path / "run" / "results.jsonl"
     lines = results.read_text().splitlines(keepends=True)
-    results.write_text(lines[0] + "not json\n" + "".join(lines[2:]) + '{"key": "tor')
+    results.write_text(lines[0] + "not json\n" * 11 + "".join(lines[2:]) + '{"key": "tor')
     measure = RecordedMeasure([measurement(4)])
     summary, shown = _run(plan, tmp_path, measure)
     assert "bench: cut off a torn last line (12 bytes) of results.jsonl" in shown.splitlines()
     assert (
-        "bench: warning: skipped 1 corrupt line(s) of results.jsonl (line 2); their cells,"
-        " if any, run again" in shown.splitlines()
+        "bench: warning: skipped 11 corrupt line(s) of results.jsonl (line 2, 3, 4, 5, 6, 7, 8,"
+        " 9, 10, 11); their cells, if any, run again" in shown.splitlines()
     )
     assert summary.already_done == 3 and len(measure.calls) == 1
+    assert "cut off" not in _run(plan, tmp_path, RecordedMeasure([]))[1]
 
 
 def test_the_servers_an_earlier_launch_left_are_stopped_first(tmp_path: Path) -> None:
@@ -237,3 +247,55 @@ def test_a_busy_run_directory_is_one_campaign_error(tmp_path: Path) -> None:
         == f"{tmp_path / 'run'}: another gpudoctor bench is running on this directory"
     )
     assert caught.value.__cause__ is not None
+
+
+def test_the_weights_are_restored_before_the_servers_and_noted_in_run_json(
+    tmp_path: Path,
+) -> None:
+    write_mirror(tmp_path / "mirror")
+    target = tmp_path / "shm" / "tiny"
+    plan = _plan(tmp_path, configs("a"))
+    text = plan.text.replace(
+        "[preflight]\nenabled = false\n", '[preflight]\nonly = ["model"]\n'
+    ).replace(
+        'path = "m"\n',
+        f'repo = "{REPO}"\ndir = "{target}"\nrevision = "{"c" * 40}"\n'
+        f'mirror = "{tmp_path / "mirror"}"\n',
+    )
+    (tmp_path / "plan.toml").write_text(text)
+    from gpudoctor.bench.plan import load_plan
+
+    plan = load_plan(tmp_path / "plan.toml")
+    summary, shown = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 2))
+    assert summary.ok == 2
+    weights = _run_json(tmp_path)["weights"]
+    assert (weights["repo"], weights["action"], weights["source"]) == (REPO, "restored", "mirror")
+    # the first preflight leaves the model out (not restored yet); the next checks it
+    verdicts = read_records(tmp_path / "run" / "preflight.jsonl")[0]
+    assert [(v["when"], v["status"]) for v in verdicts] == [
+        ("campaign", "SKIP"), ("config a@tp1", "PASS")
+    ]  # fmt: skip
+    lines = shown.splitlines()
+    assert lines.index(f"bench: weights: ensuring {REPO} in {target}") < next(
+        i for i, line in enumerate(lines) if "starting server" in line
+    )
+
+
+def test_a_stop_after_the_weights_step_keeps_it_in_run_json(tmp_path: Path) -> None:
+    write_mirror(tmp_path / "mirror")
+    plan = _plan(tmp_path, configs("a"))
+    text = plan.text.replace(
+        'path = "m"\n',
+        f'repo = "{REPO}"\ndir = "{tmp_path / "tiny"}"\nrevision = "{"c" * 40}"\n'
+        f'mirror = "{tmp_path / "mirror"}"\n',
+    )
+    (tmp_path / "plan.toml").write_text(text)
+    from gpudoctor.bench.plan import load_plan
+
+    def ctrl_c(_target: Any) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _run(load_plan(tmp_path / "plan.toml"), tmp_path, RecordedMeasure([], during=ctrl_c))
+    facts = _run_json(tmp_path)
+    assert facts["stopped"] == "interrupted" and facts["weights"]["action"] == "restored"

@@ -8,7 +8,6 @@ machine has no GPU)."""
 from __future__ import annotations
 
 import calendar
-import hashlib
 import io
 import re
 import stat
@@ -25,7 +24,7 @@ from gpudoctor.bench.launch.progress import PlainReporter
 from gpudoctor.bench.launch.slots import Gpu
 from gpudoctor.bench.launch.steps import CampaignError, EngineMissing
 from gpudoctor.bench.plan import Plan
-from tests.bench.launch.runner_support import write_plan
+from tests.bench.launch.runner_support import REPO, REVISION, write_mirror, write_plan
 
 DRIVER_REMEDY = "On the host: `modprobe nvidia && nvidia-modprobe -u -c=0`"
 
@@ -298,23 +297,6 @@ def test_the_pool_is_the_host_gpus_capped_by_the_plan(
 
 # --- the weights step ----------------------------------------------------------------------
 
-REPO, REVISION = "acme/tiny", "c" * 40
-
-
-def _mirror(root: Path) -> None:
-    """Write a disk mirror ``root/acme/tiny`` (a config and a small shard, its manifest)."""
-    from gpudoctor.weights.localfs import write_manifest
-    from gpudoctor.weights.manifest import Manifest, ManifestFile
-
-    model = root / "acme" / "tiny"
-    model.mkdir(parents=True)
-    shard = bytes(range(256)) * 64
-    (model / "model.safetensors").write_bytes(shard)
-    (model / "config.json").write_bytes(b'{"architectures": ["LlamaForCausalLM"]}\n')
-    files = (ManifestFile("config.json", 40),
-             ManifestFile("model.safetensors", len(shard), hashlib.sha256(shard).hexdigest()))  # fmt: skip
-    write_manifest(model, Manifest(REPO, REVISION, files, "2026-12-02T10:00:00Z"))
-
 
 def _repo_plan(tmp_path: Path, target: Path) -> Plan:
     (tmp_path / "plan.toml").write_text(
@@ -328,7 +310,7 @@ def _repo_plan(tmp_path: Path, target: Path) -> Plan:
 
 
 def test_the_weights_step_restores_the_model_from_the_mirror(tmp_path: Path) -> None:
-    _mirror(tmp_path / "mirror")
+    write_mirror(tmp_path / "mirror")
     target = tmp_path / "shm" / "tiny"
     shown = io.StringIO()
     done = prep.ensure_weights(_repo_plan(tmp_path, target), PlainReporter(shown))
@@ -347,7 +329,7 @@ def test_the_weights_step_restores_the_model_from_the_mirror(tmp_path: Path) -> 
 
 
 def test_a_failed_weights_step_is_one_campaign_error(tmp_path: Path) -> None:
-    _mirror(tmp_path / "mirror")
+    write_mirror(tmp_path / "mirror")
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(CampaignError, match=r"^weights: ") as caught:
         prep.ensure_weights(

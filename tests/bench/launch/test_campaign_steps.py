@@ -8,6 +8,7 @@ Ctrl-C) written to run.json, and a busy directory. The load generator is
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from gpudoctor.bench.launch.campaign import LaunchOptions, Summary, run_campaign
@@ -57,6 +59,16 @@ def _run(
     return summary, shown.getvalue()
 
 
+def _guardians(tag: str) -> list[psutil.Process]:
+    """Return this process's children that guard the launch ``tag`` (``--guard TAG``)."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if child.status() != psutil.STATUS_ZOMBIE and tag in child.cmdline():
+                found.append(child)
+    return found
+
+
 def _records(tmp_path: Path) -> list[dict]:
     return read_records(tmp_path / "run" / "results.jsonl")[0]
 
@@ -83,7 +95,8 @@ def test_a_campaign_measures_every_cell_once_and_says_so(tmp_path: Path) -> None
     state = json.loads((out / "state.json").read_text())
     assert state["finished"] is True and state["running"] == []
     assert [s["label"] for s in read_records(out / "servers.jsonl")[0]] == ["a@tp1", "b@tp1"]
-    assert tagged_processes(run_id(out)) == []  # servers and guardian gone
+    assert tagged_processes(run_id(out)) == []  # its servers are gone
+    assert _guardians(facts["tag"]) == []  # and so is its guardian
     assert shown.splitlines()[0] == "bench: 4 cells, 0 already done"
     assert "GPU pool" not in shown and "left by an earlier launch" not in shown
     # gpudoctor check before the campaign, then before each configuration's server
@@ -171,14 +184,17 @@ def test_a_quirked_configuration_is_skipped_until_retry_crashed(tmp_path: Path) 
 
 
 def test_a_shard_runs_only_its_cells_and_says_which(tmp_path: Path) -> None:
-    plan = _plan(tmp_path)
-    first, _ = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 4), shard=(1, 2))
-    keys = {r["key"] for r in _records(tmp_path)}
-    assert first.total == len(keys) < 4 and all(r["shard"] == "1/2" for r in _records(tmp_path))
+    plan = write_plan(tmp_path, "[preflight]\nenabled = false\n" + TWO, concurrency="[1, 2, 3, 4]")
+    first, _ = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 8), shard=(1, 2))
+    mine = {r["key"] for r in _records(tmp_path)}
+    assert first.total == first.ok == len(mine)
+    assert all(r["shard"] == "1/2" for r in _records(tmp_path))
     assert _run_json(tmp_path)["shard"] == [1, 2]
-    second, _ = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 4), shard=(2, 2))
-    assert second.total == 4 - len(keys) and second.already_done == 0
+    second, _ = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 8), shard=(2, 2))
+    # the two shards split the cells: none twice, none left out
+    assert second.total == second.ok == 8 - len(mine) and second.already_done == 0
     assert {r["key"] for r in _records(tmp_path)} == {c.key for c in plan.cells()}
+    assert {r["shard"] for r in _records(tmp_path) if r["key"] not in mine} <= {"2/2"}
 
 
 def test_a_torn_or_corrupt_results_file_is_named_and_its_cells_run_again(tmp_path: Path) -> None:

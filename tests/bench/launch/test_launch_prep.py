@@ -298,10 +298,11 @@ def test_the_pool_is_the_host_gpus_capped_by_the_plan(
 # --- the weights step ----------------------------------------------------------------------
 
 
-def _repo_plan(tmp_path: Path, target: Path) -> Plan:
+def _repo_plan(tmp_path: Path, target: Path, revision: str = REVISION, mirror: bool = True) -> Plan:
+    where = f'mirror = "{tmp_path / "mirror"}"\n' if mirror else ""
     (tmp_path / "plan.toml").write_text(
-        f'name = "w"\n[model]\nrepo = "{REPO}"\ndir = "{target}"\nrevision = "{REVISION}"\n'
-        f'mirror = "{tmp_path / "mirror"}"\n[engine]\nname = "vllm"\n'
+        f'name = "w"\n[model]\nrepo = "{REPO}"\ndir = "{target}"\nrevision = "{revision}"\n'
+        f'{where}[engine]\nname = "vllm"\n'
         '[axes]\nconcurrency = [1]\n[[configs]]\nname = "a"\n'
     )
     from gpudoctor.bench.plan import load_plan
@@ -309,11 +310,22 @@ def _repo_plan(tmp_path: Path, target: Path) -> Plan:
     return load_plan(tmp_path / "plan.toml")
 
 
-def test_the_weights_step_restores_the_model_from_the_mirror(tmp_path: Path) -> None:
+def test_the_weights_step_restores_the_model_from_the_mirror(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write_mirror(tmp_path / "mirror")
     target = tmp_path / "shm" / "tiny"
     shown = io.StringIO()
-    done = prep.ensure_weights(_repo_plan(tmp_path, target), PlainReporter(shown))
+    monkeypatch.setenv("TZ", "XST-9")  # nine hours east of UTC: the stamp stays UTC
+    time.tzset()
+    try:
+        before = time.time()
+        done = prep.ensure_weights(_repo_plan(tmp_path, target), PlainReporter(shown))
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert done is not None
+    assert int(before) <= calendar.timegm(time.strptime(done["at"], "%Y-%m-%dT%H:%M:%SZ"))
     assert done is not None
     assert {k: done[k] for k in ("repo", "dir", "action", "source", "files")} == {
         "repo": REPO, "dir": str(target), "action": "restored", "source": "mirror", "files": 2
@@ -353,3 +365,30 @@ def test_the_preflight_time_is_utc_whatever_the_local_zone(
         time.tzset()
     at = calendar.timegm(time.strptime(records[0]["at"], "%Y-%m-%dT%H:%M:%SZ"))
     assert int(before) <= at <= after
+
+
+@pytest.fixture
+def no_hub(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the Hub client offline (``HF_HUB_OFFLINE=1``; this machine has no network), its
+    endpoint a closed loopback port besides; return the start of the error it gives."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return "weights: offline (HF_HUB_OFFLINE is set) and no complete local copy or mirror of"
+
+
+def test_a_revision_the_mirror_lacks_is_asked_of_the_hub(tmp_path: Path, no_hub: str) -> None:
+    write_mirror(tmp_path / "mirror")
+    plan = _repo_plan(tmp_path, tmp_path / "tiny", revision="d" * 40)
+    with pytest.raises(CampaignError) as caught:
+        prep.ensure_weights(plan, PlainReporter(io.StringIO()))
+    assert str(caught.value).startswith(no_hub)
+    assert not (tmp_path / "tiny").exists()
+
+
+def test_without_a_mirror_the_weights_come_from_the_hub(tmp_path: Path, no_hub: str) -> None:
+    plan = _repo_plan(tmp_path, tmp_path / "tiny", mirror=False)
+    with pytest.raises(CampaignError) as caught:
+        prep.ensure_weights(plan, PlainReporter(io.StringIO()))
+    assert str(caught.value) == f"{no_hub} {REPO}"

@@ -3,7 +3,8 @@ engine in tmp_path, an opened run directory with its writer, reporter and state.
 the one stand-in they need, :class:`RecordedMeasure`.
 
 A real server (:data:`TINY_SERVER`, a few lines of ``http.server`` answering ``/health``
-and ``/v1/models``, exiting on ``POST /exit``, its ``--help`` naming its flags) is started by the real
+and ``/v1/models``, exiting on ``POST /exit``, its ``--help`` naming its flags; exiting
+at once with ``--fail-start``) is started by the real
 :class:`ServerLifecycle` where a test needs one."""
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ class H(BaseHTTPRequestHandler):
     def do_POST(self):
         self._send(200, {}); os._exit(3)
 if "--help" in sys.argv:
-    sys.exit(print("usage: tiny_server.py --port P [--threads N] [--speculative-algorithm A]"))
+    sys.exit(print("usage: tiny_server.py --port P [--threads N] [--fail-start]"))
+if "--fail-start" in sys.argv:
+    sys.exit(print("fatal: out of memory", flush=True) or 1)
 port = int(sys.argv[sys.argv.index("--port") + 1])
 print("Uvicorn running on", port, flush=True)
 HTTPServer(("127.0.0.1", port), H).serve_forever()

@@ -21,11 +21,13 @@ from typing import Any
 import psutil
 import pytest
 
+from gpudoctor import runner as runner_mod
 from gpudoctor.bench.launch.campaign import LaunchOptions, Summary, run_campaign
 from gpudoctor.bench.launch.progress import PlainReporter
 from gpudoctor.bench.launch.server import TAG_VAR, tagged_processes
 from gpudoctor.bench.launch.steps import CampaignError, run_id
 from gpudoctor.bench.plan import Plan
+from gpudoctor.bench.plan.quirks import load_quirks
 from gpudoctor.bench.results.run_dir import RunDir, read_records
 from tests.bench.launch.runner_support import (
     REPO,
@@ -44,6 +46,21 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """This machine has no GPU: one server at a time (no stand-ins declared)."""
     for name in ("GPUDOCTOR_FAKE_GPUS", "GPUDOCTOR_FAKE_GPU_TOPO", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The options each ``gpudoctor check`` ran with (the real catalogue runs: a GPU count
+    to expect cannot show in its findings on a machine without a GPU)."""
+    seen: list[Any] = []
+    real = runner_mod.run_checks
+
+    def run_checks(host: Any, options: Any, **kw: Any) -> Any:
+        seen.append(options)
+        return real(host, options, **kw)
+
+    monkeypatch.setattr(runner_mod, "run_checks", run_checks)
+    return seen
 
 
 def _plan(tmp_path: Path, body: str = TWO) -> Plan:
@@ -77,7 +94,7 @@ def _run_json(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "run" / "run.json").read_text())
 
 
-def test_a_campaign_measures_every_cell_once_and_says_so(tmp_path: Path) -> None:
+def test_a_campaign_measures_every_cell_once_and_says_so(tmp_path: Path, asked: list) -> None:
     plan = write_plan(tmp_path, '[preflight]\nonly = ["proc"]\n' + TWO)
     measure = RecordedMeasure([measurement(4)] * 4)
     summary, shown = _run(plan, tmp_path, measure)
@@ -103,6 +120,11 @@ def test_a_campaign_measures_every_cell_once_and_says_so(tmp_path: Path) -> None
     whens = [v["when"] for v in read_records(out / "preflight.jsonl")[0]]
     assert whens == ["campaign", "config a@tp1", "config b@tp1"]
     assert all("gpus" not in r for r in _records(tmp_path))
+    # the model is checked from the first preflight on; no GPU count is asked of a CPU host
+    assert [(o.model_dirs, o.expect_gpus) for o in asked] == [((str(tmp_path / "m"),), None)] * 3
+    for record in _records(tmp_path):
+        assert record["engine"] == {"name": "command", "version": "v7"}
+        assert record["gpu_arch"] == "cpu"
 
 
 def test_with_gpus_each_configuration_gets_its_own(
@@ -152,7 +174,8 @@ def test_retry_failed_measures_the_failed_cells_again_and_keeps_the_old_records(
 ) -> None:
     plan = _plan(tmp_path)
     bad = measurement(0, {"http_500": 4})
-    _run(plan, tmp_path, RecordedMeasure([measurement(4), bad, measurement(4), bad]))
+    first, _ = _run(plan, tmp_path, RecordedMeasure([measurement(4), bad, measurement(4), bad]))
+    assert (first.ok, first.failed) == (2, 2)
     summary, _ = _run(plan, tmp_path, RecordedMeasure([]), retry_crashed=True)
     assert summary.already_done == 4  # --retry-crashed leaves failed cells alone
     measure = RecordedMeasure([measurement(4)] * 2)
@@ -168,8 +191,8 @@ def test_retry_failed_measures_the_failed_cells_again_and_keeps_the_old_records(
 def test_a_quirked_configuration_is_skipped_until_retry_crashed(tmp_path: Path) -> None:
     plan = _plan(tmp_path)
     (tmp_path / "quirks.toml").write_text(
-        '[[quirk]]\nid = "b-hangs"\narch = "*"\nengine = "command"\nreason = "hangs"\n'
-        "match = { threads = 2 }\n"
+        '[[quirk]]\nid = "b-hangs"\narch = "cpu"\nengine = "command"\nengine_version = "v7"\n'
+        'reason = "hangs"\nmatch = { threads = 2 }\n'
     )
     summary, _ = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 2))
     assert (summary.ok, summary.skipped, summary.server_starts) == (2, 2, 1)
@@ -250,6 +273,7 @@ def test_a_stop_is_written_to_run_json_and_every_server_is_gone(tmp_path: Path) 
         _run(plan, tmp_path, RecordedMeasure([], during=ctrl_c), resume=False)
     facts = _run_json(tmp_path)
     assert facts["stopped"] == "interrupted" and facts["plan"] == "fast"
+    assert "weights" not in facts  # no weights step without a repo
     assert tagged_processes(run_id(tmp_path / "run")) == []
     assert json.loads((tmp_path / "run" / "state.json").read_text())["finished"] is True
 
@@ -315,3 +339,22 @@ def test_a_stop_after_the_weights_step_keeps_it_in_run_json(tmp_path: Path) -> N
         _run(load_plan(tmp_path / "plan.toml"), tmp_path, RecordedMeasure([], during=ctrl_c))
     facts = _run_json(tmp_path)
     assert facts["stopped"] == "interrupted" and facts["weights"]["action"] == "restored"
+
+
+def test_a_server_that_cannot_start_is_crashed_and_quirked_for_this_engine(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, configs("a") + configs("b", args="fail-start = true"))
+    summary, _ = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 2))
+    assert (summary.ok, summary.crashed, summary.server_starts) == (2, 2, 2)
+    crashed = [r for r in _records(tmp_path) if r["status"] == "crashed"]
+    assert {r["config"] for r in crashed} == {"b"}
+    [quirk] = [q for q in load_quirks(tmp_path / "quirks.toml") if q.source != "shipped"]
+    assert (quirk.arch, quirk.engine, quirk.engine_version) == ("cpu", "command", "v7")
+
+
+def test_a_search_whose_server_cannot_start_is_a_crashed_search(tmp_path: Path) -> None:
+    body = "[slo]\nttft_ms = 100\n[search]\nhigh = 8\n" + configs("b", args="fail-start = true")
+    summary, _ = _run(_plan(tmp_path, body), tmp_path, RecordedMeasure([]))
+    [search] = [r for r in _records(tmp_path) if r.get("record") == "search"]
+    assert search["status"] == "crashed" and search["config"] == "b"
+    assert search["reason"].startswith("server failed to start: ")
+    assert summary.crashed == len(_records(tmp_path)) - 1

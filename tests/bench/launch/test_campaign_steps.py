@@ -358,3 +358,14 @@ def test_a_search_whose_server_cannot_start_is_a_crashed_search(tmp_path: Path) 
     assert search["status"] == "crashed" and search["config"] == "b"
     assert search["reason"].startswith("server failed to start: ")
     assert summary.crashed == len(_records(tmp_path)) - 1
+
+
+def test_a_shard_without_any_cell_of_a_configuration_starts_no_server_for_it(
+    tmp_path: Path,
+) -> None:
+    plan = write_plan(tmp_path, "[preflight]\nenabled = false\n" + TWO, concurrency="[1]")
+    first, _ = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 2), shard=(1, 2))
+    second, _ = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 2), shard=(2, 2))
+    # two cells, two shards: some shard lacks a configuration's only cell
+    assert (first.ok + second.ok, first.server_starts + second.server_starts) == (2, 2)
+    assert {r["config"] for r in _records(tmp_path)} == {"a", "b"}

@@ -369,3 +369,15 @@ def test_a_shard_without_any_cell_of_a_configuration_starts_no_server_for_it(
     # two cells, two shards: some shard lacks a configuration's only cell
     assert (first.ok + second.ok, first.server_starts + second.server_starts) == (2, 2)
     assert {r["config"] for r in _records(tmp_path)} == {"a", "b"}
+
+
+def test_a_search_added_to_a_finished_matrix_runs_its_probes(tmp_path: Path) -> None:
+    slo = "[slo]\nttft_ms = 100\n"
+    _run(_plan(tmp_path, slo + configs("a")), tmp_path, RecordedMeasure([measurement(4)] * 2))
+    plan = _plan(tmp_path, slo + "[search]\nhigh = 8\n" + configs("a"))
+    good = measurement(4, metrics={"total_output_tokens": 64, "slo_attainment": 1.0})
+    measure = RecordedMeasure([good] * 20)
+    summary, _ = _run(plan, tmp_path, measure, resume=True)
+    assert summary.already_done == 2 and measure.calls  # the matrix kept, the probes run
+    [search] = [r for r in _records(tmp_path) if r.get("record") == "search"]
+    assert search["status"] == "done" and search["config"] == "a"

@@ -71,6 +71,7 @@ def _run(
     plan: Plan, tmp_path: Path, measure: RecordedMeasure, **options: Any
 ) -> tuple[Summary, str]:
     shown = io.StringIO()
+    options.setdefault("help_cache", tmp_path / "help-cache")
     opts = LaunchOptions(out=tmp_path / "run", quirks_path=tmp_path / "quirks.toml", **options)
     summary = run_campaign(plan, opts, PlainReporter(shown), measure)
     return summary, shown.getvalue()
@@ -107,14 +108,17 @@ def test_a_campaign_measures_every_cell_once_and_says_so(tmp_path: Path, asked: 
     out = tmp_path / "run"
     assert re.fullmatch(re.escape(run_id(out)) + r":[0-9a-f]{8}", facts["tag"])
     assert (facts["plan"], facts["plan_dir"], facts["shard"]) == ("fast", str(tmp_path), None)
-    assert (facts["engine_version"], facts["gpu_arch"]) == ("v7", "cpu")
+    assert (facts["engine"], facts["engine_version"], facts["gpu_arch"]) == ("command", "v7", "cpu")
+    assert (out / "plan.toml").read_text() == plan.text  # the plan the results belong to
     assert "stopped" not in facts and "weights" not in facts
     state = json.loads((out / "state.json").read_text())
-    assert state["finished"] is True and state["running"] == []
+    assert state["finished"] is True and state["running"] == [] and state["tag"] == facts["tag"]
     assert [s["label"] for s in read_records(out / "servers.jsonl")[0]] == ["a@tp1", "b@tp1"]
     assert tagged_processes(run_id(out)) == []  # its servers are gone
     assert _guardians(facts["tag"]) == []  # and so is its guardian
     assert shown.splitlines()[0] == "bench: 4 cells, 0 already done"
+    [cached] = (tmp_path / "help-cache").iterdir()  # the engine's --help, for the next launch
+    assert "--threads" in cached.read_text()
     assert "GPU pool" not in shown and "left by an earlier launch" not in shown
     # gpudoctor check before the campaign, then before each configuration's server
     whens = [v["when"] for v in read_records(out / "preflight.jsonl")[0]]
@@ -257,6 +261,19 @@ def test_a_missing_model_is_refused_before_the_run_directory_is_touched(tmp_path
     with pytest.raises(CampaignError, match=r"model.path .* does not exist; fix the path"):
         _run(plan, tmp_path, RecordedMeasure([]))
     assert not (tmp_path / "run").exists()
+    text = plan.text.replace('path = "m"\n', 'path = "m"\ntokenizer = "tok"\n')
+    (tmp_path / "plan.toml").write_text(text)
+    from gpudoctor.bench.plan import load_plan
+
+    with pytest.raises(CampaignError) as caught:
+        _run(load_plan(tmp_path / "plan.toml"), tmp_path, RecordedMeasure([]))
+    first, second = str(caught.value).split(
+        "; fix the path (relative paths are relative to the plan file); "
+    )
+    assert first.endswith(f"model.path {tmp_path / 'm'} does not exist")
+    assert second.startswith(
+        f"{tmp_path / 'plan.toml'}: model.tokenizer {tmp_path / 'tok'} does not"
+    )
 
 
 def test_a_stop_is_written_to_run_json_and_every_server_is_gone(tmp_path: Path) -> None:

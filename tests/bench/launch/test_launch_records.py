@@ -215,9 +215,27 @@ def test_the_client_bound_and_suspect_flags_are_noted_beside_the_status() -> Non
 # --- Ctrl-C never lost ------------------------------------------------------------------
 
 
+def _asked() -> BaseException | None:
+    """Return the KeyboardInterrupt raise_if_interrupted() raised, or None: a stray one is
+    then a test failure, not pytest's own "interrupted by the user" stop."""
+    try:
+        interrupts.raise_if_interrupted()
+    except KeyboardInterrupt as exc:
+        return exc
+    return None
+
+
+def test_nothing_is_raised_in_the_main_thread_when_no_signal_came() -> None:
+    interrupts.reset()
+    assert threading.current_thread() is threading.main_thread()
+    assert _asked() is None  # a campaign never stops for a Ctrl-C nobody pressed
+    with interrupts.catching():
+        assert _asked() is None
+
+
 def test_a_signal_is_recorded_and_raised_again_where_the_launcher_asks() -> None:
     with interrupts.catching():
-        interrupts.raise_if_interrupted()  # nothing happened: returns
+        assert _asked() is None  # nothing happened: returns
         with pytest.raises(KeyboardInterrupt, match="signal 15"):
             os.kill(os.getpid(), signal.SIGTERM)
             while True:  # the handler runs between two bytecodes of this loop
@@ -233,7 +251,7 @@ def test_a_signal_is_recorded_and_raised_again_where_the_launcher_asks() -> None
         worker.join()
         assert seen == [None]  # a slot thread is never interrupted: signals are the main's
     interrupts.reset()
-    interrupts.raise_if_interrupted()
+    assert _asked() is None
 
 
 def _ask() -> None:

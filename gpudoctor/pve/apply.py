@@ -339,19 +339,18 @@ def save_client_copy(layout: Layout, host_name: str, relative: str, data: bytes)
 
 def discard_client_copy(layout: Layout, path: str) -> None:
     """Remove a client backup copy whose write did not happen, and the directories left
-    empty under ``layout.client_backup_dir`` (``rm PATH; rmdir -p ...``)."""
+    empty under ``layout.client_backup_dir`` (``rm PATH; rmdir -p ...``); that directory
+    itself, the one the user named, stays."""
     base = Path(layout.client_backup_dir)
     try:
         Path(path).unlink()
     except OSError:
         return
     folder = Path(path).parent
-    while True:
+    while base in folder.parents:
         try:
             folder.rmdir()
         except OSError:
-            return
-        if folder == base or base not in folder.parents:
             return
         folder = folder.parent
 

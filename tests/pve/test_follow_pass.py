@@ -78,6 +78,43 @@ def layout_of(tree: PveTree) -> Layout:
     return tree.layout(pct=os.environ["GPUDOCTOR_PCT"])
 
 
+# -- the lock (first: a lock left held would make every later run here wait 900 s) ---
+
+
+def test_the_lock_lets_one_follow_run_at_a_time(tree: PveTree) -> None:
+    layout = tree.layout()
+    held, release, failed = threading.Event(), threading.Event(), []
+
+    def holder() -> None:
+        try:
+            with follow_lock(layout):
+                held.set()
+                release.wait(30)
+        except Exception as exc:  # reported to the test below
+            failed.append(exc)
+            held.set()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert held.wait(30) and not failed, failed
+        with pytest.raises(ApplyError) as busy, follow_lock(layout, wait_s=0.3):
+            pass
+        assert busy.value.code == "lock_busy"
+        assert str(busy.value) == (
+            f"another `fix --follow-driver` holds {layout.own_lock_dir}/follow-driver.lock"
+        )
+    finally:
+        release.set()
+        thread.join(30)
+    assert oct(os.stat(layout.own_lock_dir).st_mode & 0o777) == "0o700"
+    # free again once the first is done, and held while taken
+    with follow_lock(layout, wait_s=0), pytest.raises(ApplyError), follow_lock(layout, wait_s=0):
+        pass
+    with follow_lock(layout, wait_s=0):
+        pass
+
+
 # -- what a CT's result and the run's result say ---------------------------------------
 
 
@@ -388,37 +425,3 @@ def test_a_ct_is_restarted_only_when_its_init_pid_changed(
             plan.explanation,
         )
         assert runs == [(True, False), (False, True)]  # looked at first, then applied with --yes
-
-
-def test_the_lock_lets_one_follow_run_at_a_time(tree: PveTree) -> None:
-    layout = tree.layout()
-    held, release, failed = threading.Event(), threading.Event(), []
-
-    def holder() -> None:
-        try:
-            with follow_lock(layout):
-                held.set()
-                release.wait(30)
-        except Exception as exc:  # reported to the test below
-            failed.append(exc)
-            held.set()
-
-    thread = threading.Thread(target=holder)
-    thread.start()
-    try:
-        assert held.wait(30) and not failed, failed
-        with pytest.raises(ApplyError) as busy, follow_lock(layout, wait_s=0.3):
-            pass
-        assert busy.value.code == "lock_busy"
-        assert str(busy.value) == (
-            f"another `fix --follow-driver` holds {layout.own_lock_dir}/follow-driver.lock"
-        )
-    finally:
-        release.set()
-        thread.join(30)
-    assert oct(os.stat(layout.own_lock_dir).st_mode & 0o777) == "0o700"
-    # free again once the first is done, and held while taken
-    with follow_lock(layout, wait_s=0), pytest.raises(ApplyError), follow_lock(layout, wait_s=0):
-        pass
-    with follow_lock(layout, wait_s=0):
-        pass

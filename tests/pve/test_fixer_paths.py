@@ -1,0 +1,467 @@
+"""``gpudoctor fix`` on one CT, every path of it in-process: refused, nothing to pass,
+nothing to change, dry run, declined, applied on a stopped CT, a write that lost its race,
+and on a running CT the restart, the re-check inside, the rollback and what each outcome
+tells the user (status, exit code, message, files left).
+
+The config, its lock and its backups are real files (an /etc/pve-like tree,
+tests/fakes/pvetree.py) written by the real locked write through LocalHost; the host's
+nodes are this machine's (/dev/null is char 1:3). What cannot exist here has a stand-in:
+``RunningCt`` for Proxmox's ``pct`` driving a running container, and its ``inside``
+(a RecordedHost) for the CT's own /dev as its agent sees it; the lab drives real
+containers (tests/pve/test_fix_lab.py)."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.hosts.base import FileStat, HostError
+from gpudoctor.hosts.local import LocalHost
+from gpudoctor.pve import fixer
+from gpudoctor.pve.api import ApiSettings
+from gpudoctor.pve.apply import ApplyError, Layout
+from gpudoctor.pve.fixer import FixOptions, run_fix
+from gpudoctor.pve.planner import FixPlanError, PlanOptions
+from gpudoctor.pve.restart import Controller
+from tests.fakes.pvetree import PveTree
+from tests.fakes.recorded_host import RecordedHost
+from tests.pve.support import stopped_pct
+
+PASSES_NULL = "arch: amd64\nlxc.mount.entry: /dev/null dev/fakegpu none bind,optional,create=file\n"
+ALLOWED = PASSES_NULL + "lxc.cgroup2.devices.allow: c 1:3 rwm\n"
+FIXED = "lxc.cgroup2.devices.allow: c 1:3 rwm"
+RULES = PlanOptions(mode="rules", devices=("/dev/null",), include_host_nvidia=False)
+NODES = {"/dev/fakegpu": (1, 3), "/dev/null": (1, 3), "/dev/zero": (1, 5),
+         "/dev/urandom": (1, 9), "/dev/tty": (5, 0)}  # fmt: skip
+ALL_OPEN = {"/dev/tty": errno.ENXIO}  # no controlling terminal: ENXIO, as in a real CT
+GPU_DENIED = {**ALL_OPEN, "/dev/fakegpu": errno.EPERM}
+
+
+class Inside(RecordedHost):
+    """The running CT's /dev as the fixer's agent inside it sees it: ``NODES`` as char
+    nodes, ``open_errno`` per node; ``unreachable``: every look raises HostError."""
+
+    unreachable: bool = False
+
+    def stat(self, path: str) -> FileStat:
+        if self.unreachable:
+            raise HostError("pct exec 200: container is not running")
+        return super().stat(path)
+
+
+class RunningCt(Controller):
+    """Proxmox's ``pct`` on a CT that runs: ``restart``/``start`` give it a new init PID
+    and the next of ``opens`` (what opens inside after that start); ``fail``: how many of
+    the next starts fail (``wait_running`` then raises the start log's lines)."""
+
+    def __init__(self, opens: list[dict[str, int]], fail: int = 0, running: bool = True) -> None:
+        self.opens, self.fail, self.running, self.pid = list(opens), fail, running, 100
+        self.inside = Inside(nodes={p: FileStat(p, "char", 0o666, *n) for p, n in NODES.items()})
+        self.inside.open_errno = dict(self.opens.pop(0))
+        self.calls: list[str] = []
+
+    def state(self) -> str:
+        return "RUNNING" if self.running else "STOPPED"
+
+    def init_pid(self) -> int | None:
+        return self.pid if self.running else None
+
+    def restart(self) -> None:
+        self.calls.append("restart")
+        self._come_up()
+
+    def start(self) -> None:
+        self.calls.append("start")
+        self._come_up()
+
+    def stop(self) -> None:
+        self.running = False
+
+    def _come_up(self) -> None:
+        if self.fail:
+            self.fail, self.running = self.fail - 1, False
+            return
+        self.running, self.pid = True, self.pid + 1
+        self.inside.open_errno = dict(self.opens.pop(0)) if self.opens else {}
+
+    def wait_running(self, old_pid, timeout=60.0, sleep=None) -> int:
+        self.calls.append(f"wait {old_pid}")
+        if not self.running:
+            raise ApplyError("start_failed", "CT 200 did not start", ("hook /h.sh: mknod failed",))
+        return self.pid
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PveTree:
+    monkeypatch.setenv("GPUDOCTOR_PCT", stopped_pct(tmp_path))
+    return PveTree(tmp_path)
+
+
+def options(tree: PveTree, **extra: object) -> FixOptions:
+    layout = tree.layout(pct=stopped_pct(tree.root.parent))
+    return FixOptions(**{"ct": "200", "plan": RULES, "layout": layout, **extra})  # type: ignore[arg-type]
+
+
+def running(monkeypatch: pytest.MonkeyPatch, ct: RunningCt) -> RunningCt:
+    """Make the fixer drive ``ct`` and look inside it."""
+    monkeypatch.setattr(fixer, "controller_for", lambda host, target, layout: ct)
+    monkeypatch.setattr(fixer, "container_host", lambda host, target, layout: ct.inside)
+    return ct
+
+
+def client_copies(tree: PveTree) -> list[Path]:
+    return sorted(p for p in tree.client_backup_dir.rglob("*") if p.is_file())
+
+
+# -- a stopped CT ----------------------------------------------------------------------
+
+
+def test_a_locked_ct_is_refused_and_nothing_is_written(tree: PveTree) -> None:
+    conf = tree.add_ct("200", PASSES_NULL + "lock: backup\n")
+    done = run_fix(LocalHost(), options(tree, yes=True))
+    assert (done.status, done.exit_code) == ("refused", 3)
+    assert done.message.startswith("CT 200 is locked (backup)")
+    assert conf.read_text() == PASSES_NULL + "lock: backup\n" and client_copies(tree) == []
+
+
+def test_a_host_without_nvidia_nodes_has_nothing_to_pass(tree: PveTree) -> None:
+    if list(Path("/dev").glob("nvidia*")):
+        pytest.skip("this machine has NVIDIA nodes")
+    tree.add_ct("200", "arch: amd64\n")
+    done = run_fix(LocalHost(), options(tree, plan=PlanOptions(mode="rules")))
+    assert (done.status, done.exit_code) == ("nothing_to_pass", 3)
+    assert done.message == (
+        "nothing to pass through: the host has no /dev/nvidia* node (is the NVIDIA driver "
+        "loaded? `nvidia-smi` on the host) and no --device was given"
+    )
+
+
+def test_a_right_config_on_a_stopped_ct_is_nothing_to_change(tree: PveTree) -> None:
+    tree.add_ct("200", ALLOWED)
+    done = run_fix(LocalHost(), options(tree, yes=True))
+    assert (done.status, done.exit_code) == ("nothing_to_change", 0)
+    assert done.message == (
+        "nothing to change (CT 200 is stopped: it gets its devices at its next start)"
+    )
+
+
+def test_a_dry_run_shows_the_plan_and_writes_nothing(tree: PveTree) -> None:
+    conf = tree.add_ct("200", PASSES_NULL)
+    shown, said = [], []
+    done = run_fix(LocalHost(), options(tree, dry_run=True, yes=True), progress=said.append,
+                   on_plan=shown.append)  # fmt: skip
+    assert (done.status, done.exit_code, done.message) == ("dry_run", 4, "dry run: nothing written")
+    assert shown == [done.plan] and done.host_prep is None
+    assert said == ["reading the CT config and the host's devices"]
+    assert conf.read_text() == PASSES_NULL and client_copies(tree) == [] and tree.backups() == []
+
+
+def test_without_yes_the_answer_decides_and_no_answer_is_no(tree: PveTree) -> None:
+    conf = tree.add_ct("200", PASSES_NULL)
+    declined = run_fix(LocalHost(), options(tree))
+    assert (declined.status, declined.exit_code) == ("declined", 4)
+    assert declined.message == "not applied: nothing written"
+    assert conf.read_text() == PASSES_NULL and client_copies(tree) == []
+    asked = []
+    done = run_fix(LocalHost(), options(tree), confirm=lambda plan: asked.append(plan) or True)
+    assert asked == [done.plan] and done.status == "applied_not_running"
+
+
+def test_applied_to_a_stopped_ct_with_both_backups_first(tree: PveTree) -> None:
+    conf = tree.add_ct("200", PASSES_NULL)
+    said: list[str] = []
+    done = run_fix(LocalHost(), options(tree, yes=True), progress=said.append,
+                   host_label="root@pve1")  # fmt: skip
+    assert (done.status, done.exit_code) == ("applied_not_running", 0)
+    assert done.message == "applied; the CT is stopped: the new rules apply at its next start"
+    assert FIXED in conf.read_text() and done.before == () and done.init_pids == (None, None)
+    [copy] = client_copies(tree)
+    assert copy.read_text() == PASSES_NULL and copy.parent.parent.name == "root@pve1"
+    assert done.client_backup == str(copy)
+    [backup] = tree.backups()
+    assert backup.read_text() == PASSES_NULL and done.write.host_backup == str(backup)
+    assert backup.relative_to(tree.backup_dir).parts[0] == "ct-200"
+    assert said == ["reading the CT config and the host's devices",
+                    "saving the backup copy here, before anything is written",
+                    f"backing up and writing {conf}"]  # fmt: skip
+    unlabelled = tree.add_ct("201", PASSES_NULL)
+    run_fix(LocalHost(name="pve-a"), FixOptions(ct="201", plan=RULES, yes=True,
+                                                layout=options(tree).layout))  # fmt: skip
+    assert FIXED in unlabelled.read_text()
+    assert [p.parent.parent.name for p in client_copies(tree)] == ["pve-a", "root@pve1"]
+
+
+def test_a_config_changed_under_the_fix_is_not_written_and_its_copy_is_dropped(
+    tree: PveTree,
+) -> None:
+    conf = tree.add_ct("200", PASSES_NULL)
+
+    def edit_meanwhile(text: str) -> None:  # someone edits the config while we plan
+        if text.startswith("backing up and writing"):
+            conf.write_text(PASSES_NULL + "memory: 512\n")
+
+    with pytest.raises(ApplyError) as lost:
+        run_fix(LocalHost(), options(tree, yes=True), progress=edit_meanwhile)
+    assert lost.value.code == "changed"
+    assert conf.read_text() == PASSES_NULL + "memory: 512\n"
+    assert client_copies(tree) == [] and tree.backups() == []
+
+
+def test_a_write_that_failed_otherwise_keeps_the_client_copy(tree: PveTree) -> None:
+    conf = tree.add_ct("200", PASSES_NULL)
+    blocker = tree.root.parent / "a-file"
+    blocker.write_text("not a folder\n")
+    layout = options(tree).layout
+    bad = FixOptions(ct="200", plan=RULES, yes=True,
+                     layout=Layout(**{**layout.__dict__, "backup_dir": str(blocker)}))  # fmt: skip
+    with pytest.raises(ApplyError) as failed:
+        run_fix(LocalHost(), bad)
+    assert failed.value.code == "io" and conf.read_text() == PASSES_NULL
+    assert [p.read_text() for p in client_copies(tree)] == [PASSES_NULL]  # the state is unknown
+
+
+def test_driver_libs_without_driver_files_is_a_plan_error(tree: PveTree) -> None:
+    tree.add_ct("200", PASSES_NULL)
+    with pytest.raises(FixPlanError) as failed:
+        fixer.make_plan(LocalHost(), options(tree, driver_libs="bind"))
+    assert str(failed.value).startswith("--driver-libs bind: ")
+
+
+def test_a_devn_plan_through_an_api_token_warns_that_ssh_writes_it(tree: PveTree) -> None:
+    tree.add_ct("200", PASSES_NULL)
+    layout = tree.layout(pveversion=tree.pveversion("8.2.4"))
+    api = ApiSettings("https://pve1:8006", token="root@pam!gd=secret")
+    devn = PlanOptions(mode="devn", devices=("/dev/null",), include_host_nvidia=False)
+    _, _, plan = fixer.make_plan(
+        LocalHost(), FixOptions(ct="200", plan=devn, layout=layout, api=api)
+    )
+    assert plan.mode == "devn"
+    assert plan.warnings[-1] == (
+        "devN entries are refused through the API for API tokens (only root@pam may set "
+        "them): gpudoctor writes them over SSH; edit them later as root@pam"
+    )
+    _, _, plain = fixer.make_plan(LocalHost(), FixOptions(ct="200", plan=devn, layout=layout,
+                                                         api=ApiSettings("https://pve1")))  # fmt: skip
+    assert not any("API tokens" in w for w in plain.warnings)
+
+
+def test_the_api_is_refused_for_plain_lxc(tree: PveTree) -> None:
+    from gpudoctor.pve.apply import Snapshot, Target
+
+    with pytest.raises(ApplyError) as refused:
+        fixer.make_controller(LocalHost(), Target("lxc", "web", "/c", "/l"),
+                              FixOptions(ct="web", api=ApiSettings("https://x")),
+                              Snapshot(b"", "", None))  # type: ignore[arg-type]  # fmt: skip
+    assert (refused.value.code, str(refused.value)) == (
+        "usage", "--api is for Proxmox VE; plain LXC has no API")  # fmt: skip
+
+
+# -- a running CT ----------------------------------------------------------------------
+
+
+def test_a_running_ct_is_restarted_and_checked_inside(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = tree.add_ct("200", PASSES_NULL)
+    ct = running(monkeypatch, RunningCt([GPU_DENIED, ALL_OPEN]))
+    said: list[str] = []
+    done = run_fix(LocalHost(), options(tree, yes=True), progress=said.append)
+    assert (done.status, done.exit_code) == ("applied", 0)
+    assert done.message == "fixed: CT 200 restarted and every device opens inside it"
+    assert done.init_pids == (100, 101) and ct.calls == ["restart", "wait 100"]
+    assert dict(done.before)["/dev/fakegpu"] == "EPERM" and dict(done.after)["/dev/fakegpu"] == "OK"
+    assert FIXED in conf.read_text()
+    assert said[1:] == ["probing the devices inside the CT before the change",
+                        "saving the backup copy here, before anything is written",
+                        f"backing up and writing {conf}", "restarting CT 200",
+                        "re-checking the devices inside the CT"]  # fmt: skip
+
+
+def test_a_running_ct_left_running_says_to_restart_it(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = tree.add_ct("200", PASSES_NULL)
+    ct = running(monkeypatch, RunningCt([GPU_DENIED]))
+    done = run_fix(LocalHost(), options(tree, yes=True, restart=False))
+    assert (done.status, done.exit_code) == ("applied_not_running", 0)
+    assert done.message == (
+        "applied; restart the CT for the new rules to take effect (running this fix again "
+        "restarts it and re-checks inside)"
+    )
+    assert dict(done.before)["/dev/fakegpu"] == "EPERM" and ct.calls == []
+    assert FIXED in conf.read_text()
+
+
+def test_a_ct_locked_before_its_restart_is_not_restarted(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = tree.add_ct("200", PASSES_NULL)
+    ct = running(monkeypatch, RunningCt([GPU_DENIED, ALL_OPEN]))
+
+    def backup_starts(text: str) -> None:  # vzdump locks the CT just then
+        if text == "restarting CT 200":
+            conf.write_text(conf.read_text() + "lock: backup\n")
+
+    done = run_fix(LocalHost(), options(tree, yes=True), progress=backup_starts)
+    assert (done.status, done.exit_code) == ("applied_not_running", 3)
+    assert done.message.startswith("applied, but not restarted: CT 200 is locked (backup)")
+    assert done.message.endswith("; restart the CT when the task is done")
+    assert ct.calls == []
+
+
+def test_a_ct_that_does_not_come_back_is_rolled_back_and_started_on_its_old_config(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = tree.add_ct("200", PASSES_NULL)
+    ct = running(monkeypatch, RunningCt([GPU_DENIED, GPU_DENIED], fail=1))
+    said: list[str] = []
+    done = run_fix(LocalHost(), options(tree, yes=True), progress=said.append)
+    assert (done.status, done.exit_code) == ("rolled_back", 3)
+    assert done.message == "rolled back: CT 200 did not start"
+    assert done.start_log == ("hook /h.sh: mknod failed",)
+    assert conf.read_text() == PASSES_NULL
+    assert ct.calls == ["restart", "wait 100", "start", "wait None"]  # stopped: started again
+    assert "the CT did not come back (CT 200 did not start); rolling back" in said
+
+
+def test_a_rollback_whose_ct_does_not_start_either_says_the_old_config_is_back(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = tree.add_ct("200", PASSES_NULL)
+    running(monkeypatch, RunningCt([GPU_DENIED], fail=2))
+    with pytest.raises(ApplyError) as failed:
+        run_fix(LocalHost(), options(tree, yes=True))
+    [backup] = tree.backups()
+    assert failed.value.code == "rollback_failed"
+    assert str(failed.value) == (
+        f"the CT did not come back (CT 200 did not start); the old config is back in place in "
+        f"{conf} (a copy is in {backup} on the host), but the CT did not start on it either: "
+        "CT 200 did not start"
+    )
+    assert failed.value.details == ("hook /h.sh: mknod failed",)
+    assert conf.read_text() == PASSES_NULL
+
+
+def test_a_rollback_that_cannot_put_the_old_bytes_back_names_the_backup(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = tree.add_ct("200", PASSES_NULL)
+    running(monkeypatch, RunningCt([GPU_DENIED], fail=1))
+
+    def edit_meanwhile(text: str) -> None:
+        if text == "restarting CT 200":
+            conf.write_text(conf.read_text() + "memory: 512\n")
+
+    with pytest.raises(ApplyError) as failed:
+        run_fix(LocalHost(), options(tree, yes=True), progress=edit_meanwhile)
+    [backup] = tree.backups()
+    assert failed.value.code == "rollback_failed"
+    assert str(failed.value).startswith(
+        "the CT did not come back (CT 200 did not start), and the rollback failed too: "
+    )
+    assert str(failed.value).endswith(f". The old config is saved in {backup} on the host")
+    assert conf.read_text().endswith("memory: 512\n")  # someone else's edit is never undone
+
+
+def test_a_change_that_breaks_a_device_that_worked_is_rolled_back(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = tree.add_ct("200", PASSES_NULL)
+    broke = {**ALL_OPEN, "/dev/null": errno.EPERM}
+    ct = running(monkeypatch, RunningCt([GPU_DENIED, broke, GPU_DENIED]))
+    done = run_fix(LocalHost(), options(tree, yes=True))
+    assert (done.status, done.exit_code) == ("rolled_back", 3)
+    assert done.message == "rolled back: /dev/null could be opened before the change, not after"
+    assert dict(done.after)["/dev/null"] == "EPERM" and done.init_pids == (100, 101)
+    assert conf.read_text() == PASSES_NULL
+    assert ct.calls == ["restart", "wait 100", "restart", "wait None"]  # running: restarted
+
+
+def test_a_device_still_failing_after_the_restart_is_not_fixed(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = tree.add_ct("200", PASSES_NULL)
+    running(monkeypatch, RunningCt([GPU_DENIED, GPU_DENIED]))
+    done = run_fix(LocalHost(), options(tree, yes=True))
+    assert (done.status, done.exit_code) == ("not_fixed", 3)
+    assert done.message.startswith(
+        "applied and CT 200 restarted, but inside it: /dev/fakegpu cannot be opened (EPERM); "
+        "open(/dev/fakegpu) gives EPERM inside the CT although its config allows 1:3 now"
+    )
+    assert FIXED in conf.read_text()  # nothing worse than before: kept
+
+
+def test_a_right_config_on_a_ct_with_older_devices_is_restarted_only(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = tree.add_ct("200", ALLOWED)
+    running(monkeypatch, RunningCt([GPU_DENIED, ALL_OPEN]))
+    dry = run_fix(LocalHost(), options(tree, dry_run=True))
+    assert dry.message == "dry run: nothing written; CT 200 needs a restart (1 reason(s))"
+    assert dry.plan.explanation[-1].startswith("restart CT 200: open(/dev/fakegpu) gives EPERM")
+    assert dry.plan.host_cause == ""
+    ct = running(monkeypatch, RunningCt([GPU_DENIED, ALL_OPEN]))
+    done = run_fix(LocalHost(), options(tree, yes=True))
+    assert (done.status, done.message) == (
+        "applied", "fixed: CT 200 restarted and every device opens inside it")  # fmt: skip
+    assert done.write is None and done.client_backup == "" and ct.calls == ["restart", "wait 100"]
+    assert conf.read_text() == ALLOWED and client_copies(tree) == []
+    again = running(monkeypatch, RunningCt([GPU_DENIED, GPU_DENIED]))
+    still = run_fix(LocalHost(), options(tree, yes=True))
+    assert still.status == "not_fixed" and again.calls == ["restart", "wait 100"]
+    assert still.message.startswith("restart planned and CT 200 restarted, but inside it: ")
+    failing = running(monkeypatch, RunningCt([GPU_DENIED], fail=1))
+    gone = run_fix(LocalHost(), options(tree, yes=True))
+    assert (gone.status, gone.exit_code) == ("not_fixed", 3)
+    assert gone.message == (
+        "the CT did not come back after the restart (CT 200 did not start); its config was "
+        "not changed"
+    )
+    assert gone.start_log == ("hook /h.sh: mknod failed",) and failing.calls == [
+        "restart",
+        "wait 100",
+    ]
+
+
+def test_a_missing_node_inside_names_the_host_cause(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree.add_ct("200", ALLOWED)
+    ct = running(monkeypatch, RunningCt([ALL_OPEN]))
+    del ct.inside.nodes["/dev/fakegpu"]
+    dry = run_fix(LocalHost(), options(tree, dry_run=True), host_label="root@pve1")
+    assert dry.plan.restart_reasons[0].startswith("/dev/fakegpu does not exist inside the CT")
+    assert dry.plan.host_cause == ""  # /dev/fakegpu is not one the host makes late
+
+
+def test_a_running_ct_whose_inside_cannot_be_looked_at_is_planned_from_its_config(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree.add_ct("200", ALLOWED)
+    ct = running(monkeypatch, RunningCt([ALL_OPEN]))
+    ct.inside.unreachable = True
+    done = run_fix(LocalHost(), options(tree, yes=True))
+    assert done.status == "nothing_to_change" and done.message == "nothing to change"
+    assert done.plan.warnings[-1] == (
+        "the devices inside the running CT could not be looked at (pct exec 200: container "
+        "is not running)"
+    )
+
+
+def test_a_ct_whose_state_cannot_be_read_is_planned_from_its_config(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree.add_ct("200", ALLOWED)
+
+    def no_answer(host: object, target: object, layout: object) -> Controller:
+        raise ApplyError("io", "pct status 200 failed: connection refused")
+
+    monkeypatch.setattr(fixer, "controller_for", no_answer)
+    done = run_fix(LocalHost(), options(tree, yes=True))
+    assert done.status == "nothing_to_change" and done.message == "nothing to change"
+    assert done.plan.warnings[-1] == (
+        "the CT's state could not be read (pct status 200 failed: connection refused): only "
+        "its config was checked"
+    )

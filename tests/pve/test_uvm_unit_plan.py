@@ -226,6 +226,8 @@ def test_each_outcome_with_its_exit_code_and_json(sysroot: Path, layout: Layout)
     declined = run_host_prep(host, layout=layout, root=root)  # no --yes, no prompt: declined
     assert (declined.status, declined.exit_code) == ("declined", 4)
     assert declined.message == "not applied: nothing written"
+    assert declined.to_dict() == {**dry.to_dict(), "status": "declined",
+                                  "message": "not applied: nothing written"}  # fmt: skip
     assert list((sysroot / "etc/systemd/system").iterdir()) == []
     assert dry.to_dict() == {
         "status": "dry_run", "exit_code": 4, "message": "dry run: nothing written",
@@ -250,6 +252,16 @@ def test_each_outcome_with_its_exit_code_and_json(sysroot: Path, layout: Layout)
     assert (nothing.status, nothing.exit_code, nothing.message) == (
         "nothing_to_change", 0, "nothing to change")  # fmt: skip
     assert nothing.to_dict()["changed"] is False and nothing.plan.diff == ""
+    assert nothing.to_dict()["unit"] == f"{units}/{UNIT_NAME}"
+
+
+def test_without_a_root_given_the_environments_systemd_root_is_used(
+    sysroot: Path, layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUDOCTOR_SYSTEMD_ROOT", str(sysroot))
+    dry = run_host_prep(LocalHost(), dry_run=True, layout=layout)
+    assert dry.unit_path == f"{sysroot}/etc/systemd/system/{UNIT_NAME}"
+    assert dry.plan.explanation[0].startswith(f"write {sysroot}/etc/systemd/system/")
 
 
 def test_only_what_differs_is_written_and_each_old_text_is_backed_up(
@@ -435,14 +447,28 @@ def test_an_enabled_but_stopped_path_unit_is_only_started(layout: Layout) -> Non
     assert (prep.enable, prep.start) == ((), (PATH_UNIT,))
 
 
+@pytest.mark.parametrize("root", ["/scratch/", "/X"])  # any root but / itself
 def test_a_scratch_root_is_enabled_with_systemctl_root_and_nothing_is_started(
+    layout: Layout, root: str
+) -> None:
+    node = trusted_node(files=installed_files(root))
+    done = run_host_prep(node, yes=True, layout=layout, root=root)
+    assert done.status == "applied"
+    assert node.changes() == [["systemctl", f"--root={root}", "enable", UNIT_NAME, PATH_UNIT]]
+    assert f"{root.rstrip('/')}/etc/systemd/system/multi-user.target.wants/{UNIT_NAME}" in (
+        node.enabled
+    )
+
+
+def test_on_the_real_root_a_running_path_unit_is_enabled_but_not_started_again(
     layout: Layout,
 ) -> None:
-    node = trusted_node(files=installed_files("/scratch/"))
-    done = run_host_prep(node, yes=True, layout=layout, root="/scratch/")
+    node = trusted_node(files=installed_files(), active={PATH_UNIT})
+    done = run_host_prep(node, yes=True, layout=layout, root="/")
     assert done.status == "applied"
-    assert node.changes() == [["systemctl", "--root=/scratch/", "enable", UNIT_NAME, PATH_UNIT]]
-    assert "/scratch/etc/systemd/system/multi-user.target.wants/" + UNIT_NAME in node.enabled
+    assert node.changes() == [["systemctl", "daemon-reload"],
+                              ["systemctl", "enable", UNIT_NAME, PATH_UNIT],
+                              ["udevadm", "control", "--reload"]]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -496,6 +522,7 @@ def test_a_directory_that_cannot_be_made_stops_before_any_write(layout: Layout) 
         run_host_prep(node, yes=True, layout=layout, root="/")
     assert str(failed.value) == "mkdir -p /etc/systemd/system failed: mkdir: read-only"
     assert node.changes() == [["mkdir", "-p", "-m", "0755", "/etc/systemd/system"]]
+    assert node.ran[-1][1] == 15  # bounded, as every look
 
 
 def test_every_command_on_the_node_is_bounded_in_time(layout: Layout) -> None:

@@ -155,6 +155,8 @@ def test_the_runs_summary_exit_code_and_json() -> None:
                          FollowedCt("202", "applied_not_running", "m")), 2)  # fmt: skip
     assert [c.ct for c in done.changed] == ["200", "202"]
     assert done.summary() == "3 CT(s) looked at, changed: 200, 202; restarted: 200"
+    both = FollowResult(tuple(FollowedCt(c, "applied", "m", restarted=True) for c in "ab"), 1)
+    assert both.summary() == "2 CT(s) looked at, changed: a, b; restarted: a, b"
     assert done.exit_code == ExitCode.OK and done.to_dict()["passes"] == 2
 
     pending = FollowResult((FollowedCt("200", "pending", "m"),), 1, dry_run=True)
@@ -225,6 +227,14 @@ def test_plain_lxc_containers_come_from_lxc_ls() -> None:
     assert (
         str(failed.value) == "lxc-ls -1 failed: " + ("x" * 400 + "lxc-ls: permission denied")[-300:]
     )
+
+
+def test_a_plain_lxc_node_is_followed_through_lxc_ls(tmp_path: Path) -> None:
+    node = Node(stdout="web\n")  # its config is not there: nothing to follow
+    layout = Layout(lxcpath="/srv/lxc", own_lock_dir=str(tmp_path / "own"))
+    done = follow_driver(node, "lxc", layout)
+    assert [(c.ct, c.status) for c in done.cts] == [("web", "no_devices")]
+    assert node.ran[0] == ["lxc-ls", "-1", "-P", "/srv/lxc"]
 
 
 # -- what the host's devices are -------------------------------------------------------

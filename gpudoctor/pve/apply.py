@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudoctor import fsio
-from gpudoctor.hosts.base import CommandResult, Host
+from gpudoctor.hosts.base import Host
 from gpudoctor.pve.conf_program import (
     HOST_PROGRAM,
     LOCK_BUSY_RC,
@@ -147,13 +147,6 @@ class WriteResult:
 def sha1_hex(data: bytes) -> str:
     """Return the SHA-1 of ``data`` in hex (``sha1sum``; Proxmox's config ``digest``)."""
     return hashlib.sha1(data).hexdigest()
-
-
-def _program(
-    host: Host, layout: Layout, args: list[str], stdin: str | None, timeout: float
-) -> CommandResult:
-    argv = [layout.python, "-I", "-c", HOST_PROGRAM, *args]
-    return host.run(argv, timeout=timeout, input=stdin)
 
 
 def resolve_target(host: Host, flavor: str, ct: str, layout: Layout) -> Target:

@@ -237,6 +237,19 @@ def test_a_plain_lxc_node_is_followed_through_lxc_ls(tmp_path: Path) -> None:
     assert node.ran[0] == ["lxc-ls", "-1", "-P", "/srv/lxc"]
 
 
+def test_a_plain_lxc_containers_passed_nodes_are_watched(tmp_path: Path) -> None:
+    lxcpath = tmp_path / "lxc"
+    (lxcpath / "web").mkdir(parents=True)
+    config = lxcpath / "web" / "config"
+    config.write_text("lxc.uts.name = web\nlxc.mount.entry = /dev/null dev/fakegpu none bind\n")
+    layout = Layout(lxcpath=str(lxcpath), own_lock_dir=str(tmp_path / "own"))
+    done = follow_driver(LocalHost(), "lxc", layout)
+    assert [(c.ct, c.status) for c in done.cts] == [("web", "applied_not_running")]
+    assert "/dev/null dev/fakegpu none bind,create=file\n" in config.read_text()  # as planned
+    watched = json.loads(Path(follow.state_path(layout, "")).read_text())[1]
+    assert [w[0] for w in watched] == ["/dev/null"]
+
+
 # -- what the host's devices are -------------------------------------------------------
 
 
@@ -297,6 +310,9 @@ def test_a_run_changes_only_what_moved_and_a_second_finds_nothing(tree: PveTree)
 
     again = follow_driver(LocalHost(), "pve", layout, if_host_changed=True)
     assert again.unchanged_since_last and again.cts == () and again.passes == 0
+    assert again.dry_run is False
+    looked = follow_driver(LocalHost(), "pve", layout, dry_run=True, if_host_changed=True)
+    assert (looked.unchanged_since_last, looked.passes, looked.dry_run) == (True, 0, True)
     full = follow_driver(LocalHost(), "pve", layout)  # without --if-host-changed: a full look
     assert [c.status for c in full.cts] == ["unchanged", "no_devices", "unchanged"]
 

@@ -206,6 +206,26 @@ def test_reading_gives_the_exact_bytes_and_their_sha1(tree: PveTree) -> None:
     )
 
 
+def test_a_file_larger_than_any_config_is_refused_not_read_in_part(tmp_path: Path) -> None:
+    huge = tmp_path / "200.conf"
+    with huge.open("wb") as fh:  # sparse: no 64 MiB written
+        fh.truncate(apply.MAX_READ + 1)
+    with pytest.raises(ApplyError) as refused:
+        read_bytes(LocalHost(), str(huge), Layout())
+    assert (refused.value.code, str(refused.value)) == (
+        "io", f"{huge} is larger than 64 MiB: not a CT config")  # fmt: skip
+    with huge.open("wb") as fh:
+        fh.truncate(apply.MAX_READ)
+    data, _ = read_bytes(LocalHost(), str(huge), Layout())
+    assert len(data) == apply.MAX_READ == 64 << 20  # read whole up to the limit
+
+
+def test_an_apply_error_carries_its_code_and_no_details_unless_given() -> None:
+    plain = ApplyError("io", "cannot read")
+    assert (plain.code, str(plain), plain.details) == ("io", "cannot read", ())
+    assert ApplyError("start_failed", "m", ("hook: x",)).details == ("hook: x",)
+
+
 def test_a_config_that_vanished_is_an_unknown_ct(tree: PveTree) -> None:
     path = tree.add_ct("200", CONF)
     target = resolve_target(LocalHost(), "pve", "200", tree.layout())
@@ -342,6 +362,16 @@ def test_the_client_copy_is_private_and_named_after_its_host(tmp_path: Path) -> 
     assert Path(path).stat().st_mode & 0o777 == 0o600
     assert Path(path).parent.stat().st_mode & 0o777 == 0o700
     assert save_client_copy(layout, "h-1_2", "b.conf", b"") == f"{tmp_path}/copies/h-1_2/b.conf"
+
+
+def test_a_client_copy_dir_reached_through_a_link_is_used(tmp_path: Path) -> None:
+    """~/.local/state is often a link to a larger disk: the copy goes there."""
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "state").symlink_to(tmp_path / "disk")
+    layout = Layout(client_backup_dir=str(tmp_path / "state" / "copies"))
+    path = save_client_copy(layout, "pve1", "ct-200/a.conf", b"old\n")
+    assert (tmp_path / "disk" / "copies" / "pve1" / "ct-200" / "a.conf").read_bytes() == b"old\n"
+    assert path == f"{tmp_path}/state/copies/pve1/ct-200/a.conf"
 
 
 def test_a_client_copy_that_cannot_be_saved_stops_the_fix(tmp_path: Path) -> None:

@@ -13,13 +13,14 @@ containers (tests/pve/test_fix_lab.py)."""
 from __future__ import annotations
 
 import errno
+import shutil
 from pathlib import Path
 
 import pytest
 
 from gpudoctor.hosts.base import FileStat, HostError
 from gpudoctor.hosts.local import LocalHost
-from gpudoctor.pve import fixer
+from gpudoctor.pve import fixer, uvm_unit
 from gpudoctor.pve.api import ApiSettings
 from gpudoctor.pve.apply import ApplyError, Layout
 from gpudoctor.pve.fixer import FixOptions, run_fix
@@ -465,3 +466,92 @@ def test_a_ct_whose_state_cannot_be_read_is_planned_from_its_config(
         "the CT's state could not be read (pct status 200 failed: connection refused): only "
         "its config was checked"
     )
+
+
+# -- the boot unit a devN plan needs ---------------------------------------------------
+
+UVM_CT = "arch: amd64\ndev0: /dev/nvidia-uvm\n"
+
+
+@pytest.fixture
+def sysroot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A scratch systemd root for --host-prep (the real systemctl --root enables there)."""
+    if not shutil.which("systemctl"):
+        pytest.skip("systemctl is not installed")
+    root = tmp_path / "sysroot"
+    (root / "etc/systemd/system").mkdir(parents=True)
+    monkeypatch.setenv("GPUDOCTOR_SYSTEMD_ROOT", str(root))
+    return root
+
+
+def devn(tree: PveTree, **extra: object) -> FixOptions:
+    layout = tree.layout(pveversion=tree.pveversion("8.2.4"), pct=stopped_pct(tree.root.parent))
+    plan = PlanOptions(mode="devn", devices=("/dev/null",), include_host_nvidia=False)
+    return FixOptions(**{"ct": "200", "plan": plan, "layout": layout, **extra})  # type: ignore[arg-type]
+
+
+def test_only_a_plan_that_asks_for_it_reads_proxmoxs_version(tree: PveTree) -> None:
+    tree.add_ct("200", PASSES_NULL)
+    _, _, rules = fixer.make_plan(LocalHost(), devn(tree, plan=RULES))
+    assert rules.pve_version is None  # rules need no version: pveversion not run
+    _, _, with_devn = fixer.make_plan(LocalHost(), devn(tree))
+    assert with_devn.pve_version == "8.2.4"
+
+
+def test_a_devn_plan_needing_nvidia_uvm_at_start_offers_the_boot_unit(
+    tree: PveTree, sysroot: Path
+) -> None:
+    conf = tree.add_ct("200", UVM_CT)
+    shown: list[object] = []
+    dry = run_fix(LocalHost(), devn(tree, dry_run=True), on_plan=shown.append)
+    assert dry.status == "dry_run" and dry.host_prep is not None
+    assert shown == [dry.plan, dry.host_prep]
+    assert dry.host_prep.explanation[0].startswith(f"write {sysroot}/etc/systemd/system/")
+    said: list[str] = []
+    done = run_fix(LocalHost(), devn(tree, yes=True), progress=said.append)
+    assert done.status == "applied_not_running" and "dev1: /dev/null" in conf.read_text()
+    assert "installing gpudoctor-nvidia-uvm.service (creates /dev/nvidia-uvm before guests)" in said
+    assert (sysroot / "etc/systemd/system/gpudoctor-nvidia-uvm.service").exists()
+    again = run_fix(LocalHost(), devn(tree, yes=True))
+    assert (again.status, again.host_prep) == ("nothing_to_change", None)
+
+
+def test_a_right_config_still_gets_its_missing_boot_unit(tree: PveTree, sysroot: Path) -> None:
+    conf = tree.add_ct("200", UVM_CT + "dev1: /dev/null,gid=0,mode=0666\n")
+    done = run_fix(LocalHost(), devn(tree, yes=True))
+    assert (done.status, done.exit_code) == ("applied", 0)
+    assert done.message == "gpudoctor-nvidia-uvm.service installed; the CT config needed no change"
+    assert conf.read_text() == UVM_CT + "dev1: /dev/null,gid=0,mode=0666\n"
+    assert (sysroot / "etc/systemd/system/gpudoctor-nvidia-uvm.service").exists()
+
+
+def test_a_boot_unit_installed_meanwhile_by_another_fix_is_planned_again_once(
+    tree: PveTree, sysroot: Path
+) -> None:
+    tree.add_ct("200", UVM_CT)
+    unit = sysroot / "etc/systemd/system/gpudoctor-nvidia-uvm.service"
+    said: list[str] = []
+
+    def another_fix_first(text: str) -> None:
+        said.append(text)
+        if text == f"writing {unit}" and not unit.exists():
+            unit.write_text(uvm_unit.unit_text(shutil.which("nvidia-modprobe") or
+                                               "/usr/bin/nvidia-modprobe"))  # fmt: skip
+
+    done = run_fix(LocalHost(), devn(tree, yes=True), progress=another_fix_first)
+    assert done.status == "applied_not_running"
+    assert said.count(f"writing {unit}") == 1  # the second plan found it right
+
+
+def test_a_boot_unit_that_cannot_be_written_stops_the_fix_at_the_first_try(
+    tree: PveTree, sysroot: Path
+) -> None:
+    conf = tree.add_ct("200", UVM_CT)
+    layout = devn(tree).layout
+    Path(layout.own_lock_dir).mkdir(parents=True, exist_ok=True)
+    Path(layout.own_lock_dir, "host-prep.lock").symlink_to(sysroot / "elsewhere")
+    said: list[str] = []
+    with pytest.raises(ApplyError) as failed:
+        run_fix(LocalHost(), devn(tree, yes=True), progress=said.append)
+    assert failed.value.code == "io" and conf.read_text() == UVM_CT
+    assert len([s for s in said if s.startswith("writing ")]) == 1  # not tried again

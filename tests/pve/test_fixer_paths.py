@@ -155,6 +155,7 @@ def test_a_dry_run_shows_the_plan_and_writes_nothing(tree: PveTree) -> None:
                    on_plan=shown.append)  # fmt: skip
     assert (done.status, done.exit_code, done.message) == ("dry_run", 4, "dry run: nothing written")
     assert shown == [done.plan] and done.host_prep is None
+    assert f"--- a{conf}\n+++ b{conf}\n" in done.plan.diff  # the diff names the config
     assert said == ["reading the CT config and the host's devices"]
     assert conf.read_text() == PASSES_NULL and client_copies(tree) == [] and tree.backups() == []
 
@@ -555,3 +556,91 @@ def test_a_boot_unit_that_cannot_be_written_stops_the_fix_at_the_first_try(
         run_fix(LocalHost(), devn(tree, yes=True), progress=said.append)
     assert failed.value.code == "io" and conf.read_text() == UVM_CT
     assert len([s for s in said if s.startswith("writing ")]) == 1  # not tried again
+
+
+# -- the driver's libraries, the API ---------------------------------------------------
+
+
+@pytest.fixture
+def driver_580(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host's driver files as facts.driver_files reads them on a host with driver
+    580.159.04 (this machine has no NVIDIA driver): tests/pve/test_driver_libs.py's list."""
+    from gpudoctor.facts import driver_files
+    from tests.pve.test_driver_libs import FILES
+
+    monkeypatch.setattr(driver_files, "read_driver_files", lambda host: FILES)
+
+
+def test_driver_libs_bind_or_copy_the_hosts_driver_files(tree: PveTree, driver_580: None) -> None:
+    from tests.pve.test_driver_libs import CUDA
+
+    tree.add_ct("200", ALLOWED)
+    _, _, bind = fixer.make_plan(LocalHost(), options(tree, driver_libs="bind"))
+    assert CUDA in bind.new_text.splitlines()
+    _, _, copy = fixer.make_plan(LocalHost(), options(tree, driver_libs="copy"))
+    assert copy.new_text == ALLOWED
+    assert "inside the CT, install driver 580.159.04 (copies):" in copy.explanation
+
+
+@pytest.mark.parametrize("hangs", [False, True])
+def test_bound_driver_libs_are_made_known_inside_after_the_restart(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch, driver_580: None, hangs: bool
+) -> None:
+    tree.add_ct("200", ALLOWED)
+    ct = running(monkeypatch, RunningCt([ALL_OPEN, ALL_OPEN]))
+    ct.inside.probe_hangs = hangs  # ldconfig inside does not finish
+    said: list[str] = []
+    done = run_fix(LocalHost(), options(tree, yes=True, driver_libs="bind"), progress=said.append)
+    assert done.status == "applied", done.message
+    assert "inside the CT: ld.so.conf.d names /usr/lib/gpudoctor-driver; ldconfig" in said
+    failed = [s for s in said if s.startswith("ldconfig inside the CT failed: ")]
+    assert len(failed) == hangs
+
+
+def test_the_api_must_show_the_same_ct_as_ssh(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Proxmox API (it cannot run here; tests/pve/test_api_controller.py has its
+    recorded answers) as the fixer sees it: a controller whose config digest is asked."""
+    from gpudoctor.pve.apply import Snapshot, Target
+
+    class Api:
+        def __init__(self, host, target, layout, session) -> None:
+            self.session = session
+
+        def digest(self) -> str:
+            return "0123456789abcdef" + "0" * 24
+
+    monkeypatch.setattr(fixer, "connect", lambda settings: ("session", settings.url))
+    monkeypatch.setattr(fixer, "ApiController", Api)
+    target = Target("pve", "200", "/c", "/l")
+    api = FixOptions(ct="200", api=ApiSettings("https://pve1:8006"))
+    same = fixer.make_controller(
+        LocalHost(), target, api, Snapshot(b"", "0123456789abcdef" + "0" * 24, None)
+    )  # type: ignore[arg-type]
+    assert isinstance(same, Api) and same.session == ("session", "https://pve1:8006")
+    with pytest.raises(ApplyError) as other:
+        fixer.make_controller(
+            LocalHost(), target, api, Snapshot(b"", "fedcba9876543210" + "0" * 24, None)
+        )  # type: ignore[arg-type]
+    assert (other.value.code, str(other.value)) == (
+        "api_mismatch", "the API's config digest of CT 200 (0123456789ab) differs from the file "
+        "read over SSH (fedcba987654): --api and --host do not show the same CT")  # fmt: skip
+
+
+def test_a_ct_that_cannot_be_entered_after_a_restart_is_not_fixed(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree.add_ct("200", ALLOWED)
+    ct = running(monkeypatch, RunningCt([GPU_DENIED, ALL_OPEN]))
+    real_come_up = ct._come_up
+
+    def come_up_unreachable() -> None:
+        real_come_up()
+        ct.inside.unreachable = True
+
+    ct._come_up = come_up_unreachable  # type: ignore[method-assign]
+    done = run_fix(LocalHost(), options(tree, yes=True))
+    assert (done.status, done.exit_code) == ("not_fixed", 3)
+    assert "the CT cannot be looked at (pct exec 200: container is not running)" in done.message
+    assert done.message.startswith("restart planned and CT 200 restarted, but inside it: ")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -158,17 +159,28 @@ def test_a_node_whose_own_name_is_unknown_takes_the_owner_from_vmlist(tree: PveT
     assert node.ran[0][:2] == (["readlink", "/p/local"], 15)
 
 
+@pytest.mark.parametrize("link", ["nodes/pve1", "/etc/pve/nodes/pve1", "pve1"])
+def test_this_nodes_name_is_the_last_part_of_the_local_link(link: str) -> None:
+    vmlist = '{"ids": {"201": {"type": "lxc", "node": "pve2"}}}'
+    node = Node({("readlink",): (0, link + "\n", "")}, **{"/p/.vmlist": vmlist})
+    with pytest.raises(ApplyError) as other:
+        resolve_target(node, "pve", "201", Layout(pve_root="/p"))
+    assert "not 'pve1'" in str(other.value)
+
+
 def test_a_plain_lxc_container_is_its_lxcpaths_folder(tmp_path: Path) -> None:
-    (tmp_path / "lxc" / "web").mkdir(parents=True)
-    (tmp_path / "lxc" / "web" / "config").write_text("lxc.uts.name = web\n")
-    layout = Layout(lxcpath=f"{tmp_path}/lxc/", own_lock_dir="/run/gd")
+    (tmp_path / "lxcX" / "web").mkdir(parents=True)  # any name: one ending in X too
+    (tmp_path / "lxcX" / "web" / "config").write_text("lxc.uts.name = web\n")
+    layout = Layout(lxcpath=f"{tmp_path}/lxcX/", own_lock_dir="/run/gd")
     assert resolve_target(LocalHost(), "lxc", "web", layout) == Target(
-        "lxc", "web", f"{tmp_path}/lxc/web/config", "/run/gd/lxc-web.lock")  # fmt: skip
+        "lxc", "web", f"{tmp_path}/lxcX/web/config", "/run/gd/lxc-web.lock")  # fmt: skip
+    snap = read_config(LocalHost(), resolve_target(LocalHost(), "lxc", "web", layout), layout)
+    assert snap.config.flavor == "lxc" and snap.config.get("lxc.uts.name") == "web"
     with pytest.raises(ApplyError) as unknown:
         resolve_target(LocalHost(), "lxc", "db", layout)
     assert (unknown.value.code, str(unknown.value)) == (
         "unknown_ct",
-        f"no LXC container 'db': {tmp_path}/lxc/db/config does not exist",
+        f"no LXC container 'db': {tmp_path}/lxcX/db/config does not exist",
     )
 
 
@@ -255,17 +267,27 @@ def test_a_locked_ct_or_a_template_is_not_touched(tree: PveTree) -> None:
         assert refusal(read_config(host, target, layout).config, target) == why, vmid
 
 
+@pytest.fixture
+def local_tokyo(monkeypatch: pytest.MonkeyPatch):
+    """This process's local time is Tokyo's (UTC+9) during the test."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
 # -- the write -------------------------------------------------------------------------
 
 
-def test_the_backups_name_says_which_ct_when_and_what_it_held() -> None:
+def test_the_backups_name_says_which_ct_when_and_what_it_held(local_tokyo: None) -> None:
     target = Target("pve", "200", "/c", "/l")
     when = dt.datetime(2026, 12, 4, 1, 2, 3, 4, tzinfo=dt.timezone.utc)
     assert backup_name(target, "0123456789abcdef", when) == (
         "ct-200/20261204T010203.000004Z-0123456789ab.conf"
     )
     before = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
-    name = backup_name(target, "f" * 40)
+    name = backup_name(target, "f" * 40)  # local time is Tokyo's here: still UTC
     stamp = re.fullmatch(r"ct-200/(\d{8}T\d{6})\.\d{6}Z-f{12}\.conf", name)
     assert stamp, name
     taken = dt.datetime.strptime(stamp[1], "%Y%m%dT%H%M%S").replace(tzinfo=dt.timezone.utc)
@@ -273,18 +295,18 @@ def test_the_backups_name_says_which_ct_when_and_what_it_held() -> None:
 
 
 def test_the_write_takes_proxmoxs_lock_with_flock_or_gpudoctors_own_itself() -> None:
-    layout = Layout(python="/usr/bin/python3", own_lock_dir="/run/gd/")
+    layout = Layout(python="/usr/bin/python3", own_lock_dir="/run/gdX/")
     proxmox = Target("pve", "200", "/etc/pve/lxc/200.conf", "/run/lock/lxc/pve-config-200.lock")
     program = ["/usr/bin/python3", "-I", "-c", HOST_PROGRAM, "write", "/etc/pve/lxc/200.conf",
                "abc"]  # fmt: skip
     assert write_command(proxmox, layout, "abc", "/b/x.conf") == [
         "flock", "-E", "75", "-w", "10", "/run/lock/lxc/pve-config-200.lock", *program,
         "/b/x.conf"]  # fmt: skip
-    own = Target("lxc", "web", "/var/lib/lxc/web/config", "/run/gd/lxc-web.lock")
+    own = Target("lxc", "web", "/var/lib/lxc/web/config", "/run/gdX/lxc-web.lock")
     assert write_command(own, layout, "abc", "") == [
         "/usr/bin/python3", "-I", "-c", HOST_PROGRAM, "write", "/var/lib/lxc/web/config", "abc",
-        "-", "/run/gd/lxc-web.lock"]  # fmt: skip
-    beside = Target("lxc", "web", "/c", "/run/gd-other/lxc-web.lock")  # not inside the dir
+        "-", "/run/gdX/lxc-web.lock"]  # fmt: skip
+    beside = Target("lxc", "web", "/c", "/run/gdX-other/lxc-web.lock")  # not inside the dir
     assert write_command(beside, layout, "abc", "")[0] == "flock"
 
 
@@ -314,8 +336,9 @@ def test_a_written_config_is_verified_and_proxmoxs_lock_dir_is_left_as_proxmox_m
       "put back, nothing changed. Check the filesystem (pmxcfs: `pvecm status`)"),
      (13, "", "verify", "CONF read back different from what was written, and putting the old "
       "bytes back failed too: the old config is saved in /b/x.conf"),
-     (1, "Traceback\nOSError: [Errno 28] No space left on device", "io",
+     (1, "Traceback (most recent call last):\n  File x\nOSError: [Errno 28] No space left on device", "io",
       "writing CONF failed: OSError: [Errno 28] No space left on device"),
+     (1, "flock: failed", "io", "writing CONF failed: flock: failed"),
      (137, "", "io", "writing CONF failed: exit status 137")],
 )  # fmt: skip
 def test_each_way_the_host_program_fails_is_one_error_the_user_can_act_on(
@@ -345,10 +368,10 @@ def test_a_read_back_that_failed_without_a_backup_says_nothing_of_one() -> None:
 
 def test_gpudoctors_own_lock_dir_is_made_private(tmp_path: Path) -> None:
     node = Node({("python3",): (0, '{"old_sha1": "a", "new_sha1": "b"}', "")})
-    target = Target("lxc", "web", "/c", f"{tmp_path}/own/lxc-web.lock")
-    done = compare_and_swap(node, target, Layout(own_lock_dir=f"{tmp_path}/own/"), "a", b"x", "/b")
+    target = Target("lxc", "web", "/c", f"{tmp_path}/ownX/lxc-web.lock")
+    done = compare_and_swap(node, target, Layout(own_lock_dir=f"{tmp_path}/ownX/"), "a", b"x", "/b")
     assert done == apply.WriteResult("a", "b", "/b")
-    assert node.ran[0] == (["mkdir", "-p", "-m", "0700", f"{tmp_path}/own"], 15, None)
+    assert node.ran[0] == (["mkdir", "-p", "-m", "0700", f"{tmp_path}/ownX"], 15, None)
 
 
 # -- the copy on this machine ----------------------------------------------------------
@@ -372,6 +395,26 @@ def test_a_client_copy_dir_reached_through_a_link_is_used(tmp_path: Path) -> Non
     path = save_client_copy(layout, "pve1", "ct-200/a.conf", b"old\n")
     assert (tmp_path / "disk" / "copies" / "pve1" / "ct-200" / "a.conf").read_bytes() == b"old\n"
     assert path == f"{tmp_path}/state/copies/pve1/ct-200/a.conf"
+
+
+def test_a_folder_of_copies_moved_elsewhere_and_linked_back_is_followed(tmp_path: Path) -> None:
+    base = tmp_path / "copies"
+    (base / "pve1").mkdir(parents=True)
+    (tmp_path / "moved").mkdir()
+    (base / "pve1" / "ct-200").symlink_to(tmp_path / "moved")
+    save_client_copy(Layout(client_backup_dir=str(base)), "pve1", "ct-200/a.conf", b"old\n")
+    assert (tmp_path / "moved" / "a.conf").read_bytes() == b"old\n"
+
+
+def test_a_link_at_the_copys_path_is_replaced_never_written_through(tmp_path: Path) -> None:
+    base = tmp_path / "copies"
+    (base / "pve1").mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    (base / "pve1" / "a.conf").symlink_to(victim)
+    path = save_client_copy(Layout(client_backup_dir=str(base)), "pve1", "a.conf", b"old\n")
+    assert not Path(path).is_symlink() and Path(path).read_bytes() == b"old\n"
+    assert victim.read_text() == "keep\n"
 
 
 def test_a_client_copy_that_cannot_be_saved_stops_the_fix(tmp_path: Path) -> None:

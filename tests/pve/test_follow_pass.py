@@ -291,6 +291,9 @@ def test_a_run_changes_only_what_moved_and_a_second_finds_nothing(tree: PveTree)
     assert [(c.ct, c.status) for c in dry.cts] == [
         ("200", "pending"), ("201", "no_devices"), ("202", "unchanged")]  # fmt: skip
     assert dry.passes == 1 and dry.dry_run
+    assert [c.message for c in dry.cts] == ["dry run: nothing written",
+                                            "passes no device node: not followed",
+                                            "its devices are the host's now: not touched"]  # fmt: skip
     assert said == ["follow-driver: pass 1: 3 CT(s) on this node"]
     assert not Path(follow.state_path(layout, "")).exists()  # a dry run leaves no state
     assert moved.read_text() == PASSES_NULL
@@ -302,6 +305,7 @@ def test_a_run_changes_only_what_moved_and_a_second_finds_nothing(tree: PveTree)
     assert done.cts[0].reasons and not done.cts[0].restarted and not done.dry_run
     assert said[0] == "follow-driver: pass 1: 3 CT(s) on this node"
     assert said[1].startswith("follow-driver: CT 200: ") and "c 1:3" in said[1]
+    assert "saving the backup copy here, before anything is written" in said  # the fixer's own
     assert "lxc.cgroup2.devices.allow: c 1:3 rwm" in moved.read_text()
     assert done.passes == 1
     state = Path(follow.state_path(layout, ""))
@@ -407,8 +411,21 @@ def test_a_listed_ct_without_a_config_is_not_followed(tree: PveTree) -> None:
 def test_a_locked_ct_is_refused_not_changed(tree: PveTree) -> None:
     conf = tree.add_ct("200", PASSES_NULL + "lock: backup\n")
     done = follow.follow_ct(LocalHost(), "200", "pve", layout_of(tree))
-    assert done.status == "refused" and "lock" in done.message
+    assert (done.ct, done.status, done.reasons) == ("200", "refused", ())
+    assert done.message.startswith("CT 200 is locked (backup)")
     assert conf.read_text() == PASSES_NULL + "lock: backup\n"
+    dry = follow.follow_ct(LocalHost(), "200", "pve", layout_of(tree), dry_run=True)
+    assert dry.status == "refused"  # not a change pending: nothing can be done now
+
+
+def test_a_ct_changed_without_a_label_keeps_its_copy_under_the_hosts_name(tree: PveTree) -> None:
+    tree.add_ct("200", PASSES_NULL)
+    done = follow.follow_ct(LocalHost(name="pve-a"), "200", "pve", layout_of(tree))
+    assert done.status == "applied_not_running"
+    assert [p.name for p in tree.client_backup_dir.iterdir()] == ["pve-a"]
+    tree.add_ct("201", PASSES_NULL)
+    follow.follow_ct(LocalHost(), "201", "pve", layout_of(tree), host_label="root@pve1")
+    assert sorted(p.name for p in tree.client_backup_dir.iterdir()) == ["pve-a", "root@pve1"]
 
 
 @pytest.mark.parametrize(
@@ -424,7 +441,7 @@ def test_a_ct_that_cannot_be_handled_is_an_error_with_its_reason(
 
     monkeypatch.setattr(follow, "run_fix", failing)  # the fixer's run, failing as it can
     done = follow.follow_ct(LocalHost(), "200", "pve", layout_of(tree))
-    assert (done.status, done.message, done.ok) == ("error", str(error), False)
+    assert (done.ct, done.status, done.message, done.ok) == ("200", "error", str(error), False)
 
 
 def test_a_ct_is_restarted_only_when_its_init_pid_changed(
@@ -432,22 +449,28 @@ def test_a_ct_is_restarted_only_when_its_init_pid_changed(
 ) -> None:
     """The fixer's run on a running CT, as it reports it (a restart needs a real
     container; the lab drill has one): the init PID before and after."""
-    plan = FixPlan("a", "b", "diff", ("allow c 511:0",), probe_nodes=(("/dev/nvidia-uvm", 511, 0),))
+    plan = FixPlan("a", "b", diff="diff", explanation=("allow c 511:0", "restart"),
+                   probe_nodes=(("/dev/nvidia-uvm", 511, 0),))  # fmt: skip
     for pids, restarted in (((10, 42), True), ((10, 10), False), ((10, None), False),
                             ((None, 42), True), ((None, None), False)):  # fmt: skip
-        runs: list[tuple[bool, bool]] = []
+        runs: list[tuple[bool, bool, str, bool]] = []
+        said: list[str] = []
 
-        def fixer(host, options, progress=None, host_label="", pids=pids, runs=runs):
-            runs.append((options.dry_run, options.yes))
+        def fixer(host, options, progress=None, host_label="", pids=pids, runs=runs, said=said):
+            runs.append((options.dry_run, options.yes, host_label, progress == said.append))
             if options.dry_run:
                 return FixOutcome("dry_run", 4, "dry run", plan=plan)
             return FixOutcome("applied", 0, "restarted", plan=plan, init_pids=pids)
 
         monkeypatch.setattr(follow, "run_fix", fixer)
-        done = follow.follow_ct(LocalHost(), "200", "pve", layout_of(tree))
+        done = follow.follow_ct(LocalHost(), "200", "pve", layout_of(tree), progress=said.append,
+                                host_label="root@pve1")  # fmt: skip
         assert (done.status, done.restarted, done.reasons) == (
             "applied",
             restarted,
             plan.explanation,
         )
-        assert runs == [(True, False), (False, True)]  # looked at first, then applied with --yes
+        # looked at first, then applied with --yes; the node's label reaches both (it names
+        # the host in the host cause and the client copy); the fixer's steps are shown
+        assert runs == [(True, False, "root@pve1", False), (False, True, "root@pve1", True)]
+        assert said == ["follow-driver: CT 200: allow c 511:0; restart"]

@@ -45,6 +45,10 @@ class Inside(RecordedHost):
     nodes, ``open_errno`` per node; ``unreachable``: every look raises HostError."""
 
     unreachable: bool = False
+    closed: int = 0  # sessions given back (``pct exec`` channels closed)
+
+    def close(self) -> None:
+        self.closed += 1
 
     def stat(self, path: str) -> FileStat:
         if self.unreachable:
@@ -62,6 +66,7 @@ class RunningCt(Controller):
         self.inside = Inside(nodes={p: FileStat(p, "char", 0o666, *n) for p, n in NODES.items()})
         self.inside.open_errno = dict(self.opens.pop(0))
         self.calls: list[str] = []
+        self.entered = 0  # sessions opened inside
 
     def state(self) -> str:
         return "RUNNING" if self.running else "STOPPED"
@@ -108,7 +113,12 @@ def options(tree: PveTree, **extra: object) -> FixOptions:
 def running(monkeypatch: pytest.MonkeyPatch, ct: RunningCt) -> RunningCt:
     """Make the fixer drive ``ct`` and look inside it."""
     monkeypatch.setattr(fixer, "controller_for", lambda host, target, layout: ct)
-    monkeypatch.setattr(fixer, "container_host", lambda host, target, layout: ct.inside)
+
+    def enter(host: object, target: object, layout: object) -> Inside:
+        ct.entered += 1
+        return ct.inside
+
+    monkeypatch.setattr(fixer, "container_host", enter)
     return ct
 
 
@@ -273,6 +283,7 @@ def test_a_running_ct_is_restarted_and_checked_inside(
     assert (done.status, done.exit_code) == ("applied", 0)
     assert done.message == "fixed: CT 200 restarted and every device opens inside it"
     assert done.init_pids == (100, 101) and ct.calls == ["restart", "wait 100"]
+    assert ct.entered == ct.inside.closed == 2  # before and after: each session closed
     assert dict(done.before)["/dev/fakegpu"] == "EPERM" and dict(done.after)["/dev/fakegpu"] == "OK"
     assert FIXED in conf.read_text()
     assert said[1:] == ["probing the devices inside the CT before the change",
@@ -409,6 +420,7 @@ def test_a_right_config_on_a_ct_with_older_devices_is_restarted_only(
     assert (done.status, done.message) == (
         "applied", "fixed: CT 200 restarted and every device opens inside it")  # fmt: skip
     assert done.write is None and done.client_backup == "" and ct.calls == ["restart", "wait 100"]
+    assert ct.entered == ct.inside.closed == 3  # the state, before, after
     assert conf.read_text() == ALLOWED and client_copies(tree) == []
     again = running(monkeypatch, RunningCt([GPU_DENIED, GPU_DENIED]))
     still = run_fix(LocalHost(), options(tree, yes=True))
@@ -446,6 +458,7 @@ def test_a_running_ct_whose_inside_cannot_be_looked_at_is_planned_from_its_confi
     ct.inside.unreachable = True
     done = run_fix(LocalHost(), options(tree, yes=True))
     assert done.status == "nothing_to_change" and done.message == "nothing to change"
+    assert ct.entered == ct.inside.closed == 1  # closed though the look failed
     assert done.plan.warnings[-1] == (
         "the devices inside the running CT could not be looked at (pct exec 200: container "
         "is not running)"

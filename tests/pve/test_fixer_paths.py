@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.hosts.base import FileStat, HostError
+from gpudoctor.hosts.base import CommandResult, FileStat, HostError
 from gpudoctor.hosts.local import LocalHost
 from gpudoctor.pve import fixer, uvm_unit
 from gpudoctor.pve.api import ApiSettings
 from gpudoctor.pve.apply import ApplyError, Layout
+from gpudoctor.pve.driver_libs import ldconfig_script
 from gpudoctor.pve.fixer import FixOptions, run_fix
 from gpudoctor.pve.planner import FixPlanError, PlanOptions
 from gpudoctor.pve.restart import Controller
@@ -50,6 +51,12 @@ class Inside(RecordedHost):
     def close(self) -> None:
         self.closed += 1
 
+    def run(self, argv, timeout: float = 30.0, input: str | None = None) -> CommandResult:
+        self.commands_run = [*getattr(self, "commands_run", []), (list(argv), timeout)]
+        if getattr(self, "ldconfig_fails", False):
+            return CommandResult(tuple(argv), 1, "out", "E" * 250 + "\nldconfig: no such dir")
+        return super().run(argv, timeout, input)
+
     def stat(self, path: str) -> FileStat:
         if self.unreachable:
             raise HostError("pct exec 200: container is not running")
@@ -67,6 +74,7 @@ class RunningCt(Controller):
         self.inside.open_errno = dict(self.opens.pop(0))
         self.calls: list[str] = []
         self.entered = 0  # sessions opened inside
+        self.sessions: list[tuple[object, object, object]] = []  # (host, target, layout)
 
     def state(self) -> str:
         return "RUNNING" if self.running else "STOPPED"
@@ -116,6 +124,7 @@ def running(monkeypatch: pytest.MonkeyPatch, ct: RunningCt) -> RunningCt:
 
     def enter(host: object, target: object, layout: object) -> Inside:
         ct.entered += 1
+        ct.sessions.append((host, target, layout))
         return ct.inside
 
     monkeypatch.setattr(fixer, "container_host", enter)
@@ -156,6 +165,7 @@ def test_a_right_config_on_a_stopped_ct_is_nothing_to_change(tree: PveTree) -> N
     assert done.message == (
         "nothing to change (CT 200 is stopped: it gets its devices at its next start)"
     )
+    assert done.plan.warnings == ()  # a stopped CT is not looked into
 
 
 def test_a_dry_run_shows_the_plan_and_writes_nothing(tree: PveTree) -> None:
@@ -279,9 +289,13 @@ def test_a_running_ct_is_restarted_and_checked_inside(
     conf = tree.add_ct("200", PASSES_NULL)
     ct = running(monkeypatch, RunningCt([GPU_DENIED, ALL_OPEN]))
     said: list[str] = []
-    done = run_fix(LocalHost(), options(tree, yes=True), progress=said.append)
+    host, opts = LocalHost(), options(tree, yes=True)
+    done = run_fix(host, opts, progress=said.append)
     assert (done.status, done.exit_code) == ("applied", 0)
     assert done.message == "fixed: CT 200 restarted and every device opens inside it"
+    assert ct.sessions == [(host, done.target, opts.layout)] * 2  # this CT, on this host
+    opened = [c for c in done.checks if c["check"] == "device.open"]  # the catalogue, inside
+    assert [(c["subject"], c["status"]) for c in opened] == [("/dev/fakegpu", "PASS")]
     assert done.init_pids == (100, 101) and ct.calls == ["restart", "wait 100"]
     assert ct.entered == ct.inside.closed == 2  # before and after: each session closed
     assert dict(done.before)["/dev/fakegpu"] == "EPERM" and dict(done.after)["/dev/fakegpu"] == "OK"
@@ -416,11 +430,18 @@ def test_a_right_config_on_a_ct_with_older_devices_is_restarted_only(
     assert dry.plan.explanation[-1].startswith("restart CT 200: open(/dev/fakegpu) gives EPERM")
     assert dry.plan.host_cause == ""
     ct = running(monkeypatch, RunningCt([GPU_DENIED, ALL_OPEN]))
-    done = run_fix(LocalHost(), options(tree, yes=True))
+    said: list[str] = []
+    host, opts = LocalHost(), options(tree, yes=True)
+    done = run_fix(host, opts, progress=said.append)
     assert (done.status, done.message) == (
         "applied", "fixed: CT 200 restarted and every device opens inside it")  # fmt: skip
     assert done.write is None and done.client_backup == "" and ct.calls == ["restart", "wait 100"]
     assert ct.entered == ct.inside.closed == 3  # the state, before, after
+    assert ct.sessions == [(host, done.target, opts.layout)] * 3
+    assert said == ["reading the CT config and the host's devices",
+                    "looking at the devices inside the running CT",
+                    "probing the devices inside the CT before the change", "restarting CT 200",
+                    "re-checking the devices inside the CT"]  # fmt: skip
     assert conf.read_text() == ALLOWED and client_copies(tree) == []
     again = running(monkeypatch, RunningCt([GPU_DENIED, GPU_DENIED]))
     still = run_fix(LocalHost(), options(tree, yes=True))
@@ -595,19 +616,21 @@ def test_driver_libs_bind_or_copy_the_hosts_driver_files(tree: PveTree, driver_5
     assert "inside the CT, install driver 580.159.04 (copies):" in copy.explanation
 
 
-@pytest.mark.parametrize("hangs", [False, True])
+@pytest.mark.parametrize("hangs", [False, True])  # ldconfig inside works, or fails
 def test_bound_driver_libs_are_made_known_inside_after_the_restart(
     tree: PveTree, monkeypatch: pytest.MonkeyPatch, driver_580: None, hangs: bool
 ) -> None:
     tree.add_ct("200", ALLOWED)
     ct = running(monkeypatch, RunningCt([ALL_OPEN, ALL_OPEN]))
-    ct.inside.probe_hangs = hangs  # ldconfig inside does not finish
+    ct.inside.ldconfig_fails = hangs
     said: list[str] = []
     done = run_fix(LocalHost(), options(tree, yes=True, driver_libs="bind"), progress=said.append)
     assert done.status == "applied", done.message
     assert "inside the CT: ld.so.conf.d names /usr/lib/gpudoctor-driver; ldconfig" in said
     failed = [s for s in said if s.startswith("ldconfig inside the CT failed: ")]
-    assert len(failed) == hangs
+    tail = ("E" * 250 + "\nldconfig: no such dir")[-200:]  # its error's last 200 characters
+    assert failed == ([f"ldconfig inside the CT failed: {tail}"] if hangs else [])
+    assert ct.inside.commands_run == [(["sh", "-c", ldconfig_script()], 60)]  # bounded
 
 
 def test_the_api_must_show_the_same_ct_as_ssh(

@@ -243,7 +243,15 @@ def test_a_plain_lxc_containers_passed_nodes_are_watched(tmp_path: Path) -> None
     config = lxcpath / "web" / "config"
     config.write_text("lxc.uts.name = web\nlxc.mount.entry = /dev/null dev/fakegpu none bind\n")
     layout = Layout(lxcpath=str(lxcpath), own_lock_dir=str(tmp_path / "own"))
-    done = follow_driver(LocalHost(), "lxc", layout)
+    devices = tmp_path / "proc-devices"
+    devices.write_text("Character devices:\n  1 mem\n")
+
+    def reload_once(text: str) -> None:  # a reload during the first pass: LXC's CTs again
+        if text == "follow-driver: pass 1: 1 CT(s) on this node":
+            devices.write_text("Character devices:\n  1 mem\n511 nvidia-uvm\n")
+
+    done = follow_driver(ReloadingHost(devices), "lxc", layout, progress=reload_once)
+    assert done.passes == 2
     assert [(c.ct, c.status) for c in done.cts] == [("web", "applied_not_running")]
     assert "/dev/null dev/fakegpu none bind,create=file\n" in config.read_text()  # as planned
     watched = json.loads(Path(follow.state_path(layout, "")).read_text())[1]
@@ -274,8 +282,8 @@ def test_the_fingerprint_is_proc_devices_and_each_paths_numbers() -> None:
 def test_where_the_last_follows_state_is_kept() -> None:
     layout = Layout(own_lock_dir="/run/gpudoctor")
     assert follow.state_path(layout, "") == "/run/gpudoctor/follow-driver.json"
-    assert follow.state_path(layout, "root@pve1.lan:22/x y") == (
-        "/run/gpudoctor/follow-driver-root@pve1.lan_22_x_y.json"
+    assert follow.state_path(layout, "root@PVE-1.lan:22/x y") == (
+        "/run/gpudoctor/follow-driver-root@PVE-1.lan_22_x_y.json"
     )
 
 
@@ -332,7 +340,11 @@ def test_the_state_is_per_host_and_a_changed_host_is_looked_at_again(tree: PveTr
     conf.write_text(ALLOWED + "lxc.mount.entry: /dev/zero dev/z none bind,create=file\n")
     second = follow_driver(LocalHost(), "pve", layout, host_label="pve1", if_host_changed=True)
     assert [c.status for c in second.cts] == ["applied_not_running"]
+    assert second.cts[0].message == (
+        "applied; the CT is stopped: the new rules apply at its next start"
+    )
     assert "c 1:5 rwm" in conf.read_text()
+    assert [p.name for p in tree.client_backup_dir.iterdir()] == ["pve1"]  # the node's label
 
 
 def test_devices_that_move_during_a_pass_make_another_pass_at_most_three(
@@ -372,9 +384,9 @@ def test_devices_that_move_during_a_pass_make_another_pass_at_most_three(
 
 
 def test_a_ct_changed_in_an_earlier_pass_keeps_that_result(tree: PveTree, tmp_path: Path) -> None:
-    """The second pass finds CT 200 unchanged (the first pass fixed it): the run reports
-    what the first pass did to it, not "unchanged"."""
-    tree.add_ct("200", PASSES_NULL)
+    """The second pass finds nothing to follow on CT 200 (its config gone since): the run
+    reports what the first pass did to it."""
+    conf = tree.add_ct("200", PASSES_NULL)
     devices = tmp_path / "proc-devices"
     devices.write_text("Character devices:\n  1 mem\n")
     reloads = iter(["511 nvidia-uvm\n"])
@@ -382,6 +394,8 @@ def test_a_ct_changed_in_an_earlier_pass_keeps_that_result(tree: PveTree, tmp_pa
     def reload_once(text: str) -> None:
         if text.startswith("follow-driver: pass "):
             devices.write_text("Character devices:\n  1 mem\n" + next(reloads, "511 nvidia-uvm\n"))
+        if text.startswith("follow-driver: pass 2"):  # and its config goes away meanwhile
+            conf.unlink()
 
     done = follow_driver(ReloadingHost(devices), "pve", layout_of(tree), progress=reload_once)
     assert done.passes == 2

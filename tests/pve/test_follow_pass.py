@@ -53,17 +53,19 @@ class ReloadingHost(LocalHost):
 
 
 class Node(RecordedHost):
-    """A plain-LXC node reached over SSH: ``lxc-ls`` there answers ``stdout`` (or fails
-    with ``stderr``); every argv run is recorded in ``ran``."""
+    """A node reached over SSH: every command there (``lxc-ls``, ``readlink``) answers
+    ``stdout`` (or fails with ``stderr``); each argv run is recorded in ``ran`` and its
+    timeout in ``timeouts``; its files are a RecordedHost's (``.vmlist``)."""
 
-    def __init__(self, stdout: str = "", stderr: str = "") -> None:
-        super().__init__()
-        self.out, self.err, self.ran = stdout, stderr, []
+    def __init__(self, stdout: str = "", stderr: str = "", **files: str) -> None:
+        super().__init__(files=dict(files))
+        self.out, self.err, self.ran, self.timeouts = stdout, stderr, [], []
 
     def run(
         self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None
     ) -> CommandResult:
         self.ran.append(list(argv))
+        self.timeouts.append(timeout)
         return CommandResult(tuple(argv), 1 if self.err else 0, self.out, self.err)
 
 
@@ -215,11 +217,21 @@ def test_a_node_whose_name_is_unknown_lists_no_ct(tree: PveTree) -> None:
     )
 
 
+@pytest.mark.parametrize("link", ["nodes/pve1", "/etc/pve/nodes/pve1", "pve1"])
+def test_this_nodes_name_is_the_last_part_of_the_local_link(link: str) -> None:
+    vmlist = json.dumps({"ids": {"200": {"node": "pve1", "type": "lxc"},
+                                 "201": {"node": "pve2", "type": "lxc"}}})  # fmt: skip
+    node = Node(stdout=link + "\n", **{"/p/.vmlist": vmlist})
+    assert follow.list_cts(node, "pve", Layout(pve_root="/p")) == ("200",)
+    assert (node.ran, node.timeouts) == ([["readlink", "/p/local"]], [15])
+
+
 def test_plain_lxc_containers_come_from_lxc_ls() -> None:
     node = Node(stdout="web\ndb\nweb\n")
     assert follow.list_cts(node, "lxc", Layout(lxcpath="/srv/lxc")) == ("db", "web")
     assert follow.list_cts(node, "lxc", Layout(lxcpath="")) == ("db", "web")
     assert node.ran == [["lxc-ls", "-1", "-P", "/srv/lxc"], ["lxc-ls", "-1"]]
+    assert node.timeouts == [60, 60]  # a hung lxc-ls cannot hang the follow
     broken = Node(stderr="x" * 400 + "lxc-ls: permission denied\n")
     with pytest.raises(ApplyError) as failed:
         follow.list_cts(broken, "lxc", Layout(lxcpath=""))
@@ -408,7 +420,8 @@ def test_the_watched_paths_are_those_the_cts_pass_once_each(tree: PveTree) -> No
     tree.add_ct("201", ALLOWED + "lxc.mount.entry: /dev/zero dev/z none bind,create=file\n")
     tree.add_ct("202", PLAIN)
     tree.add_ct("203", "lxc.mount.entry: /dev/full dev/f none bind\n", node="pve2")
-    paths = follow._watched_paths(LocalHost(), "pve", tree.layout(), ("200", "201", "202", "404"))
+    # a CT that cannot be read (404) adds nothing, and the others are still looked at
+    paths = follow._watched_paths(LocalHost(), "pve", tree.layout(), ("404", "200", "201", "202"))
     assert paths == ("/dev/null", "/dev/zero")
 
 

@@ -490,6 +490,16 @@ def test_a_failing_systemctl_step_is_one_error_naming_it(
     assert ["udevadm", "control", "--reload"] not in node.changes()
 
 
+def test_a_node_without_gpudoctor_enables_the_boot_unit_alone(layout: Layout) -> None:
+    boot = f"/etc/systemd/system/{UNIT_NAME}"
+    node = Node(installed={"nvidia-modprobe": "/usr/bin/nvidia-modprobe"},
+                files={boot: installed_files()[boot]})  # fmt: skip
+    done = run_host_prep(node, yes=True, layout=layout, root="/")
+    assert (done.status, done.message) == ("applied", f"{UNIT_NAME} installed and enabled")
+    assert node.changes() == [["systemctl", "daemon-reload"], ["systemctl", "enable", UNIT_NAME],
+                              ["udevadm", "control", "--reload"]]  # fmt: skip
+
+
 def test_a_failing_udev_reload_is_not_an_error(layout: Layout) -> None:
     node = trusted_node(files=installed_files(), fail={"udevadm control --reload": "no udevd"})
     assert run_host_prep(node, yes=True, layout=layout, root="/").status == "applied"
@@ -500,8 +510,9 @@ def test_an_enable_that_makes_no_link_is_an_error(layout: Layout) -> None:
     node.run = _without_links(node)  # type: ignore[method-assign]
     with pytest.raises(ApplyError) as failed:
         run_host_prep(node, yes=True, layout=layout, root="/")
-    assert str(failed.value) == (
-        f"systemctl enable did not create /etc/systemd/system/multi-user.target.wants/{UNIT_NAME}"
+    assert (failed.value.code, str(failed.value)) == (
+        "io",
+        f"systemctl enable did not create /etc/systemd/system/multi-user.target.wants/{UNIT_NAME}",
     )
 
 

@@ -336,6 +336,8 @@ def test_a_ct_locked_before_its_restart_is_not_restarted(
     assert done.message.startswith("applied, but not restarted: CT 200 is locked (backup)")
     assert done.message.endswith("; restart the CT when the task is done")
     assert ct.calls == []
+    assert dict(done.before)["/dev/fakegpu"] == "EPERM"  # what was probed before is kept
+    assert done.target.ct == "200" and done.write is not None and done.client_backup
 
 
 def test_a_ct_that_does_not_come_back_is_rolled_back_and_started_on_its_old_config(
@@ -450,6 +452,8 @@ def test_a_right_config_on_a_ct_with_older_devices_is_restarted_only(
     failing = running(monkeypatch, RunningCt([GPU_DENIED], fail=1))
     gone = run_fix(LocalHost(), options(tree, yes=True))
     assert (gone.status, gone.exit_code) == ("not_fixed", 3)
+    assert dict(gone.before)["/dev/fakegpu"] == "EPERM" and gone.target.ct == "200"
+    assert gone.plan.restart_reasons and gone.write is None
     assert gone.message == (
         "the CT did not come back after the restart (CT 200 did not start); its config was "
         "not changed"

@@ -353,6 +353,8 @@ def test_a_ct_that_does_not_come_back_is_rolled_back_and_started_on_its_old_conf
     assert conf.read_text() == PASSES_NULL
     assert ct.calls == ["restart", "wait 100", "start", "wait None"]  # stopped: started again
     assert "the CT did not come back (CT 200 did not start); rolling back" in said
+    assert dict(done.before)["/dev/fakegpu"] == "EPERM" and done.target.ct == "200"
+    assert done.write is not None and done.client_backup  # what was written, and its copy
 
 
 def test_a_rollback_whose_ct_does_not_start_either_says_the_old_config_is_back(
@@ -398,14 +400,37 @@ def test_a_change_that_breaks_a_device_that_worked_is_rolled_back(
     tree: PveTree, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     conf = tree.add_ct("200", PASSES_NULL)
-    broke = {**ALL_OPEN, "/dev/null": errno.EPERM}
+    broke = {**ALL_OPEN, "/dev/null": errno.EPERM, "/dev/zero": errno.EPERM}
     ct = running(monkeypatch, RunningCt([GPU_DENIED, broke, GPU_DENIED]))
-    done = run_fix(LocalHost(), options(tree, yes=True))
+    said: list[str] = []
+    done = run_fix(LocalHost(), options(tree, yes=True), progress=said.append)
     assert (done.status, done.exit_code) == ("rolled_back", 3)
-    assert done.message == "rolled back: /dev/null could be opened before the change, not after"
+    assert done.message == (
+        "rolled back: /dev/null, /dev/zero could be opened before the change, not after"
+    )
+    assert "/dev/null, /dev/zero opened before and not now; rolling back" in said
     assert dict(done.after)["/dev/null"] == "EPERM" and done.init_pids == (100, 101)
+    assert dict(done.before)["/dev/null"] == "OK" and done.write is not None
     assert conf.read_text() == PASSES_NULL
     assert ct.calls == ["restart", "wait 100", "restart", "wait None"]  # running: restarted
+
+
+def test_a_rollback_after_a_broken_device_says_what_broke_when_the_ct_does_not_start(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree.add_ct("200", PASSES_NULL)
+    broke = {**ALL_OPEN, "/dev/null": errno.EPERM, "/dev/zero": errno.EPERM}
+    ct = running(monkeypatch, RunningCt([GPU_DENIED, broke]))
+    real = ct._come_up
+
+    def fail_after_first() -> None:  # the first restart works; the rollback's does not
+        real()
+        ct.fail = 1
+
+    ct._come_up = fail_after_first  # type: ignore[method-assign]
+    with pytest.raises(ApplyError) as failed:
+        run_fix(LocalHost(), options(tree, yes=True))
+    assert str(failed.value).startswith("/dev/null, /dev/zero broke; the old config is back in ")
 
 
 def test_a_device_still_failing_after_the_restart_is_not_fixed(

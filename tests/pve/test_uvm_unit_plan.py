@@ -456,6 +456,8 @@ def test_a_scratch_root_is_enabled_with_systemctl_root_and_nothing_is_started(
     done = run_host_prep(node, yes=True, layout=layout, root=root)
     assert done.status == "applied"
     assert node.changes() == [["systemctl", f"--root={root}", "enable", UNIT_NAME, PATH_UNIT]]
+    assert not any("start" in step for step in done.plan.explanation)  # nothing runs there
+    assert not any(a[:2] == ["systemctl", "is-active"] for a, _ in node.ran)
     assert f"{root.rstrip('/')}/etc/systemd/system/multi-user.target.wants/{UNIT_NAME}" in (
         node.enabled
     )

@@ -25,6 +25,7 @@ from gpudoctor.pve.api import ApiSettings
 from gpudoctor.pve.apply import ApplyError, Layout
 from gpudoctor.pve.driver_libs import ldconfig_script
 from gpudoctor.pve.fixer import FixOptions, run_fix
+from gpudoctor.pve.outcome import FixOutcome
 from gpudoctor.pve.planner import FixPlanError, PlanOptions
 from gpudoctor.pve.restart import Controller
 from tests.fakes.pvetree import PveTree
@@ -411,6 +412,7 @@ def test_a_change_that_breaks_a_device_that_worked_is_rolled_back(
     assert "/dev/null, /dev/zero opened before and not now; rolling back" in said
     assert dict(done.after)["/dev/null"] == "EPERM" and done.init_pids == (100, 101)
     assert dict(done.before)["/dev/null"] == "OK" and done.write is not None
+    assert_everything_reported(done)
     assert conf.read_text() == PASSES_NULL
     assert ct.calls == ["restart", "wait 100", "restart", "wait None"]  # running: restarted
 
@@ -445,6 +447,39 @@ def test_a_device_still_failing_after_the_restart_is_not_fixed(
         "open(/dev/fakegpu) gives EPERM inside the CT although its config allows 1:3 now"
     )
     assert FIXED in conf.read_text()  # nothing worse than before: kept
+    assert_everything_reported(done)
+
+
+def assert_everything_reported(done: FixOutcome) -> None:
+    """An outcome after a restart carries what the user needs to see why: the probes
+    before and after, the init PIDs, the checks run inside, the config and the write."""
+    assert dict(done.before) and dict(done.after) and done.checks
+    assert done.init_pids == (100, 101) and done.target.ct == "200" and done.plan is not None
+    assert done.write is not None and done.client_backup
+
+
+def test_a_device_failing_otherwise_after_the_restart_is_not_fixed(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree.add_ct("200", PASSES_NULL)
+    running(monkeypatch, RunningCt([GPU_DENIED, {**ALL_OPEN, "/dev/fakegpu": errno.EIO}]))
+    done = run_fix(LocalHost(), options(tree, yes=True))  # no restart would cure EIO
+    assert (done.status, done.message) == (
+        "not_fixed", "applied and CT 200 restarted, but inside it: /dev/fakegpu cannot be "
+        "opened (EIO)")  # fmt: skip
+
+
+def test_a_node_still_old_after_the_restart_is_not_fixed(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree.add_ct("200", PASSES_NULL)
+    ct = running(monkeypatch, RunningCt([GPU_DENIED, ALL_OPEN]))
+    ct.inside.nodes["/dev/fakegpu"] = FileStat("/dev/fakegpu", "char", 0o666, 1, 7)
+    done = run_fix(LocalHost(), options(tree, yes=True))  # every open works, numbers wrong
+    assert done.status == "not_fixed"
+    assert done.message.startswith(
+        "applied and CT 200 restarted, but inside it: /dev/fakegpu is char 1:7 inside the CT"
+    )
 
 
 def test_a_right_config_on_a_ct_with_older_devices_is_restarted_only(

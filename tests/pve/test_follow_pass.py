@@ -243,7 +243,8 @@ def test_plain_lxc_containers_come_from_lxc_ls() -> None:
 
 def test_a_plain_lxc_node_is_followed_through_lxc_ls(tmp_path: Path) -> None:
     node = Node(stdout="web\n")  # its config is not there: nothing to follow
-    layout = Layout(lxcpath="/srv/lxc", own_lock_dir=str(tmp_path / "own"))
+    layout = Layout(lxcpath="/srv/lxc", own_lock_dir=str(tmp_path / "own"),
+                    client_backup_dir=str(tmp_path / "copies"))  # fmt: skip
     done = follow_driver(node, "lxc", layout)
     assert [(c.ct, c.status) for c in done.cts] == [("web", "no_devices")]
     assert node.ran[0] == ["lxc-ls", "-1", "-P", "/srv/lxc"]
@@ -254,7 +255,8 @@ def test_a_plain_lxc_containers_passed_nodes_are_watched(tmp_path: Path) -> None
     (lxcpath / "web").mkdir(parents=True)
     config = lxcpath / "web" / "config"
     config.write_text("lxc.uts.name = web\nlxc.mount.entry = /dev/null dev/fakegpu none bind\n")
-    layout = Layout(lxcpath=str(lxcpath), own_lock_dir=str(tmp_path / "own"))
+    layout = Layout(lxcpath=str(lxcpath), own_lock_dir=str(tmp_path / "own"),
+                    client_backup_dir=str(tmp_path / "copies"))  # fmt: skip
     done = follow_driver(LocalHost(), "lxc", layout)  # one pass
     assert (done.passes, [(c.ct, c.status) for c in done.cts]) == (
         1, [("web", "applied_not_running")])  # fmt: skip

@@ -744,3 +744,27 @@ def test_a_ct_that_cannot_be_entered_after_a_restart_is_not_fixed(
     assert (done.status, done.exit_code) == ("not_fixed", 3)
     assert "the CT cannot be looked at (pct exec 200: container is not running)" in done.message
     assert done.message.startswith("restart planned and CT 200 restarted, but inside it: ")
+
+
+def test_a_node_the_host_made_too_late_names_the_host_and_its_cure(
+    tree: PveTree, monkeypatch: pytest.MonkeyPatch, sysroot: Path
+) -> None:
+    """The CT's state as ctstate reads it on a CT that autostarted before the host made
+    /dev/nvidia-uvm (this GPU-less machine has none): the plan names the host's cause and
+    ``--host-prep`` on the host as the user reached it (its label, else its name)."""
+    from gpudoctor.pve import ctstate
+
+    tree.add_ct("200", ALLOWED)
+    running(monkeypatch, RunningCt([ALL_OPEN]))
+    gap = ctstate.StateGap("/dev/nvidia-uvm", "missing", "/dev/nvidia-uvm does not exist inside")
+    monkeypatch.setattr(ctstate, "restart_reasons", lambda inside, nodes: (gap,))
+    cure = ("the cause is on the host: /dev/nvidia-uvm did not exist there when the CT started "
+            "(nvidia-uvm loads on the first CUDA use, after CTs autostart); the durable cure is "
+            "the boot unit that makes them before guests start: gpudoctor fix --host {} "
+            "--host-prep")  # fmt: skip
+    dry = run_fix(LocalHost(name="pve-a"), options(tree, dry_run=True), host_label="root@pve1")
+    assert dry.plan.host_cause == cure.format("root@pve1")
+    assert dry.plan.explanation[-2:] == (
+        "restart CT 200: /dev/nvidia-uvm does not exist inside", cure.format("root@pve1"))  # fmt: skip
+    unlabelled = run_fix(LocalHost(name="pve-a"), options(tree, dry_run=True))
+    assert unlabelled.plan.host_cause == cure.format("pve-a")

@@ -640,6 +640,10 @@ def test_a_boot_unit_installed_meanwhile_by_another_fix_is_planned_again_once(
     done = run_fix(LocalHost(), devn(tree, yes=True), progress=another_fix_first)
     assert done.status == "applied_not_running"
     assert said.count(f"writing {unit}") == 1  # the second plan found it right
+    units = sysroot / "etc/systemd/system"  # and installed the rest, with its progress shown
+    assert (units / "gpudoctor-follow-driver.path").exists()
+    assert (units / "multi-user.target.wants" / "gpudoctor-follow-driver.path").is_symlink()
+    assert f"writing {units}/gpudoctor-follow-driver.path" in said
 
 
 def test_a_boot_unit_that_cannot_be_written_stops_the_fix_at_the_first_try(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudoctor import fsio
-from gpudoctor.hosts.base import CommandResult, Host
+from gpudoctor.hosts.base import Host
 from gpudoctor.pve.conf_program import (
     HOST_PROGRAM,
     LOCK_BUSY_RC,
@@ -149,13 +149,6 @@ def sha1_hex(data: bytes) -> str:
     return hashlib.sha1(data).hexdigest()
 
 
-def _program(
-    host: Host, layout: Layout, args: list[str], stdin: str | None, timeout: float
-) -> CommandResult:
-    argv = [layout.python, "-I", "-c", HOST_PROGRAM, *args]
-    return host.run(argv, timeout=timeout, input=stdin)
-
-
 def resolve_target(host: Host, flavor: str, ct: str, layout: Layout) -> Target:
     """Return where CT ``ct``'s config is: Proxmox finds the owning node in ``.vmlist``
     (``cat /etc/pve/.vmlist``) and refuses a CT owned by another node; plain LXC uses
@@ -210,16 +203,19 @@ MAX_READ = 64 << 20  # far above pmxcfs's 1 MiB file limit
 
 def read_bytes(host: Host, path: str, layout: Layout) -> tuple[bytes, str]:
     """Return a file's exact bytes and SHA-1 (``cat PATH; sha1sum PATH``); raise
-    ApplyError ``missing`` when it does not exist, ``io`` when it cannot be read."""
+    ApplyError ``missing`` when it does not exist, ``io`` when it cannot be read or is
+    larger than :data:`MAX_READ` (never a config: its head alone would be planned from)."""
     # Through the Host's own file read (the SSH agent's channel): no process per read on the
     # node, which matters when a fleet check reads hundreds of CT configs. The locked write
     # re-reads and re-hashes on the host itself, so this SHA-1 is only the plan's witness.
     try:
-        data = host.read_bytes(path, MAX_READ)
+        data = host.read_bytes(path, MAX_READ + 1)
     except FileNotFoundError:
         raise ApplyError("missing", f"{path} does not exist") from None
     except OSError as exc:
         raise ApplyError("io", f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_READ:  # never a config: refused whole, not planned from its head
+        raise ApplyError("io", f"{path} is larger than {MAX_READ >> 20} MiB: not a CT config")
     return data, hashlib.sha1(data).hexdigest()
 
 
@@ -339,19 +335,18 @@ def save_client_copy(layout: Layout, host_name: str, relative: str, data: bytes)
 
 def discard_client_copy(layout: Layout, path: str) -> None:
     """Remove a client backup copy whose write did not happen, and the directories left
-    empty under ``layout.client_backup_dir`` (``rm PATH; rmdir -p ...``)."""
+    empty under ``layout.client_backup_dir`` (``rm PATH; rmdir -p ...``); that directory
+    itself, the one the user named, stays."""
     base = Path(layout.client_backup_dir)
     try:
         Path(path).unlink()
     except OSError:
         return
     folder = Path(path).parent
-    while True:
+    while base in folder.parents:
         try:
             folder.rmdir()
         except OSError:
-            return
-        if folder == base or base not in folder.parents:
             return
         folder = folder.parent
 

@@ -36,8 +36,6 @@ from gpudoctor.pve.outcome import FixOutcome
 from gpudoctor.pve.planner import DEVN, FixPlan, PlanOptions, paths_of_interest, plan
 from gpudoctor.pve.restart import Controller, controller_for
 
-PENDING = ("dry_run", "declined")
-
 
 @dataclass(frozen=True)
 class FixOptions:

@@ -52,7 +52,9 @@ class ServedDir:
     def __init__(self, path: Path) -> None:
         handler = functools.partial(_QuietHandler, directory=str(path))
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(  # shutdown() waits up to one poll interval
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     def __enter__(self) -> str:
         self.thread.start()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -300,7 +301,8 @@ def test_a_server_crash_at_a_probe_ends_the_search_there(tmp_path: Path) -> None
     assert [(p["load"], p["passed"]) for p in line["search"]["probes"]] == [(1, True), (9, False)]
     assert [r["status"] for r in launch.records()[:3]] == ["ok", "ok", "crashed"]
     quirks = (tmp_path / "local-quirks.toml").read_text()
-    assert f'config_key = "{config.key}"' in quirks  # the crash is remembered
+    assert f'config_key = "{config.key}"' in quirks  # the crash is remembered, and why
+    assert 'reason = "server exited with code -9 during the cell"' in quirks
     assert launch.servers_lines()[0]["exit_code"] == -signal.SIGKILL
 
 
@@ -321,3 +323,32 @@ def test_a_server_crash_in_the_sweep_records_the_search_as_crashed(tmp_path: Pat
     assert line["reason"] == "not run: the server of a@tp1 crashed at concurrency 4"
     assert load_gen.loads == [2.0] and line["search"]["probes"] == []
     assert [r["status"] for r in launch.records()] == ["crashed", "skipped", "crashed"]
+
+
+def test_cells_that_run_leave_the_search_to_run(tmp_path: Path, url: str) -> None:
+    plan = _plan(tmp_path, url, concurrency="[2, 4]")
+    cells = [plan.probe(plan.configs[0], v) for v in (1, 2)]
+    launch = Launch(plan, tmp_path / "run", ScriptedLoad(capacity=4.2))
+    run = SearchRun(plan, launch.servers, launch.runner)
+    bisection = run.pending(plan.configs[0], [Decision(c, "run") for c in cells])
+    launch.close()
+    assert bisection is not None and bisection.next_probe() == 1.0
+    assert launch.records() == []  # nothing decided yet
+
+
+def test_the_result_line_is_stamped_in_utc(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # a launcher nine hours ahead of UTC
+    time.tzset()
+    try:
+        plan = _plan(tmp_path, url)
+        launch = Launch(plan, tmp_path / "run", ScriptedLoad(capacity=0.5))
+        before = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        _search(launch, plan)
+        after = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        launch.close()
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert before <= _line(launch)["recorded_at"] <= after

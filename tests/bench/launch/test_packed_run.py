@@ -166,6 +166,22 @@ def test_a_gpu_that_fails_its_check_leaves_the_pool_and_the_job_runs_on_another(
     assert state["pool"]["out"] == {"GPU-0": "2 uncorrected ECC errors"}
 
 
+def test_the_healthy_partners_of_a_failing_gpu_return_to_the_pool(
+    tmp_path: Path, gpus: Path
+) -> None:
+    """A TP2 job takes both GPUs; GPU-1 fails its check: GPU-0 goes back to the pool (the
+    TP2 job no longer fits and is skipped) and the next job runs on it."""
+    gpus.write_text("GPU-1 fell off the bus\n")
+    plan = _plan(tmp_path)
+    launch = Launch(plan, tmp_path / "run", GatedLoad())
+    pool = _pool()
+    _run(launch, pool, _jobs(plan, ("d", 10), ("a", 10)))
+    records = {r["label"]: r for r in launch.records()}
+    assert records["d@tp2"]["status"] == "skipped"
+    assert (records["a@tp1"]["status"], records["a@tp1"]["gpus"]) == ("ok", ["GPU-0"])
+    assert pool.held == {} and pool.out == {"GPU-1": "fell off the bus"}
+
+
 def test_a_small_job_starts_beside_a_waiting_large_one_only_if_it_ends_in_time(
     tmp_path: Path, gpus: Path
 ) -> None:

@@ -103,6 +103,7 @@ def test_a_slots_server_sees_only_its_gpus_and_carries_its_slots_tag(launch: Lau
     server = launch.servers.start(launch.plan.configs[0], slot)
     env = _environ(server.process.pid)
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-c,GPU-f"
+    assert env["PYTHONUNBUFFERED"] == "1"  # the engine's environment stays
     assert env["GPUDOCTOR_BENCH_TAG"] == launch.servers.tag + ":slot3/"
     facts = server.facts
     assert (facts["slot"], facts["gpus"], facts["gpu_indices"]) == (3, ["GPU-c", "GPU-f"], [2, 5])
@@ -127,14 +128,24 @@ def test_stop_leaves_another_slots_server_in_state_json(launch: Launch) -> None:
     launch.servers.stop(two)
 
 
-def _port_taken_once(tmp_path: Path) -> str:
-    marker = tmp_path / "tried"
-    script = (f'if mkdir "{marker}" 2>/dev/null; then echo "OSError: [Errno 98] Address already'
-              f' in use"; exit 1; fi; {SERVE}')  # fmt: skip
-    return _shell(tmp_path, script)
+def _port_taken_once(message: str) -> Any:
+    def engine(tmp_path: Path) -> str:
+        marker = tmp_path / "tried"
+        script = f'if mkdir "{marker}" 2>/dev/null; then echo "{message}"; exit 1; fi; {SERVE}'
+        return _shell(tmp_path, script)
+
+    return engine
 
 
-@pytest.mark.parametrize("launch", [_port_taken_once], indirect=True)
+PORT_TAKEN = [
+    "OSError: [Errno 98] Address already in use",  # Python's socket.bind (vLLM, SGLang)
+    "bind: Address Already In Use",  # C servers (llama.cpp's strerror), any case
+    "[Errno 98] error while attempting to bind",
+    "Error: listen EADDRINUSE 127.0.0.1",  # Node-style servers
+]
+
+
+@pytest.mark.parametrize("launch", [_port_taken_once(m) for m in PORT_TAKEN], indirect=True)
 def test_a_port_taken_meanwhile_is_retried_once_on_another(launch: Launch) -> None:
     server = launch.servers.start(launch.plan.configs[0])
     assert server.facts["attempt"] == 2 and server.process.alive()
@@ -263,7 +274,9 @@ def test_a_running_server_the_user_started_is_measured_and_left_running(
             "launched": False, "url": url, "port": port, "max_context": 4096}  # fmt: skip
         assert server.process.pid is None and launch.servers.starts == 0
         (running,) = _state(launch)["running"]
-        assert (running["url"], running["pid"], running["slot"]) == (url, None, 0)
+        assert running.pop("since")
+        assert running == {"label": "a@tp1", "slot": 0, "pid": None, "gpus": [],
+                           "gpu_indices": [], "log": None, "url": url}  # fmt: skip
         assert f"measuring the running server at {url} (not started)" in launch.said()
         launch.servers.stop(server)
         launch.close()
@@ -321,3 +334,17 @@ def test_a_quirks_table_that_cannot_be_written_is_a_warning(tmp_path: Path) -> N
     assert said.startswith("bench: warning: cannot add to the local quirks table: ")
     assert said.count("\n") == 1 and "added to" not in said
     assert os.listdir(table) == []
+
+
+def _says_ready(tmp_path: Path) -> str:
+    return _shell(tmp_path, f'echo "INFO:     Application startup complete."; {SERVE}')
+
+
+@pytest.mark.parametrize("launch", [_says_ready], indirect=True)
+def test_the_servers_own_ready_line_is_timed(launch: Launch) -> None:
+    server = launch.servers.start(launch.plan.configs[0])
+    log_ready_s = server.facts["log_ready_s"]
+    assert log_ready_s is not None and log_ready_s == round(log_ready_s, 3)
+    assert 0 < log_ready_s <= server.facts["startup_s"] + 0.001
+    assert server.facts["startup_s"] == round(server.facts["startup_s"], 3)
+    launch.servers.stop(server)

@@ -141,10 +141,14 @@ def test_a_missing_log_or_a_link_gives_no_lines(tmp_path: Path) -> None:
 # --- tagged processes ------------------------------------------------------------------------
 
 
-def _sleeper(tag: str, ignore_term: bool = False, new_session: bool = True) -> subprocess.Popen:
+def _sleeper(tag: str, ignore_term: bool = False, new_session: bool = True,
+             on_term: Path | None = None) -> subprocess.Popen:  # fmt: skip
     code = "import signal, sys, time\n"
     if ignore_term:
         code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    if on_term is not None:  # asked to stop: say so, then exit
+        code += (f"def bye(*_):\n    open({str(on_term)!r}, 'w').close()\n    sys.exit(0)\n"
+                 "signal.signal(signal.SIGTERM, bye)\n")  # fmt: skip
     code += "print('up', flush=True)\ntime.sleep(600)\n"
     proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, TAG_VAR: tag},
                             stdout=subprocess.PIPE, start_new_session=new_session)  # fmt: skip
@@ -152,8 +156,9 @@ def _sleeper(tag: str, ignore_term: bool = False, new_session: bool = True) -> s
     return proc
 
 
-def test_reap_ends_every_process_of_a_tag_and_only_those(tag: str) -> None:
-    mine = _sleeper(tag + "slot1/")
+def test_reap_ends_every_process_of_a_tag_and_only_those(tag: str, tmp_path: Path) -> None:
+    asked = tmp_path / "asked-to-stop"
+    mine = _sleeper(tag + "slot1/", on_term=asked)
     stubborn = _sleeper(tag + "slot2/", ignore_term=True)
     other = _sleeper("gdb-test-other:" + tag)
     try:
@@ -161,6 +166,7 @@ def test_reap_ends_every_process_of_a_tag_and_only_those(tag: str) -> None:
         assert found == sorted([mine.pid, stubborn.pid])
         assert reap(tag, grace_s=0.2) == 2
         assert _gone(mine.pid) and _gone(stubborn.pid)  # reaped by reap() (our children)
+        assert asked.exists()  # SIGTERM first: a server may shut down cleanly
         assert other.poll() is None and tagged_processes(tag) == []
         assert reap(tag) == 0
     finally:
@@ -242,14 +248,16 @@ def test_readiness_notes_when_the_ready_line_shows_in_this_servers_log_only(
     seconds = ready.wait_ready(lambda: log.read_text().endswith("complete"), WAIT_S,
                                "Application startup complete")  # fmt: skip
     assert ready.log_ready_s is not None and 0 < ready.log_ready_s <= seconds
+    assert seconds <= time.monotonic() - ready.started_at  # seconds since start, not a clock
 
 
 def test_the_ready_line_is_found_after_many_lines(
     log: Path, tag: str, started: list[ServerProcess]
 ) -> None:
-    script = "i=0; while [ $i -lt 300 ]; do echo noise $i; i=$((i+1)); done; echo Uvicorn running on; exec sleep 600"
+    script = ("i=0; while [ $i -lt 300 ]; do echo noise $i; i=$((i+1)); done; echo Uvicorn running on;"
+              " i=0; while [ $i -lt 300 ]; do echo after ................................................ $i; i=$((i+1)); done; exec sleep 600")  # fmt: skip
     server = _server(started, script, log, tag)
-    server.wait_ready(lambda: log.read_text().endswith("Uvicorn running on\n"), WAIT_S,
+    server.wait_ready(lambda: log.read_text().endswith(". 299\n"), WAIT_S,
                       "Uvicorn running on")  # fmt: skip
     assert server.log_ready_s is not None
     assert server.log_bytes_read == log.stat().st_size - server._log_start
@@ -258,12 +266,26 @@ def test_the_ready_line_is_found_after_many_lines(
 def test_a_server_that_exits_during_startup_says_its_code_and_last_lines(
     log: Path, tag: str, started: list[ServerProcess]
 ) -> None:
-    server = _server(started, "echo 'CUDA out of memory'; exit 3", log, tag)
+    server = _server(started, "echo 'CUDA out of memory' >&2; exit 3", log, tag)
     with pytest.raises(ServerCrashed) as crashed:
         server.wait_ready(lambda: False, WAIT_S)
     assert str(crashed.value) == "server exited with code 3 during startup"
     assert crashed.value.returncode == 3 and crashed.value.tail[-1] == "CUDA out of memory"
     assert not server.alive() and server.returncode == 3
+
+
+def test_the_log_directory_is_made_and_one_another_user_can_write_is_refused(
+    tmp_path: Path, tag: str, started: list[ServerProcess]
+) -> None:
+    log = tmp_path / "run" / "logs" / "a@tp1.log"
+    started.append(ServerProcess(["true"], {}, log, tag))
+    assert log.read_text().startswith("\n### gpudoctor bench: true\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # any user could swap the log for a link
+    with pytest.raises(OSError):
+        ServerProcess(["true"], {}, shared / "a.log", tag)
+    assert not (shared / "a.log").exists()
 
 
 def test_a_server_not_ready_in_time_is_stopped(
@@ -280,7 +302,8 @@ def test_a_server_not_ready_in_time_is_stopped(
 def test_stop_takes_the_whole_group_and_kills_what_ignores_sigterm(
     log: Path, tag: str, started: list[ServerProcess]
 ) -> None:
-    script = "trap '' TERM; sleep 600 & echo $! > \"$0.child\"; wait"
+    script = ("trap '' TERM; env -u GPUDOCTOR_BENCH_TAG sleep 600 & echo $! > \"$0.child\";"
+              " wait")  # fmt: skip  # the grandchild carries no tag: only the group reaches it
     server = ServerProcess(["sh", "-c", script, str(log)], {}, log, tag)
     started.append(server)
     child = Path(str(log) + ".child")
@@ -360,6 +383,12 @@ def test_the_guardian_kills_the_launchs_processes_when_released(tag: str) -> Non
     guardian = Guardian(tag)
     try:
         assert server.poll() is None
+        assert os.getsid(guardian.proc.pid) == guardian.proc.pid  # Ctrl-C's group is not its
+        ready = time.monotonic() + WAIT_S  # its handlers are set once it has imported
+        while _signals_ignored(guardian.proc.pid) != 2 and time.monotonic() < ready:
+            time.sleep(0.02)
+        guardian.proc.send_signal(signal.SIGTERM)  # a `kill` of the launcher's processes
+        guardian.proc.send_signal(signal.SIGINT)
         guardian.close()
         waiter.join(WAIT_S)
         assert codes == [-signal.SIGTERM] and guardian.proc.returncode == 0
@@ -371,10 +400,20 @@ def test_the_guardian_kills_the_launchs_processes_when_released(tag: str) -> Non
         guardian.proc.wait(WAIT_S)
 
 
+def _signals_ignored(pid: int) -> int:
+    """Return how many of SIGINT and SIGTERM ``pid`` ignores (/proc/PID/status SigIgn)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            mask = int(line.split()[1], 16)
+            return sum(1 for sig in (signal.SIGINT, signal.SIGTERM) if mask >> (sig - 1) & 1)
+    return 0
+
+
 def test_a_server_the_user_started_is_never_ours_to_stop() -> None:
     server = ExternalServer()
     answers = iter([False, False, True])
-    assert server.wait_ready(lambda: next(answers), WAIT_S, interval_s=0.001) >= 0
+    seconds = server.wait_ready(lambda: next(answers), WAIT_S, interval_s=0.001)
+    assert 0 <= seconds <= time.monotonic() - server.started_at
     assert server.alive() and server.tail() == [] and server.stop() is None
     assert server.pid is None and server.returncode is None and server.log_ready_s is None
     server.wait_exit(WAIT_S)  # returns at once
@@ -385,3 +424,4 @@ def test_a_server_the_user_started_that_never_answers() -> None:
     with pytest.raises(ServerCrashed) as crashed:
         server.wait_ready(lambda: False, 0.05, interval_s=0.01)
     assert str(crashed.value) == "no answer after 0 s" and crashed.value.tail == []
+    assert crashed.value.returncode is None

@@ -82,9 +82,11 @@ CONFIGS = "".join(f'[[configs]]\nname = "{n}"\nenv = {{ JOB = "{n}" }}\n' for n 
 )
 
 
-def _plan(tmp_path: Path, name: str = "inproc") -> tuple[Plan, Path]:
+def _plan(
+    tmp_path: Path, name: str = "inproc", concurrency: str = "[1, 2, 4]"
+) -> tuple[Plan, Path]:
     text = plan_text(MODEL, 'command = ["srv", "{port}"]\n', configs=CONFIGS,
-                     concurrency="[1, 2, 4]").replace('name = "inproc"', f"name = {json.dumps(name)}")  # fmt: skip
+                     concurrency=concurrency).replace('name = "inproc"', f"name = {json.dumps(name)}")  # fmt: skip
     plan = load(tmp_path, text)
     return plan, tmp_path / "plan.toml"
 
@@ -283,7 +285,7 @@ def test_finished_tasks_come_from_scontrol_then_sacct(fake: Slurm) -> None:
     fake.answer("scontrol", (DATA / "scontrol-array-cancelled.txt").read_text()
                 + "JobId=9 ArrayJobId=1 ArrayTaskId=4\n", call=1)  # fmt: skip
     fake.answer("scontrol", "", call=2)  # job 2: Slurm forgot it (MinJobAge)
-    fake.answer("sacct", "2_1|COMPLETED\n2_2|CANCELLED by 0\n2_3|\n2|FAILED\n2_[4-5]|PENDING\n")
+    fake.answer("sacct", "2_1|COMPLETED\n2_2|CANCELLED by 0\n2_3|\n2_[4-5]|PENDING\n")
     states = task_states(["1", "2"])
     assert states == {
         "1": {1: "CANCELLED", 2: "CANCELLED", 3: "CANCELLED", 4: "UNKNOWN"},
@@ -354,3 +356,67 @@ def test_the_job_name_is_one_printable_line(tmp_path: Path) -> None:
     plan, _ = _plan(tmp_path, "x\ntouch /tmp/pwned")
     assert "\n" not in job_name(plan) and job_name(plan).startswith("x")
     assert "touch /tmp/pwned" in job_name(plan)
+
+
+LIVE = ["PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"]
+ENDED = ["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED"]
+
+
+def test_a_task_slurm_still_holds_is_never_submitted_twice(tmp_path: Path, fake: Slurm) -> None:
+    """Every state of a task Slurm may still run (queued, running, requeued, suspended...)
+    keeps its shard out of a new submit; a task that ended is submitted again."""
+    plan, plan_path = _plan(tmp_path, concurrency="[1, 2, 4, 8, 16, 32]")
+    shards = 16
+    busy = [i for i, keys in shard_cells(plan, shards).items() if keys]
+    assert len(busy) >= len(LIVE) + 3
+    out = tmp_path / "campaign"
+    fake.answer("sbatch", "1\n", call=1)
+    fake.answer("sbatch", "2\n", call=2)
+    submit(plan, plan_path, out, shards)
+    states = dict(zip(busy, LIVE + ENDED, strict=False))
+    fake.answer("squeue", "".join(f"1 {i} {state}\n" for i, state in states.items()))
+    fake.answer("scontrol", "")
+    fake.answer("sbatch", "3\n", call=3)
+    fake.answer("sbatch", "4\n", call=4)
+
+    sub = submit(plan, plan_path, out, shards)
+
+    ended = [i for i, state in states.items() if state not in LIVE] + busy[len(states) :]
+    assert sub.tasks == tuple(sorted(ended))
+    assert {i: why for i, why in sub.skipped.items() if i in busy} == {
+        i: f"task 1_{i} is {state}" for i, state in states.items() if state in LIVE
+    }
+    assert all(why == "all cells recorded" for i, why in sub.skipped.items() if i not in busy)
+
+
+def test_a_second_submit_rewrites_the_scripts_executable(tmp_path: Path, fake: Slurm) -> None:
+    plan, plan_path = _plan(tmp_path)
+    out = tmp_path / "campaign"
+    slurm_dir = campaign_dir(out)
+    for name in ("array.sh", "merge.sh"):
+        (slurm_dir / name).write_text("#!/bin/sh\necho an older script\n")
+        (slurm_dir / name).chmod(0o600)
+    fake.answer("sbatch", "5\n")
+    submit(plan, plan_path, out, 1)
+    for name in ("array.sh", "merge.sh"):
+        assert stat.S_IMODE((slurm_dir / name).stat().st_mode) == 0o755
+        assert "older" not in (slurm_dir / name).read_text()
+
+
+def test_a_script_path_that_is_not_a_file_is_refused(tmp_path: Path, fake: Slurm) -> None:
+    plan, plan_path = _plan(tmp_path)
+    out = tmp_path / "campaign"
+    os.mkfifo(campaign_dir(out) / "array.sh")  # a reader would block, or read another writer
+    with pytest.raises(OSError):
+        submit(plan, plan_path, out, 1)
+    assert fake.calls() == []
+
+
+def test_a_campaign_directory_that_is_a_link_names_the_option(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    out = tmp_path / "campaign"
+    out.symlink_to(real)
+    with pytest.raises(RunDirError) as refused:
+        campaign_dir(out)
+    assert "--out" in str(refused.value) and not (real / "slurm").exists()

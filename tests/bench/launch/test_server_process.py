@@ -10,6 +10,8 @@ engine's ``GET /health`` answers)."""
 
 from __future__ import annotations
 
+import ctypes
+import io
 import os
 import random
 import re
@@ -26,6 +28,7 @@ import psutil
 import pytest
 
 from gpudoctor.bench.launch import interrupts
+from gpudoctor.bench.launch import server as server_mod
 from gpudoctor.bench.launch.server import (
     TAG_VAR,
     ExternalServer,
@@ -73,6 +76,7 @@ def _listening() -> socket.socket:
 
 def test_any_free_port_can_be_bound() -> None:
     port = free_port()
+    assert port >= 1024  # the kernel's pick (bind to port 0), never a fixed low port
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
 
@@ -120,6 +124,8 @@ def test_the_last_lines_of_a_log(tmp_path: Path) -> None:
     log.write_bytes(b"".join(b"line %d\n" % i for i in range(80)) + b"bad \xff byte\n")
     assert tail_lines(log, 3) == ["line 78", "line 79", "bad \ufffd byte"]
     assert len(tail_lines(log)) == 50 and tail_lines(log)[0] == "line 31"
+    log.write_text("Loading weights\nCUDA out of memory\n")
+    assert tail_lines(log) == ["Loading weights", "CUDA out of memory"]  # from its first byte
 
 
 def test_only_the_last_256_kib_of_a_huge_log_are_read(tmp_path: Path) -> None:
@@ -260,7 +266,7 @@ def test_the_ready_line_is_found_after_many_lines(
     server.wait_ready(lambda: log.read_text().endswith(". 299\n"), WAIT_S,
                       "Uvicorn running on")  # fmt: skip
     assert server.log_ready_s is not None
-    assert server.log_bytes_read == log.stat().st_size - server._log_start
+    assert 0 < server.log_bytes_read <= log.stat().st_size - server._log_start  # once each
 
 
 def test_a_server_that_exits_during_startup_says_its_code_and_last_lines(
@@ -425,3 +431,39 @@ def test_a_server_the_user_started_that_never_answers() -> None:
         server.wait_ready(lambda: False, 0.05, interval_s=0.01)
     assert str(crashed.value) == "no answer after 0 s" and crashed.value.tail == []
     assert crashed.value.returncode is None
+
+
+def test_a_server_is_sent_sigterm_when_its_launcher_dies() -> None:
+    """What each server runs between fork and exec: PR_SET_PDEATHSIG = SIGTERM (read back
+    with PR_GET_PDEATHSIG; set here on this process, then cleared)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    got = ctypes.c_int(-1)
+    try:
+        server_mod._set_pdeathsig()
+        assert libc.prctl(2, ctypes.byref(got)) == 0  # PR_GET_PDEATHSIG
+    finally:
+        libc.prctl(1, 0)  # PR_SET_PDEATHSIG 0: this test process keeps none
+    assert got.value == signal.SIGTERM
+
+
+def test_the_guardian_reaps_once_its_pipe_closes_and_ignores_ctrl_c(
+    tag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guardian's loop, run here: it reads the launcher's pipe to its end (the launcher
+    exited or was killed), then ends every process of the launch; meanwhile SIGINT and
+    SIGTERM are ignored (put back after the test)."""
+    victim = _sleeper(tag + "slot1/")
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    pipe = io.TextIOWrapper(io.BufferedReader(io.BytesIO(b"x" * 10000)))
+    monkeypatch.setattr(sys, "stdin", pipe)
+    try:
+        server_mod._guard(tag)
+        ignored = {s: signal.getsignal(s) for s in saved}
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+        victim.kill()
+        victim.wait(WAIT_S)
+    assert pipe.buffer.read() == b""  # read to the end
+    assert ignored == {signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}
+    assert tagged_processes(tag) == []

@@ -3,7 +3,7 @@ to ``sbatch``, the arguments of each Slurm command, what it records in submissio
 which shards a second submit sends again, how it reads ``squeue`` / ``scontrol`` /
 ``sacct`` output (real Slurm output, tests/bench/data/slurm/), and its one-line errors.
 
-The Slurm clients are tests/bench/launch/fake_slurm.py (no controller runs here; the
+The Slurm clients are tests/bench/launch/fake_slurm.sh (no controller runs here; the
 real one-node cluster is tests/bench/launch/test_slurm_lab.py, a lab test)."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from gpudoctor.bench.results.run_dir import RunDirError
 from tests.bench.launch.inproc_launch import load, plan_text
 
 DATA = Path(__file__).parent.parent / "data" / "slurm"
-FAKE = Path(__file__).parent / "fake_slurm.py"
+FAKE = Path(__file__).parent / "fake_slurm.sh"
 CLIENTS = ("sbatch", "squeue", "scontrol", "sacct")
 MODEL = Path("/models/tiny")  # a fixed path: the cell keys, so the shards, are the same each run
 
@@ -56,8 +56,15 @@ class Slurm:
             (self.path / f"{name}.rc").write_text(str(rc))
 
     def calls(self) -> list[dict[str, Any]]:
-        path = self.path / "calls.jsonl"
-        return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+        """Return each call's ``argv`` (the client's name first) and ``stdin``, in order."""
+        calls = self.path / "calls"
+        found = []
+        for n in range(1, len(list(calls.glob("*.argv"))) + 1 if calls.exists() else 1):
+            argv = (calls / f"{n}.argv").read_bytes().split(b"\0")[:-1]
+            stdin = calls / f"{n}.stdin"
+            found.append({"argv": [a.decode() for a in argv],
+                          "stdin": stdin.read_text() if stdin.exists() else ""})  # fmt: skip
+        return found
 
     def argvs(self) -> list[list[str]]:
         return [c["argv"] for c in self.calls()]
@@ -71,7 +78,6 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Slurm:
     bin_dir.mkdir(parents=True)
     for name in CLIENTS:
         (bin_dir / name).symlink_to(FAKE)
-    FAKE.chmod(FAKE.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("FAKE_SLURM_DIR", str(here))
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     return Slurm(here)

@@ -240,6 +240,41 @@ def test_a_server_gets_its_environment_its_own_session_and_a_log_of_its_own(
     assert server.alive() and server.returncode is None
     assert os.getpgid(server.pid) == server.pid and os.getsid(server.pid) == server.pid
     assert server.tail(1) == [f"GPU-a {tag}"]
+    assert len(server.tail()) == 4  # the whole log (less than 50 lines)
+    assert server.log_ready_s is None  # no ready line asked for: none noted
+
+
+def test_a_servers_tail_is_its_last_50_lines(
+    log: Path, tag: str, started: list[ServerProcess]
+) -> None:
+    script = 'i=0; while [ $i -lt 80 ]; do echo "line $i"; i=$((i+1)); done; echo done > "$0.flag"'
+    server = ServerProcess(["sh", "-c", script, str(log)], {}, log, tag)
+    started.append(server)
+    server.wait_exit(WAIT_S)
+    assert server.tail() == [f"line {i}" for i in range(30, 80)]
+
+
+def test_the_log_is_read_a_chunk_at_a_time_each_byte_once(
+    log: Path, tag: str, started: list[ServerProcess]
+) -> None:
+    server = _server(started, "printf 'abcdefghijklmnopqrstuvwxyz'", log, tag)
+    server.wait_exit(WAIT_S)
+    never = re.compile("never printed")
+    server._scan_log(never, chunk=10)
+    server._scan_log(never, chunk=10)
+    assert server.log_bytes_read == 20  # two reads of at most 10 bytes, none read twice
+    server._scan_log(never, chunk=10)
+    assert server.log_bytes_read == 26 and server.log_ready_s is None
+
+
+def test_bytes_that_are_not_utf8_do_not_hide_the_ready_line(
+    log: Path, tag: str, started: list[ServerProcess]
+) -> None:
+    script = "printf 'weights \\377\\376 loaded\\nINFO: Application startup complete.\\n'; exec sleep 600"
+    server = _server(started, script, log, tag)
+    server.wait_ready(lambda: log.read_text(errors="replace").endswith("complete.\n"), WAIT_S,
+                      "Application startup complete")  # fmt: skip
+    assert b"\377\376" in log.read_bytes() and server.log_ready_s is not None
 
 
 def test_readiness_notes_when_the_ready_line_shows_in_this_servers_log_only(
@@ -390,6 +425,8 @@ def test_the_guardian_kills_the_launchs_processes_when_released(tag: str) -> Non
     try:
         assert server.poll() is None
         assert os.getsid(guardian.proc.pid) == guardian.proc.pid  # Ctrl-C's group is not its
+        fds = [os.readlink(f"/proc/{guardian.proc.pid}/fd/{fd}") for fd in (0, 1, 2)]
+        assert fds[0].startswith("pipe:") and fds[1:] == ["/dev/null", "/dev/null"]
         ready = time.monotonic() + WAIT_S  # its handlers are set once it has imported
         while _signals_ignored(guardian.proc.pid) != 2 and time.monotonic() < ready:
             time.sleep(0.02)

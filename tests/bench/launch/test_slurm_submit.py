@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ from tests.bench.launch.inproc_launch import load, plan_text
 DATA = Path(__file__).parent.parent / "data" / "slurm"
 FAKE = Path(__file__).parent / "fake_slurm.sh"
 CLIENTS = ("sbatch", "squeue", "scontrol", "sacct")
+STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 MODEL = Path("/models/tiny")  # a fixed path: the cell keys, so the shards, are the same each run
 
 
@@ -111,9 +114,11 @@ def test_a_first_submit_writes_both_scripts_and_queues_the_array_then_the_merge(
     plan, plan_path = _plan(tmp_path)
     out = tmp_path / "campaign"
     fake.answer("sbatch", "4242;cluster-a\n", call=1)
-    fake.answer("sbatch", "4243\n", call=2)
+    fake.answer("sbatch", "4243;cluster-a\n", call=2)
 
+    before = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     sub = submit(plan, plan_path, out, 3)
+    after = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
     assert sub == Submission("4242", (1, 2, 3), "4243", 2, {})
     assert sub.to_json() == {"array_job": "4242", "tasks": [1, 2, 3], "merge_job": "4243",
@@ -152,7 +157,10 @@ def test_a_first_submit_writes_both_scripts_and_queues_the_array_then_the_merge(
     (line,) = [
         json.loads(x) for x in (out / "slurm" / "submissions.jsonl").read_text().splitlines()
     ]
-    assert line.pop("submitted_at") and line.pop("host") == os.uname().nodename
+    assert list(line) == sorted(line)  # one stable layout: lines compare and grep alike
+    stamp = line.pop("submitted_at")
+    assert STAMP.fullmatch(stamp) and before <= stamp <= after
+    assert line.pop("host") == os.uname().nodename
     assert line == {"array_job": "4242", "tasks": [1, 2, 3], "merge_job": "4243", "shards": 3,
                     "gres": 2, "plan": str(plan_path.resolve())}  # fmt: skip
     assert (out / "slurm" / "logs").is_dir()
@@ -233,7 +241,8 @@ def test_the_shard_count_of_a_campaign_is_kept(tmp_path: Path, fake: Slurm) -> N
 def test_an_sbatch_refusal_is_one_line_and_records_nothing(tmp_path: Path, fake: Slurm) -> None:
     plan, plan_path = _plan(tmp_path)
     out = tmp_path / "campaign"
-    fake.answer("sbatch", err="sbatch: error: Batch job submission failed: Invalid generic"
+    fake.answer("sbatch", err="sbatch: warning: can't honor --ntasks-per-node\n"
+                "sbatch: error: Batch job submission failed: Invalid generic"
                 " resource (gres) specification\n", rc=1)  # fmt: skip
     with pytest.raises(SlurmError) as failed:
         submit(plan, plan_path, out, 1)
@@ -297,12 +306,52 @@ def test_finished_tasks_come_from_scontrol_then_sacct(fake: Slurm) -> None:
         "1": {1: "CANCELLED", 2: "CANCELLED", 3: "CANCELLED", 4: "UNKNOWN"},
         "2": {1: "COMPLETED", 2: "CANCELLED", 3: "UNKNOWN"},
     }
-    assert fake.argvs()[1:] == [
+    assert fake.argvs() == [
+        ["squeue", "-h", "-r", "-j", "1,2", "-o", "%F %K %T"],
         ["scontrol", "-o", "show", "job", "1"],
         ["scontrol", "-o", "show", "job", "2"],
         ["sacct", "-n", "-P", "-X", "-j", "2", "-o", "JobID,State"],
     ]
     assert task_states([]) == {} and len(fake.calls()) == 4  # nothing asked
+
+
+def test_scontrol_failing_asks_sacct(fake: Slurm) -> None:
+    fake.answer("squeue", "")
+    (fake.path / "scontrol.rc").write_text("1")
+    fake.answer("sacct", "3_2|COMPLETED\n")
+    assert task_states(["3"]) == {"3": {2: "COMPLETED"}}
+
+
+def test_an_earlier_submission_without_its_shard_count_is_taken_as_this_one(
+    tmp_path: Path, fake: Slurm
+) -> None:
+    plan, plan_path = _plan(tmp_path)
+    out = tmp_path / "campaign"
+    (campaign_dir(out) / "submissions.jsonl").write_text('{"array_job": "12"}\n')
+    fake.answer("squeue", "")
+    fake.answer("scontrol", "")
+    fake.answer("sacct", "")
+    fake.answer("sbatch", "13\n")
+    assert submit(plan, plan_path, out, 2).tasks == (1, 2)
+
+
+def test_the_submission_is_stamped_in_utc(
+    tmp_path: Path, fake: Slurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan, plan_path = _plan(tmp_path)
+    out = tmp_path / "campaign"
+    fake.answer("sbatch", "21\n")
+    monkeypatch.setenv("TZ", "America/Los_Angeles")  # a login node eight hours behind UTC
+    time.tzset()
+    try:
+        before = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        submit(plan, plan_path, out, 1)
+        after = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    line = json.loads((out / "slurm" / "submissions.jsonl").read_text())
+    assert before <= line["submitted_at"] <= after
 
 
 def test_scontrol_or_sacct_failing_leaves_the_queue_view(fake: Slurm) -> None:
@@ -352,9 +401,10 @@ def test_the_campaign_directory_is_made_and_a_link_in_it_refused(tmp_path: Path)
     os.chmod(out / "slurm", 0o777)  # writable by every user
     with pytest.raises(RunDirError) as refused:
         campaign_dir(out)
-    assert "the campaign's slurm/" in str(refused.value)
-    assert f"remove it (rm -rf --one-file-system {out / 'slurm'}) and submit again" in str(
-        refused.value
+    assert str(refused.value) == (
+        f"{out / 'slurm'} (the campaign's slurm/) is writable by others (mode 0777): another"
+        f" user may have changed it; remove it (rm -rf --one-file-system {out / 'slurm'}) and"
+        " submit again"
     )
 
 
@@ -425,4 +475,8 @@ def test_a_campaign_directory_that_is_a_link_names_the_option(tmp_path: Path) ->
     out.symlink_to(real)
     with pytest.raises(RunDirError) as refused:
         campaign_dir(out)
-    assert "--out" in str(refused.value) and not (real / "slurm").exists()
+    assert str(refused.value) == (
+        f"{out} (--out) is a symlink (to {real}): gpudoctor never follows one there; give the"
+        f" real directory ({real})"
+    )
+    assert not (real / "slurm").exists()

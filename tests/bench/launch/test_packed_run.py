@@ -36,6 +36,7 @@ class GatedLoad:
         self.started: dict[str, threading.Event] = {}
         self.hooks: dict[str, Callable[[], None]] = {}
         self.seen: list[tuple[str, tuple[str, ...]]] = []
+        self.threads: dict[str, tuple[str, bool]] = {}  # label: (its thread's name, daemon)
         self.lock = threading.Lock()
 
     def event(self, label: str) -> threading.Event:
@@ -47,6 +48,8 @@ class GatedLoad:
         label = target.label.rsplit("-c", 1)[0]
         with self.lock:
             self.seen.append((label, tuple(telemetry_gpus or ())))
+            me = threading.current_thread()
+            self.threads[label] = (me.name, me.daemon)
         self.event(label).set()
         hook = self.hooks.get(label)
         if hook is not None:
@@ -117,6 +120,9 @@ def test_jobs_run_side_by_side_each_on_its_own_gpu_which_comes_back(
                                                             "c@tp1": "ok"}  # fmt: skip
     assert {records["a@tp1"]["gpus"][0], records["b@tp1"]["gpus"][0]} == set(UUIDS)
     assert sorted(r["slot"] for r in records.values()) == [1, 2, 3]
+    # each slot's thread says which slot it is (py-spy dump, faulthandler) and never keeps
+    # the launcher from exiting
+    assert gated.threads == {k: (f"slot-{r['slot']}", True) for k, r in records.items()}
     assert {(label, gpus) for label, gpus in gated.seen} == {
         (r["label"], tuple(r["gpus"])) for r in records.values()
     }

@@ -241,6 +241,8 @@ def test_a_server_gets_its_environment_its_own_session_and_a_log_of_its_own(
     assert os.getpgid(server.pid) == server.pid and os.getsid(server.pid) == server.pid
     assert server.tail(1) == [f"GPU-a {tag}"]
     assert len(server.tail()) == 4  # the whole log (less than 50 lines)
+    assert server.argv == ["sh", "-c", script, str(log)]
+    assert os.readlink(f"/proc/{server.pid}/fd/0") == "/dev/null"  # never the user's terminal
     assert server.log_ready_s is None  # no ready line asked for: none noted
 
 
@@ -504,3 +506,18 @@ def test_the_guardian_reaps_once_its_pipe_closes_and_ignores_ctrl_c(
     assert pipe.buffer.read() == b""  # read to the end
     assert ignored == {signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}
     assert tagged_processes(tag) == []
+
+
+def test_a_server_is_stopped_when_the_thread_that_started_it_ends(
+    log: Path, tag: str, started: list[ServerProcess]
+) -> None:
+    """PR_SET_PDEATHSIG fires when the starting thread ends (a slot thread of a packed
+    launch, or the launcher itself): its server gets SIGTERM from the kernel."""
+    made: list[ServerProcess] = []
+    starter = threading.Thread(target=lambda: made.append(ServerProcess(["sleep", "600"], {},
+                                                                        log, tag)))  # fmt: skip
+    starter.start()
+    starter.join(WAIT_S)
+    started.extend(made)
+    (server,) = made
+    assert server.proc.wait(WAIT_S) == -signal.SIGTERM

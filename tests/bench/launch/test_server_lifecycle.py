@@ -277,7 +277,11 @@ def test_a_running_server_the_user_started_is_measured_and_left_running(
         assert running.pop("since")
         assert running == {"label": "a@tp1", "slot": 0, "pid": None, "gpus": [],
                            "gpu_indices": [], "log": None, "url": url}  # fmt: skip
-        assert f"measuring the running server at {url} (not started)" in launch.said()
+        assert f"bench: a@tp1: measuring the running server at {url} (not started)\n" in (
+            launch.said()
+        )
+        launch.state.cell("0", 4)  # what the cell runner says when it measures a cell on it
+        assert _state(launch)["running"][0]["concurrency"] == 4
         launch.servers.stop(server)
         launch.close()
         (line,) = launch.servers_lines()

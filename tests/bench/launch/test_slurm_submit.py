@@ -315,6 +315,13 @@ def test_finished_tasks_come_from_scontrol_then_sacct(fake: Slurm) -> None:
     assert task_states([]) == {} and len(fake.calls()) == 4  # nothing asked
 
 
+def test_a_line_of_scontrol_without_an_array_task_is_left_out(fake: Slurm) -> None:
+    fake.answer("squeue", "")
+    fake.answer("scontrol", "JobId=7 JobName=gdb-x-merge JobState=PENDING Reason=Dependency\n"
+                + (DATA / "scontrol-array-running.txt").read_text())  # fmt: skip
+    assert task_states(["1"]) == {"1": {3: "PENDING", 2: "RUNNING", 1: "RUNNING"}}
+
+
 def test_scontrol_failing_asks_sacct(fake: Slurm) -> None:
     fake.answer("squeue", "")
     (fake.path / "scontrol.rc").write_text("1")

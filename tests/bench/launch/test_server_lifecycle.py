@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,14 +81,16 @@ def test_a_started_server_is_ready_recorded_while_it_runs_and_once_when_it_stops
     assert facts["log_ready_s"] is None  # http.server never prints an engine's ready line
     assert launch.servers.ports == {facts["port"]} and launch.servers.starts == 1
     (running,) = _state(launch)["running"]
-    assert {k: running[k] for k in ("label", "slot", "pid", "gpus", "log")} == {
-        "label": "a@tp1", "slot": 0, "pid": server.process.pid, "gpus": [],
+    assert {k: running[k] for k in ("label", "slot", "pid", "gpus", "gpu_indices", "log")} == {
+        "label": "a@tp1", "slot": 0, "pid": server.process.pid, "gpus": [], "gpu_indices": [],
         "log": "logs/a@tp1.log"}  # fmt: skip
     env = _environ(server.process.pid)
     assert env["GPUDOCTOR_BENCH_TAG"] == launch.servers.tag and "CUDA_VISIBLE_DEVICES" not in env
     assert f"bench: a@tp1: starting server on port {facts['port']}\n" in launch.said()
 
+    before = time.monotonic()
     launch.servers.stop(server)
+    took = time.monotonic() - before
 
     assert not server.process.alive() and launch.servers.live == {}
     assert launch.servers.ports == set() and _state(launch)["running"] == []
@@ -95,7 +98,8 @@ def test_a_started_server_is_ready_recorded_while_it_runs_and_once_when_it_stops
     assert line["exit_code"] == server.process.returncode and line["exit_code"] is not None
     assert (line["label"], line["config_key"], line["port"]) == ("a@tp1", config.key,
                                                                  facts["port"])  # fmt: skip
-    assert line["stop_s"] >= 0 and line["config_wall_s"] >= line["startup_s"]
+    assert isinstance(line["stop_s"], float) and 0 <= line["stop_s"] <= took + 0.001
+    assert line["startup_s"] <= line["config_wall_s"] <= time.monotonic() - server.started
 
 
 def test_a_slots_server_sees_only_its_gpus_and_carries_its_slots_tag(launch: Launch) -> None:
@@ -352,3 +356,22 @@ def test_the_servers_own_ready_line_is_timed(launch: Launch) -> None:
     assert 0 < log_ready_s <= server.facts["startup_s"] + 0.001
     assert server.facts["startup_s"] == round(server.facts["startup_s"], 3)
     launch.servers.stop(server)
+
+
+def _stubborn(tmp_path: Path) -> str:
+    return _shell(tmp_path, f"trap '' TERM; {SERVE}").replace(
+        "stop_timeout_s = 5", "stop_timeout_s = 1"
+    )
+
+
+@pytest.mark.parametrize("launch", [_stubborn], indirect=True)
+def test_a_server_that_ignores_sigterm_is_killed_after_the_plans_stop_timeout(
+    launch: Launch,
+) -> None:
+    one = launch.servers.start(launch.plan.configs[0])
+    launch.servers.stop(one)
+    assert one.process.returncode == -9 and launch.servers_lines()[0]["exit_code"] == -9
+    two = launch.servers.start(launch.plan.configs[0], Slot(1, (Gpu(0, "GPU-a"),)))
+    launch.servers.stop_all()  # interrupted: every server stopped the same way
+    assert two.process.returncode == -9
+    launch.servers.stop(two)

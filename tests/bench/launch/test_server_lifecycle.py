@@ -375,3 +375,19 @@ def test_a_server_that_ignores_sigterm_is_killed_after_the_plans_stop_timeout(
     launch.servers.stop_all()  # interrupted: every server stopped the same way
     assert two.process.returncode == -9
     launch.servers.stop(two)
+
+
+def _no_max_model_len(tmp_path: Path) -> str:
+    served = served_dir(tmp_path / "served")
+    (served / "v1" / "models").write_text(json.dumps({"data": [{"id": "tiny"}]}))
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 2048}))
+    return http_server_engine(served)
+
+
+@pytest.mark.parametrize("launch", [_no_max_model_len], indirect=True)
+def test_a_server_that_does_not_say_its_context_gets_the_model_directorys(
+    launch: Launch,
+) -> None:
+    server = launch.servers.start(launch.plan.configs[0])  # the plan's model is tmp_path
+    assert server.facts["max_context"] == 2048
+    launch.servers.stop(server)

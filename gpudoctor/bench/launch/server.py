@@ -188,6 +188,9 @@ class ServerProcess:
         with os.fdopen(fsio.open_append(log_path, require_trusted_dir=True), "ab") as log:
             log.write(f"\n### gpudoctor bench: {' '.join(argv)}\n".encode())
             log.flush()
+            # where this server's output starts: taken before it runs (a fast server
+            # writes its first lines, the ready line too, before Popen returns)
+            self._log_start = self._log_offset = os.fstat(log.fileno()).st_size
             self.started_at = time.monotonic()
             self.proc = subprocess.Popen(
                 argv,
@@ -203,7 +206,6 @@ class ServerProcess:
         except KeyboardInterrupt:
             self.stop(grace_s=5.0)
             raise
-        self._log_start = self._log_offset = os.lstat(log_path).st_size  # this server's output
         self._log_carry = ""  # the unfinished last line read so far (bounded)
         self.log_bytes_read = 0  # bytes read from the log by the readiness scan
         self.log_ready_s: float | None = None

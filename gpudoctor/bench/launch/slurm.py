@@ -76,9 +76,9 @@ def _run(argv: list[str], timeout_s: float = 60.0, stdin: str | None = None) -> 
     except subprocess.TimeoutExpired as exc:
         raise SlurmError(f"{argv[0]} did not answer within {timeout_s:.0f} s") from exc
     if proc.returncode != 0:
-        raise SlurmError(
-            f"{shlex.join(argv[:2])} failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}"
-        )
+        last = proc.stderr.strip().splitlines()[-1:]
+        why = last[0] if last else f"exit code {proc.returncode}"
+        raise SlurmError(f"{shlex.join(argv[:2])} failed: {why}")
     return proc.stdout
 
 

@@ -43,6 +43,13 @@ def _ensure(target: Path, **kwargs: object) -> EnsureResult:
     return ensure(EnsureRequest(target=target, **kwargs), Recorder())  # type: ignore[arg-type]
 
 
+class _CtrlC(Recorder):
+    """The user pressing Ctrl-C as the first downloaded bytes arrive."""
+
+    def advance(self, path: str, nbytes: int) -> None:
+        raise KeyboardInterrupt
+
+
 def _refusal(target: Path, **kwargs: object) -> str:
     """Return the one-line message of the WeightsError ensure raises before touching anything."""
     with pytest.raises(WeightsError) as err:
@@ -150,3 +157,117 @@ def test_a_file_named_like_gpudoctor_s_bookkeeping_is_not_fetched(
     err = error_of(lambda: _ensure(tmp_path / "m"))
     assert str(err).startswith(f"org/m has a file named {MANIFEST_NAME!r}, which collides")
     assert not (tmp_path / "m").exists() and not localfs.partial_dir(tmp_path / "m").exists()
+
+
+# --- repair and resume -------------------------------------------------------------------------
+
+
+def test_a_damaged_target_is_repaired_in_place(hf: HubServer, tmp_path: Path) -> None:
+    sha = _commit(hf)
+    target = tmp_path / "m"
+    _ensure(target)
+    (target / "config.json").unlink()
+    (target / "stray.bin").write_bytes(b"left by someone")
+    hf.clear_log()
+    result = _ensure(target)
+    assert (result.action, result.source, result.revision) == ("repaired", "hub", sha)
+    assert (result.files_fetched, result.bytes_fetched) == (1, len(MODEL["config.json"]))
+    assert [r.path.rsplit("/", 1)[-1] for r in hf.file_gets()] == ["config.json"]
+    assert model_part(dir_files(target)) == {**MODEL, "stray.bin": b"left by someone"}
+
+
+def test_a_new_revision_replaces_only_the_files_that_changed(hf: HubServer, tmp_path: Path) -> None:
+    _commit(hf)
+    target = tmp_path / "m"
+    _ensure(target)
+    newer = {**MODEL, "config.json": b'{"a": 2}\n'}
+    sha = _commit(hf, newer)
+    hf.clear_log()
+    result = _ensure(target, revision="main")
+    assert (result.action, result.revision) == ("repaired", sha)
+    assert model_part(dir_files(target)) == newer
+    got = sorted(r.path.rsplit("/", 1)[-1] for r in hf.file_gets())
+    assert got == ["config.json", "t.json"]  # the shard hashed and kept; small files re-sent
+    assert result.files_fetched == 2
+
+
+def test_a_partial_directory_of_an_earlier_run_is_resumed(hf: HubServer, tmp_path: Path) -> None:
+    sha = _commit(hf)
+    target = tmp_path / "m"
+    partial = localfs.partial_dir(target)
+    partial.mkdir()
+    localfs.write_partial_marker(partial, "org/m", sha)
+    (partial / "model.safetensors").write_bytes(MODEL["model.safetensors"])
+    result = _ensure(target)
+    assert (result.action, result.files_fetched) == ("downloaded", 2)
+    assert model_part(dir_files(target)) == MODEL and not partial.exists()
+
+
+def test_an_unmarked_partial_directory_is_hashed_before_it_is_trusted(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    _commit(hf)
+    target = tmp_path / "m"
+    partial = localfs.partial_dir(target)
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"Z" * 5000)  # the right size, wrong bytes
+    result = _ensure(target)
+    assert model_part(dir_files(target)) == MODEL
+    assert result.files_fetched == 3
+
+
+def test_a_target_and_a_partial_directory_together_are_refused(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    _commit(hf)
+    target = tmp_path / "m"
+    _ensure(target)
+    (target / "config.json").unlink()
+    localfs.partial_dir(target).mkdir()
+    err = error_of(lambda: _ensure(target))
+    partial = localfs.partial_dir(target)
+    assert str(err) == f"both {target} and {partial} exist: remove the one you do not want"
+
+
+def test_a_failed_repair_gives_the_directory_back_under_its_name(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    _commit(hf)
+    target = tmp_path / "m"
+    _ensure(target)
+    (target / "model.safetensors").unlink()
+    hf.gated.add("org/m")  # every request now refused
+    error_of(lambda: _ensure(target))
+    assert not localfs.partial_dir(target).exists()
+    assert dir_files(target).keys() == {"config.json", "tok/t.json", MANIFEST_NAME}
+
+
+def test_an_interrupted_update_to_a_new_revision_drops_the_old_manifest(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    _commit(hf)
+    target = tmp_path / "m"
+    _ensure(target)
+    _commit(hf, {**MODEL, "extra.safetensors": b"E" * 100})
+    with pytest.raises(KeyboardInterrupt):
+        ensure(EnsureRequest("org/m", target, revision="main"), _CtrlC())
+    assert not localfs.partial_dir(target).exists()
+    left = dir_files(target)
+    assert left["model.safetensors"] == MODEL["model.safetensors"]  # the shard is kept
+    assert MANIFEST_NAME not in left  # no manifest: a mix of revisions is never complete
+
+
+# --- bad bytes ---------------------------------------------------------------------------------
+
+
+def test_a_source_that_keeps_sending_bad_bytes_fails_and_keeps_the_partial(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    sha = _commit(hf)
+    _serve_bad_bytes(hf, "org/m", sha, "model.safetensors")
+    target = tmp_path / "m"
+    err = error_of(lambda: _ensure(target, verify="full"))
+    partial = localfs.partial_dir(target)
+    assert str(err).startswith("1 file(s) still wrong after re-download, e.g. model.safetensors")
+    assert str(err).endswith(f"the source serves bad bytes. Kept in {partial}")
+    assert partial.is_dir() and not target.exists()

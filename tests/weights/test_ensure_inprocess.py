@@ -271,3 +271,130 @@ def test_a_source_that_keeps_sending_bad_bytes_fails_and_keeps_the_partial(
     assert str(err).startswith("1 file(s) still wrong after re-download, e.g. model.safetensors")
     assert str(err).endswith(f"the source serves bad bytes. Kept in {partial}")
     assert partial.is_dir() and not target.exists()
+
+
+# --- the mirror --------------------------------------------------------------------------------
+
+
+def _mirrored(hf: HubServer, tmp_path: Path) -> tuple[str, Path]:
+    """Commit MODEL, download it once with ``--mirror``; return its sha and the mirror root."""
+    sha = _commit(hf)
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    first = _ensure(tmp_path / "first", mirror=mirror)
+    assert first.mirror_updated and first.source == "hub"
+    assert model_part(dir_files(mirror / "org" / "m")) == MODEL
+    return sha, mirror
+
+
+def test_the_mirror_serves_a_second_target_without_the_hub(hf: HubServer, tmp_path: Path) -> None:
+    sha, mirror = _mirrored(hf, tmp_path)
+    hf.clear_log()
+    result = _ensure(tmp_path / "second", mirror=mirror)
+    assert hf.requests == []
+    assert (result.action, result.source, result.revision) == ("restored", "mirror", sha)
+    assert (result.files_fetched, result.mirror_updated) == (3, False)
+    assert result.mirror_problem is None
+    assert model_part(dir_files(tmp_path / "second")) == MODEL
+
+
+def test_the_mirror_serves_a_branch_it_holds_once_the_hub_names_its_sha(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    sha, mirror = _mirrored(hf, tmp_path)
+    hf.clear_log()
+    result = _ensure(tmp_path / "second", mirror=mirror, revision="main")
+    assert (result.action, result.source, result.revision) == ("restored", "mirror", sha)
+    assert hf.file_gets() == []
+
+
+def test_a_mirror_of_an_older_revision_is_told_then_refilled(hf: HubServer, tmp_path: Path) -> None:
+    _old, mirror = _mirrored(hf, tmp_path)
+    newer = {**MODEL, "config.json": b'{"a": 3}\n'}
+    sha = _commit(hf, newer)
+    told: list[str] = []
+    req = EnsureRequest("org/m", tmp_path / "second", revision="main", mirror=mirror)
+    result = ensure(req, Recorder(), told.append)
+    held = mirror / "org" / "m"
+    problem = f"{held} holds revision {_old[:12]}, not main"
+    assert told == [f"--mirror {mirror} cannot serve org/m: {problem}; fetching from the Hub"]
+    assert (result.source, result.revision, result.mirror_problem) == ("hub", sha, problem)
+    assert result.mirror_updated and model_part(dir_files(held)) == newer
+
+
+def test_mirror_only_refuses_a_mirror_without_the_model(hf: HubServer, tmp_path: Path) -> None:
+    _commit(hf)
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    err = error_of(lambda: _ensure(tmp_path / "m", mirror=mirror, mirror_only=True))
+    held = mirror / "org" / "m"
+    assert str(err) == (
+        f"--mirror-only: {mirror} holds no org/m ({held} does not exist); nothing was downloaded"
+    )
+    assert err.mirror_problem == f"{mirror} holds no org/m ({held} does not exist)"  # type: ignore[attr-defined]
+    assert hf.requests == [] and not (tmp_path / "m").exists()
+
+
+def test_mirror_only_refuses_a_mirror_of_another_revision(hf: HubServer, tmp_path: Path) -> None:
+    old, mirror = _mirrored(hf, tmp_path)
+    _commit(hf, {**MODEL, "config.json": b'{"a": 3}\n'})
+    hf.clear_log()
+    err = error_of(
+        lambda: _ensure(tmp_path / "m", mirror=mirror, mirror_only=True, revision="main")
+    )
+    held = mirror / "org" / "m"
+    assert str(err) == (
+        f"--mirror-only: {held} holds revision {old[:12]}, not main; nothing was downloaded"
+    )
+    assert hf.file_gets() == [] and not (tmp_path / "m").exists()
+
+
+def test_a_hub_failure_says_why_the_mirror_could_not_serve(hf: HubServer, tmp_path: Path) -> None:
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    err = error_of(lambda: _ensure(tmp_path / "m", repo_id="org/absent", mirror=mirror))
+    problem = f"{mirror} holds no org/absent ({mirror / 'org' / 'absent'} does not exist)"
+    assert str(err).endswith(f" (--mirror could not serve: {problem})")
+    assert err.mirror_problem == problem  # type: ignore[attr-defined]
+
+
+def test_a_hub_failure_without_a_mirror_has_no_mirror_problem(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    err = error_of(lambda: _ensure(tmp_path / "m", repo_id="org/absent"))
+    assert "--mirror" not in str(err) and err.mirror_problem is None  # type: ignore[attr-defined]
+
+
+def test_a_damaged_mirror_file_is_fetched_from_the_hub_instead(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    _sha, mirror = _mirrored(hf, tmp_path)
+    (mirror / "org" / "m" / "model.safetensors").write_bytes(b"Z" * 5000)  # same size
+    hf.clear_log()
+    result = _ensure(tmp_path / "second", mirror=mirror)
+    assert result.warnings == ("1 file(s) failed quick verify and were re-fetched",)
+    assert [r.path.rsplit("/", 1)[-1] for r in hf.file_gets()] == ["model.safetensors"]
+    assert model_part(dir_files(tmp_path / "second")) == MODEL
+
+
+def test_mirror_only_keeps_what_a_damaged_mirror_gave(hf: HubServer, tmp_path: Path) -> None:
+    _sha, mirror = _mirrored(hf, tmp_path)
+    (mirror / "org" / "m" / "model.safetensors").write_bytes(b"Z" * 5000)
+    target = tmp_path / "second"
+    hf.clear_log()
+    err = error_of(lambda: _ensure(target, mirror=mirror, mirror_only=True))
+    partial = localfs.partial_dir(target)
+    assert str(err).startswith("--mirror-only: model.safetensors from the mirror failed verify")
+    assert str(err).endswith(f"; nothing was downloaded. Kept in {partial}")
+    assert hf.file_gets() == [] and partial.is_dir() and not target.exists()
+
+
+def test_a_mirror_that_cannot_be_filled_is_a_warning(hf: HubServer, tmp_path: Path) -> None:
+    _commit(hf)
+    mirror = tmp_path / "mirror"
+    (mirror / "org").mkdir(parents=True)
+    (mirror / "org" / "m.partial").write_text("a file where the staging folder goes")
+    result = _ensure(tmp_path / "m", mirror=mirror)
+    assert not result.mirror_updated and result.action == "downloaded"
+    assert len(result.warnings) == 1 and result.warnings[0].startswith("mirror not updated: ")
+    assert model_part(dir_files(tmp_path / "m")) == MODEL

@@ -6,6 +6,8 @@ as what the user sees (the result, the one-line error, the files left on disk)."
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -71,7 +73,9 @@ def test_a_first_run_downloads_the_model_and_seals_it(hf: HubServer, tmp_path: P
     sha = _commit(hf)
     target = tmp_path / "shm" / "m"
     target.parent.mkdir()
+    before = time.monotonic()
     result = _ensure(target)
+    assert 0 <= result.seconds <= time.monotonic() - before  # the run's own duration
     assert model_part(dir_files(target)) == MODEL
     manifest = localfs.read_manifest(target)
     assert manifest is not None and manifest.revision == sha and manifest.repo_id == "org/m"
@@ -97,6 +101,7 @@ def test_a_complete_target_is_left_alone_without_asking_the_hub(
     assert (again.action, again.source, again.revision) == ("none", "local", sha)
     assert (again.files_total, again.files_fetched, again.bytes_fetched) == (3, 0, 0)
     assert again.bytes_total == sum(map(len, MODEL.values()))
+    assert again.warnings == () and again.mirror_problem is None and not again.mirror_updated
     pinned = _ensure(target, revision=sha[:8])  # the same revision, named by a short sha
     assert pinned.action == "none" and hf.requests == []
 
@@ -126,7 +131,7 @@ def test_a_target_of_another_repository_is_refused(hf: HubServer, tmp_path: Path
 # --- the request checked before anything is touched ------------------------------------------
 
 
-@pytest.mark.parametrize("repo_id", ["org/../x", "-org/m", "org/m/extra", "org m", ""])
+@pytest.mark.parametrize("repo_id", ["org/a..b", "org/../x", "-org/m", "org/m/extra", "org m", ""])
 def test_an_invalid_repository_id_is_refused(tmp_path: Path, repo_id: str) -> None:
     assert (
         _refusal(tmp_path / "m", repo_id=repo_id)
@@ -198,8 +203,11 @@ def test_a_partial_directory_of_an_earlier_run_is_resumed(hf: HubServer, tmp_pat
     partial.mkdir()
     localfs.write_partial_marker(partial, "org/m", sha)
     (partial / "model.safetensors").write_bytes(MODEL["model.safetensors"])
+    (partial / "config.json").write_bytes(MODEL["config.json"])
+    hf.clear_log()
     result = _ensure(target)
-    assert (result.action, result.files_fetched) == ("downloaded", 2)
+    assert (result.action, result.files_fetched) == ("downloaded", 1)
+    assert [r.path.rsplit("/", 1)[-1] for r in hf.file_gets()] == ["t.json"]
     assert model_part(dir_files(target)) == MODEL and not partial.exists()
 
 
@@ -398,3 +406,124 @@ def test_a_mirror_that_cannot_be_filled_is_a_warning(hf: HubServer, tmp_path: Pa
     assert not result.mirror_updated and result.action == "downloaded"
     assert len(result.warnings) == 1 and result.warnings[0].startswith("mirror not updated: ")
     assert model_part(dir_files(tmp_path / "m")) == MODEL
+
+
+# --- what else the user sees: verification, progress, the record, space -----------------------
+
+
+class _Phases(Recorder):
+    """A Progress that keeps the phases it was told of, and the partial directory's mode."""
+
+    def __init__(self, partial: Path) -> None:
+        super().__init__()
+        self.partial = partial
+        self.phases: list[tuple[str, dict[str, int]]] = []
+        self.modes: set[int] = set()
+
+    def phase(self, name: str, files: dict[str, int]) -> Recorder:
+        self.phases.append((name, dict(files)))
+        return self
+
+    def advance(self, path: str, nbytes: int) -> None:
+        self.modes.add(self.partial.stat().st_mode & 0o777)
+        super().advance(path, nbytes)
+
+
+def test_the_progress_names_the_download_and_the_restore(hf: HubServer, tmp_path: Path) -> None:
+    _sha, mirror = _mirrored(hf, tmp_path)
+    target = tmp_path / "second"
+    seen = _Phases(localfs.partial_dir(target))
+    ensure(EnsureRequest("org/m", target, mirror=mirror), seen)
+    sizes = {path: len(data) for path, data in MODEL.items()}
+    assert seen.phases == [("restore from mirror", sizes)]
+    other = tmp_path / "third"
+    seen = _Phases(localfs.partial_dir(other))
+    ensure(EnsureRequest("org/m", other), seen)
+    assert seen.phases == [("download", sizes)]
+    assert seen.modes == {0o700}  # nobody else reads a model while it is being fetched
+
+
+def test_full_verify_finds_bytes_a_size_check_misses_and_repairs_them(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    _commit(hf)
+    target = tmp_path / "m"
+    _ensure(target)
+    (target / "model.safetensors").write_bytes(b"Z" * 5000)
+    assert _ensure(target).action == "none"  # quick: sizes only
+    result = _ensure(target, verify="full")
+    assert (result.action, result.files_fetched, result.verify) == ("repaired", 1, "full")
+    assert model_part(dir_files(target)) == MODEL
+
+
+def test_a_repair_the_hub_cannot_make_right_keeps_the_target_unsealed(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    sha = _commit(hf)
+    target = tmp_path / "m"
+    _ensure(target)
+    (target / "model.safetensors").write_bytes(b"Z" * 5000)
+    _serve_bad_bytes(hf, "org/m", sha, "model.safetensors")
+    err = error_of(lambda: _ensure(target, verify="full"))
+    assert str(err).endswith(f"the source serves bad bytes. Kept in {target}")
+    assert not localfs.partial_dir(target).exists()
+    assert MANIFEST_NAME not in dir_files(target)  # its files are proven wrong: not complete
+
+
+def test_a_bad_mirror_file_the_hub_cannot_replace_is_one_error(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    _sha, mirror = _mirrored(hf, tmp_path)
+    (mirror / "org" / "m" / "model.safetensors").write_bytes(b"Z" * 5000)
+    hf.gated.add("org/m")
+    err = error_of(lambda: _ensure(tmp_path / "second", mirror=mirror))
+    assert str(err).startswith("model.safetensors from the mirror failed verify (")
+    assert ") and fetching it again failed: " in str(err)
+
+
+def test_the_target_is_recorded_for_weights_status(
+    hf: HubServer, tmp_path: Path, _state_dir: Path
+) -> None:
+    from gpudoctor.weights.record import TargetRecord, parse_records, record_path
+
+    _sha, mirror = _mirrored(hf, tmp_path)
+    _ensure(tmp_path / "pinned", revision="main")
+    records = parse_records(record_path().read_text())
+    assert records == {
+        str(tmp_path / "first"): TargetRecord("org/m", None, str(mirror.absolute())),
+        str(tmp_path / "pinned"): TargetRecord("org/m", "main", None),
+    }
+
+
+def test_a_record_that_cannot_be_written_is_a_warning(
+    hf: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _commit(hf)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("GPUDOCTOR_STATE_DIR", str(blocker))
+    result = _ensure(tmp_path / "m")
+    assert len(result.warnings) == 1
+    assert result.warnings[0].startswith(f"could not record the target in {blocker}/")
+    assert model_part(dir_files(tmp_path / "m")) == MODEL
+
+
+def test_a_model_too_big_for_the_target_is_refused_before_any_write(
+    hf: HubServer, tmp_path: Path, tmpfs
+) -> None:
+    _commit(hf, {"model.safetensors": os.urandom(300_000)})
+    shm = tmpfs("128k")
+    err = error_of(lambda: _ensure(shm / "m"))
+    assert str(err).startswith("not enough space for ")
+    assert "the mirror copy" not in str(err)
+    assert os.listdir(shm) == []
+
+
+def test_a_mirror_too_small_for_the_copy_is_refused_before_any_write(
+    hf: HubServer, tmp_path: Path, tmpfs
+) -> None:
+    _commit(hf, {"model.safetensors": os.urandom(300_000)})
+    small = tmpfs("128k", name="mirror")
+    err = error_of(lambda: _ensure(tmp_path / "m", mirror=small))
+    assert str(err).startswith("not enough space for the mirror copy in ")
+    assert os.listdir(small) == [] and not (tmp_path / "m").exists()

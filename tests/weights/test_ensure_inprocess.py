@@ -102,6 +102,12 @@ def test_a_complete_target_is_left_alone_without_asking_the_hub(
     assert (again.files_total, again.files_fetched, again.bytes_fetched) == (3, 0, 0)
     assert again.bytes_total == sum(map(len, MODEL.values()))
     assert again.warnings == () and again.mirror_problem is None and not again.mirror_updated
+    assert (again.repo_id, again.target) == ("org/m", str(target))
+    before = time.monotonic()
+    full = _ensure(target, verify="full")  # hashed under the lock, then found complete
+    assert 0 <= full.seconds <= time.monotonic() - before
+    assert (full.repo_id, full.target, full.action) == ("org/m", str(target), "none")
+    hf.clear_log()
     pinned = _ensure(target, revision=sha[:8])  # the same revision, named by a short sha
     assert pinned.action == "none" and hf.requests == []
 
@@ -209,6 +215,30 @@ def test_a_partial_directory_of_an_earlier_run_is_resumed(hf: HubServer, tmp_pat
     assert (result.action, result.files_fetched) == ("downloaded", 1)
     assert [r.path.rsplit("/", 1)[-1] for r in hf.file_gets()] == ["t.json"]
     assert model_part(dir_files(target)) == MODEL and not partial.exists()
+
+
+class _CtrlCAfterOneFile(Recorder):
+    """The user pressing Ctrl-C once the first file is finished."""
+
+    def file_done(self, path: str) -> None:
+        super().file_done(path)
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_first_run_leaves_a_partial_the_next_run_resumes(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    sha = _commit(hf)
+    target = tmp_path / "m"
+    with pytest.raises(KeyboardInterrupt):
+        ensure(EnsureRequest("org/m", target, max_workers=1), _CtrlCAfterOneFile())
+    partial = localfs.partial_dir(target)
+    assert localfs.read_partial_marker(partial) == ("org/m", sha)  # whose files these are
+    assert not target.exists()
+    assert set(dir_files(partial)) & set(MODEL)  # at least the finished file
+    result = _ensure(target)
+    assert result.files_fetched < len(MODEL)  # the finished file(s) kept
+    assert model_part(dir_files(target)) == MODEL
 
 
 def test_an_unmarked_partial_directory_is_hashed_before_it_is_trusted(
@@ -454,6 +484,20 @@ def test_full_verify_finds_bytes_a_size_check_misses_and_repairs_them(
     result = _ensure(target, verify="full")
     assert (result.action, result.files_fetched, result.verify) == ("repaired", 1, "full")
     assert model_part(dir_files(target)) == MODEL
+
+
+@pytest.mark.parametrize("verify", ["quick", "full"])
+def test_an_unfinished_download_left_in_a_target_is_cleaned_up(
+    hf: HubServer, tmp_path: Path, verify: str
+) -> None:
+    _commit(hf)
+    target = tmp_path / "m"
+    _ensure(target)
+    (target / "model.safetensors.incomplete").write_bytes(b"half")
+    hf.clear_log()
+    result = _ensure(target, verify=verify)
+    assert (result.action, result.files_fetched) == ("repaired", 0)
+    assert model_part(dir_files(target)) == MODEL and hf.file_gets() == []
 
 
 def test_a_repair_the_hub_cannot_make_right_keeps_the_target_unsealed(

@@ -124,6 +124,14 @@ def test_full_verify_of_a_complete_target_hashes_it_and_fetches_nothing(
     assert hf.file_gets() == []
 
 
+def test_an_older_revision_is_fetched_as_asked_not_main(hf: HubServer, tmp_path: Path) -> None:
+    old = _commit(hf)
+    _commit(hf, {**MODEL, "config.json": b'{"a": 9}\n'})  # main moves on, same sizes
+    result = _ensure(tmp_path / "m", revision=old)
+    assert result.revision == old
+    assert model_part(dir_files(tmp_path / "m")) == MODEL
+
+
 def test_a_target_of_another_repository_is_refused(hf: HubServer, tmp_path: Path) -> None:
     _commit(hf)
     _commit(hf, {"config.json": b"{}"}, repo="org/other")

@@ -132,6 +132,13 @@ def test_an_older_revision_is_fetched_as_asked_not_main(hf: HubServer, tmp_path:
     assert model_part(dir_files(tmp_path / "m")) == MODEL
 
 
+def test_a_model_file_named_like_a_leftover_is_kept(hf: HubServer, tmp_path: Path) -> None:
+    files = {**MODEL, "uv.lock": b"version = 1\n", "notes.partial": b"draft\n"}
+    _commit(hf, files)
+    _ensure(tmp_path / "m")
+    assert model_part(dir_files(tmp_path / "m")) == files
+
+
 def test_a_target_of_another_repository_is_refused(hf: HubServer, tmp_path: Path) -> None:
     _commit(hf)
     _commit(hf, {"config.json": b"{}"}, repo="org/other")
@@ -273,6 +280,20 @@ def test_a_target_and_a_partial_directory_together_are_refused(
     err = error_of(lambda: _ensure(target))
     partial = localfs.partial_dir(target)
     assert str(err) == f"both {target} and {partial} exist: remove the one you do not want"
+
+
+def test_a_folder_from_another_downloader_is_adopted_without_its_leftovers(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    sha = _commit(hf)
+    target = tmp_path / "m"
+    target.mkdir()
+    (target / "model.safetensors").write_bytes(MODEL["model.safetensors"])
+    (target / "shard.bin.lock").write_bytes(b"")  # what an interrupted downloader left
+    (target / "notes.txt").write_bytes(b"the user's own file")
+    result = _ensure(target)
+    assert (result.action, result.revision) == ("repaired", sha)
+    assert model_part(dir_files(target)) == {**MODEL, "notes.txt": b"the user's own file"}
 
 
 def test_a_failed_repair_gives_the_directory_back_under_its_name(
@@ -494,14 +515,17 @@ def test_full_verify_finds_bytes_a_size_check_misses_and_repairs_them(
     assert model_part(dir_files(target)) == MODEL
 
 
-@pytest.mark.parametrize("verify", ["quick", "full"])
+@pytest.mark.parametrize(
+    ("verify", "leftover"),
+    [("quick", "model.safetensors.incomplete"), ("full", "a.incomplete"), ("quick", "x.lock")],
+)
 def test_an_unfinished_download_left_in_a_target_is_cleaned_up(
-    hf: HubServer, tmp_path: Path, verify: str
+    hf: HubServer, tmp_path: Path, verify: str, leftover: str
 ) -> None:
     _commit(hf)
     target = tmp_path / "m"
     _ensure(target)
-    (target / "model.safetensors.incomplete").write_bytes(b"half")
+    (target / leftover).write_bytes(b"half")
     hf.clear_log()
     result = _ensure(target, verify=verify)
     assert (result.action, result.files_fetched) == ("repaired", 0)
@@ -520,6 +544,27 @@ def test_a_repair_the_hub_cannot_make_right_keeps_the_target_unsealed(
     assert str(err).endswith(f"the source serves bad bytes. Kept in {target}")
     assert not localfs.partial_dir(target).exists()
     assert MANIFEST_NAME not in dir_files(target)  # its files are proven wrong: not complete
+
+
+class _MirrorFileVanishes(Recorder):
+    """The mirror losing a file once the restore has started (a disk pulled, another admin)."""
+
+    def __init__(self, lost: Path) -> None:
+        super().__init__()
+        self.lost = lost
+
+    def phase(self, name: str, files: dict[str, int]) -> Recorder:
+        self.lost.unlink()
+        return self
+
+
+def test_a_mirror_file_lost_during_the_restore_is_one_error(hf: HubServer, tmp_path: Path) -> None:
+    _sha, mirror = _mirrored(hf, tmp_path)
+    lost = mirror / "org" / "m" / "config.json"
+    req = EnsureRequest("org/m", tmp_path / "second", mirror=mirror)
+    err = error_of(lambda: ensure(req, _MirrorFileVanishes(lost)))
+    assert str(err).startswith("FileNotFoundError: ")
+    assert "config.json" in str(err)
 
 
 def test_a_bad_mirror_file_the_hub_cannot_replace_is_one_error(

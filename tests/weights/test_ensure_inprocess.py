@@ -139,6 +139,18 @@ def test_a_model_file_named_like_a_leftover_is_kept(hf: HubServer, tmp_path: Pat
     assert model_part(dir_files(tmp_path / "m")) == files
 
 
+def test_max_workers_1_downloads_big_files_over_one_connection(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    from gpudoctor.weights.fetch import RANGED_MIN_BYTES
+
+    shards = {f"model-{i}.safetensors": os.urandom(RANGED_MIN_BYTES + i) for i in (1, 2)}
+    _commit(hf, shards)  # two files fetched by ranges: two connections when allowed
+    _ensure(tmp_path / "m", max_workers=1)
+    assert len({r.port for r in hf.file_gets()}) == 1
+    assert model_part(dir_files(tmp_path / "m")) == shards
+
+
 def test_a_target_of_another_repository_is_refused(hf: HubServer, tmp_path: Path) -> None:
     _commit(hf)
     _commit(hf, {"config.json": b"{}"}, repo="org/other")

@@ -636,3 +636,29 @@ def test_a_mirror_too_small_for_the_copy_is_refused_before_any_write(
     err = error_of(lambda: _ensure(tmp_path / "m", mirror=small))
     assert str(err).startswith("not enough space for the mirror copy in ")
     assert os.listdir(small) == [] and not (tmp_path / "m").exists()
+
+
+# --- nothing another user could have planted is followed ---------------------------------------
+
+
+def test_a_symlink_as_target_is_refused(hf: HubServer, tmp_path: Path) -> None:
+    _commit(hf)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = tmp_path / "m"
+    target.symlink_to(elsewhere)
+    assert _refusal(target).startswith(f"{target} (--to) is a symlink (to {elsewhere}):")
+    assert os.listdir(elsewhere) == []
+
+
+def test_a_symlink_as_partial_directory_is_refused(hf: HubServer, tmp_path: Path) -> None:
+    _commit(hf)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = tmp_path / "m"
+    partial = localfs.partial_dir(target)
+    partial.symlink_to(elsewhere)
+    err = error_of(lambda: _ensure(target))
+    what = "the partial directory of an earlier run"
+    assert str(err).startswith(f"{partial} ({what}) is a symlink (to {elsewhere}):")
+    assert os.listdir(elsewhere) == [] and not target.exists()

@@ -211,6 +211,7 @@ def test_a_damaged_target_is_repaired_in_place(hf: HubServer, tmp_path: Path) ->
     assert (result.action, result.source, result.revision) == ("repaired", "hub", sha)
     assert (result.files_fetched, result.bytes_fetched) == (1, len(MODEL["config.json"]))
     assert [r.path.rsplit("/", 1)[-1] for r in hf.file_gets()] == ["config.json"]
+    assert not [r for r in hf.requests if r.path.startswith("/api/")]  # its own list serves
     assert model_part(dir_files(target)) == {**MODEL, "stray.bin": b"left by someone"}
 
 
@@ -524,6 +525,43 @@ def test_full_verify_finds_bytes_a_size_check_misses_and_repairs_them(
     assert _ensure(target).action == "none"  # quick: sizes only
     result = _ensure(target, verify="full")
     assert (result.action, result.files_fetched, result.verify) == ("repaired", 1, "full")
+    assert model_part(dir_files(target)) == MODEL
+
+
+def test_full_verify_hashes_against_the_hub_s_list_not_the_target_s_own(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    import hashlib
+    from dataclasses import replace
+
+    _commit(hf)
+    target = tmp_path / "m"
+    _ensure(target)
+    forged = b"Z" * 5000
+    (target / "model.safetensors").write_bytes(forged)
+    manifest = localfs.read_manifest(target)
+    assert manifest is not None
+    files = tuple(
+        replace(f, sha256=hashlib.sha256(forged).hexdigest())
+        if f.path == "model.safetensors"
+        else f
+        for f in manifest.files
+    )
+    localfs.write_manifest(target, replace(manifest, files=files))  # edited to match
+    result = _ensure(target, verify="full")
+    assert (result.action, result.files_fetched) == ("repaired", 1)
+    assert model_part(dir_files(target)) == MODEL
+
+
+def test_full_verify_checks_the_target_s_own_revision_not_a_newer_main(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    old = _commit(hf)
+    target = tmp_path / "m"
+    _ensure(target)
+    _commit(hf, {**MODEL, "config.json": b'{"a": 9}\n'})
+    result = _ensure(target, verify="full")
+    assert (result.action, result.revision) == ("none", old)
     assert model_part(dir_files(target)) == MODEL
 
 

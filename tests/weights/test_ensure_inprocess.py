@@ -219,14 +219,15 @@ def test_a_new_revision_replaces_only_the_files_that_changed(hf: HubServer, tmp_
     _commit(hf)
     target = tmp_path / "m"
     _ensure(target)
-    newer = {**MODEL, "config.json": b'{"a": 2}\n'}
+    newer = {**MODEL, "config.json": b'{"a": 2}\n', "new.json": b"{}"}
+    del newer["tok/t.json"]  # a file the new revision no longer has
     sha = _commit(hf, newer)
     hf.clear_log()
     result = _ensure(target, revision="main")
     assert (result.action, result.revision) == ("repaired", sha)
     assert model_part(dir_files(target)) == newer
     got = sorted(r.path.rsplit("/", 1)[-1] for r in hf.file_gets())
-    assert got == ["config.json", "t.json"]  # the shard hashed and kept; small files re-sent
+    assert got == ["config.json", "new.json"]  # the shard kept: the same in both revisions
     assert result.files_fetched == 2
 
 
@@ -700,3 +701,13 @@ def test_a_symlink_as_partial_directory_is_refused(hf: HubServer, tmp_path: Path
     what = "the partial directory of an earlier run"
     assert str(err).startswith(f"{partial} ({what}) is a symlink (to {elsewhere}):")
     assert os.listdir(elsewhere) == [] and not target.exists()
+
+
+def test_a_full_mirror_still_serves_what_it_holds(hf: HubServer, tmp_path: Path, tmpfs) -> None:
+    shard = os.urandom(300_000)
+    sha = _commit(hf, {"model.safetensors": shard})
+    mirror = tmpfs("400k", name="mirror")
+    assert _ensure(tmp_path / "first", mirror=mirror).mirror_updated
+    result = _ensure(tmp_path / "second", mirror=mirror)  # no room for a second copy there
+    assert (result.action, result.source, result.revision) == ("restored", "mirror", sha)
+    assert (tmp_path / "second" / "model.safetensors").read_bytes() == shard

@@ -379,6 +379,15 @@ def test_the_mirror_serves_a_second_target_without_the_hub(hf: HubServer, tmp_pa
     assert model_part(dir_files(tmp_path / "second")) == MODEL
 
 
+def test_a_pinned_sha_the_mirror_holds_is_restored_without_the_hub(
+    hf: HubServer, tmp_path: Path
+) -> None:
+    sha, mirror = _mirrored(hf, tmp_path)
+    hf.gated.add("org/m")  # the Hub would refuse anything now
+    result = _ensure(tmp_path / "second", mirror=mirror, revision=sha)
+    assert (result.action, result.source, result.revision) == ("restored", "mirror", sha)
+
+
 def test_the_mirror_serves_a_branch_it_holds_once_the_hub_names_its_sha(
     hf: HubServer, tmp_path: Path
 ) -> None:

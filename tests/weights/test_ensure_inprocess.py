@@ -193,7 +193,10 @@ def test_a_file_named_like_gpudoctor_s_bookkeeping_is_not_fetched(
 ) -> None:
     _commit(hf, {"config.json": b"{}", MANIFEST_NAME: b"{}"})
     err = error_of(lambda: _ensure(tmp_path / "m"))
-    assert str(err).startswith(f"org/m has a file named {MANIFEST_NAME!r}, which collides")
+    assert str(err) == (
+        f"org/m has a file named {MANIFEST_NAME!r}, which collides with gpudoctor's own"
+        " bookkeeping (.gpudoctor-*, .cache/huggingface/); refusing to fetch it"
+    )
     assert not (tmp_path / "m").exists() and not localfs.partial_dir(tmp_path / "m").exists()
 
 

@@ -8,33 +8,14 @@ environment; ``no_token`` clears every place a token is looked for.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import pytest
 
 from gpudoctor.weights.errors import WeightsError
-from gpudoctor.weights.progress import Progress
 
 TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HOME", "XDG_CACHE_HOME")
 PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
-
-
-class Recorder(Progress):
-    """A Progress that remembers what it was told (the base class is silent)."""
-
-    def __init__(self) -> None:
-        self.bytes: dict[str, int] = {}
-        self.done: list[str] = []
-        self.lock = threading.Lock()
-
-    def advance(self, path: str, nbytes: int) -> None:
-        with self.lock:
-            self.bytes[path] = self.bytes.get(path, 0) + nbytes
-
-    def file_done(self, path: str) -> None:
-        with self.lock:
-            self.done.append(path)
 
 
 def error_of(call: Callable[[], object]) -> WeightsError:

@@ -19,6 +19,7 @@ from gpudoctor.weights.complete import FileProblem
 from gpudoctor.weights.copier import CopyJob, CopyStopped, copy_files
 from gpudoctor.weights.localfs import INCOMPLETE_DIR
 from gpudoctor.weights.progress import Progress
+from tests.weights.progress_recorder import Recorder
 
 RNG = random.Random(11)
 BLOBS = {
@@ -56,19 +57,7 @@ def tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-class Recording(Progress):
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.bytes: dict[str, int] = {}
-        self.done: list[str] = []
-
-    def advance(self, path: str, nbytes: int) -> None:
-        with self.lock:
-            self.bytes[path] = self.bytes.get(path, 0) + nbytes
-
-    def file_done(self, path: str) -> None:
-        with self.lock:
-            self.done.append(path)
+Recording = Recorder  # the bytes per file and the files done, thread-safe
 
 
 @pytest.mark.parametrize(("cpus", "threads"), [(1, 8), (8, 8), (16, 16), (64, 64), (200, 64)])

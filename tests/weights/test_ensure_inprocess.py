@@ -17,8 +17,9 @@ from gpudoctor.weights.ensure import EnsureRequest, EnsureResult, ensure
 from gpudoctor.weights.errors import WeightsError
 from gpudoctor.weights.manifest import MANIFEST_NAME
 from tests.weights.conftest import dir_files, model_part
-from tests.weights.hf_inprocess import Recorder, error_of
+from tests.weights.hf_inprocess import error_of
 from tests.weights.hub_server import HubServer
+from tests.weights.progress_recorder import Recorder
 
 MODEL = {
     "model.safetensors": b"W" * 5000,

@@ -15,8 +15,9 @@ import pytest
 from gpudoctor.weights import fetch, hub
 from gpudoctor.weights.errors import WeightsError
 from gpudoctor.weights.manifest import ManifestFile
-from tests.weights.hf_inprocess import Recorder, error_of
+from tests.weights.hf_inprocess import error_of
 from tests.weights.hub_server import HubServer
+from tests.weights.progress_recorder import Recorder
 
 # --- the file list -------------------------------------------------------------------------
 

@@ -16,32 +16,23 @@ from gpudoctor.weights.complete import FileProblem
 from gpudoctor.weights.manifest import ManifestFile
 from gpudoctor.weights.progress import Progress
 from gpudoctor.weights.verify import directory_problems, full_verify, quick_verify, sha256_of
+from tests.weights.progress_recorder import Recorder
 
 GOOD = b"g" * 5000
 OTHER = b"o" * 5000
 
 
-class Recording(Progress):
+class Recording(Recorder):
     """Collects what a verify reports: the phase, bytes per file, files done (thread-safe)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        super().__init__()
         self.phases: list[tuple[str, dict[str, int]]] = []
-        self.bytes: dict[str, int] = {}
-        self.done: list[str] = []
         self.closed = 0
 
     def phase(self, name: str, files: dict[str, int]) -> Progress:
         self.phases.append((name, dict(files)))
         return self
-
-    def advance(self, path: str, nbytes: int) -> None:
-        with self.lock:
-            self.bytes[path] = self.bytes.get(path, 0) + nbytes
-
-    def file_done(self, path: str) -> None:
-        with self.lock:
-            self.done.append(path)
 
     def close(self) -> None:
         self.closed += 1

@@ -21,7 +21,6 @@ from typing import Any
 import psutil
 import pytest
 
-from gpudoctor import runner as runner_mod
 from gpudoctor.bench.launch.campaign import LaunchOptions, Summary, run_campaign
 from gpudoctor.bench.launch.progress import PlainReporter
 from gpudoctor.bench.launch.server import TAG_VAR, tagged_processes
@@ -46,21 +45,6 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """This machine has no GPU: one server at a time (no stand-ins declared)."""
     for name in ("GPUDOCTOR_FAKE_GPUS", "GPUDOCTOR_FAKE_GPU_TOPO", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def asked(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The options each ``gpudoctor check`` ran with (the real catalogue runs: a GPU count
-    to expect cannot show in its findings on a machine without a GPU)."""
-    seen: list[Any] = []
-    real = runner_mod.run_checks
-
-    def run_checks(host: Any, options: Any, **kw: Any) -> Any:
-        seen.append(options)
-        return real(host, options, **kw)
-
-    monkeypatch.setattr(runner_mod, "run_checks", run_checks)
-    return seen
 
 
 def _plan(tmp_path: Path, body: str = TWO) -> Plan:

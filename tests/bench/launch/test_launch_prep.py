@@ -13,11 +13,9 @@ import re
 import stat
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from gpudoctor import runner as runner_mod
 from gpudoctor.bench.engines import engine_for
 from gpudoctor.bench.launch import prep
 from gpudoctor.bench.launch.progress import PlainReporter
@@ -27,21 +25,6 @@ from gpudoctor.bench.plan import Plan
 from tests.bench.launch.runner_support import REPO, REVISION, write_mirror, write_plan
 
 DRIVER_REMEDY = "On the host: `modprobe nvidia && nvidia-modprobe -u -c=0`"
-
-
-@pytest.fixture
-def asked(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The options each ``gpudoctor check`` ran with (the real catalogue runs: a GPU count
-    to expect cannot show in its findings on a machine without a GPU)."""
-    seen: list[Any] = []
-    real = runner_mod.run_checks
-
-    def run_checks(host: Any, options: Any, **kw: Any) -> Any:
-        seen.append(options)
-        return real(host, options, **kw)
-
-    monkeypatch.setattr(runner_mod, "run_checks", run_checks)
-    return seen
 
 
 def _plan(tmp_path: Path, body: str = "", tp: str = "") -> Plan:

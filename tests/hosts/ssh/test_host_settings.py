@@ -1,0 +1,125 @@
+"""What a user passes to ``SSHHost`` is what the connection uses: an unknown host key is
+refused unless they asked to save it, ``user``/``port`` beside the spec, a password, a key's
+passphrase, the known_hosts files their ssh config names; and stdout that is not UTF-8 still
+reads. Against a real SSH server in the test process (tests/hosts/ssh/inproc_sshd.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from gpudoctor.hosts.base import HostError
+from gpudoctor.hosts.ssh.host import SSHHost
+from tests.hosts.ssh.inproc_sshd import Policy, running
+from tests.hosts.ssh.test_authenticate import make_key
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A HOME of the test's own: no key, agent or known_hosts of the machine's user."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    return tmp_path
+
+
+def ran(host: SSHHost, argv: list[str]) -> str:
+    """Run ``argv`` on ``host``, close it, and return its stdout (rc 0 asserted)."""
+    try:
+        result = host.run(argv)
+    finally:
+        host.close()
+    assert result.returncode == 0, result
+    return result.stdout
+
+
+def serving(key: paramiko.PKey) -> running:
+    return running(Policy(keys={key.asbytes()}))
+
+
+def test_a_host_never_seen_is_refused_unless_its_key_may_be_saved(home: Path) -> None:
+    key = make_key(home / "id")
+    known = home / "known_hosts"
+    known.write_text("")
+    with serving(key) as server:
+        spec = f"alice@127.0.0.1:{server.port}"
+        opts = dict(key_filename=str(home / "id"), known_hosts=str(known), ssh_config=None,
+                    system_known_hosts=False)  # fmt: skip
+        with pytest.raises(HostError) as refused:
+            ran(SSHHost(spec, **opts), ["true"])  # the default: never trusted silently
+        assert "unknown SSH host key" in str(refused.value)
+        assert known.read_text() == "" and server.commands == []
+        assert ran(SSHHost(spec, accept_new_host_key=True, **opts), ["echo", "in"]) == "in\n"
+    assert known.read_text() == server.known_hosts_line()
+
+
+def test_user_and_port_given_apart_from_the_spec_are_the_ones_used(home: Path) -> None:
+    key = make_key(home / "id")
+    with serving(key) as server:
+        known = home / "known_hosts"
+        known.write_text(server.known_hosts_line())
+        host = SSHHost("127.0.0.1", user="bob", port=server.port, key_filename=str(home / "id"),
+                       known_hosts=str(known), ssh_config=None, system_known_hosts=False)  # fmt: skip
+        assert ran(host, ["echo", "ok"]) == "ok\n"
+    assert {a.user for a in server.attempts} == {"bob"}
+
+
+def test_a_password_logs_in(home: Path) -> None:
+    with running(Policy(password="s3cret")) as server:
+        known = home / "known_hosts"
+        known.write_text(server.known_hosts_line())
+        host = SSHHost(f"carol@127.0.0.1:{server.port}", password="s3cret",
+                       known_hosts=str(known), ssh_config=None, system_known_hosts=False)  # fmt: skip
+        assert ran(host, ["echo", "ok"]) == "ok\n"
+    assert [(a.method, a.detail) for a in server.attempts][-1] == ("password", b"s3cret")
+
+
+def test_a_passphrase_unlocks_the_key_file(home: Path) -> None:
+    key = make_key(home / "locked", passphrase="pp")
+    with serving(key) as server:
+        known = home / "known_hosts"
+        known.write_text(server.known_hosts_line())
+        host = SSHHost(f"alice@127.0.0.1:{server.port}", key_filename=str(home / "locked"),
+                       passphrase="pp", known_hosts=str(known), ssh_config=None,
+                       system_known_hosts=False)  # fmt: skip
+        assert ran(host, ["echo", "ok"]) == "ok\n"
+    assert key.asbytes() in server.offered_blobs
+
+
+def test_the_known_hosts_file_the_ssh_config_names_is_read_by_default(home: Path) -> None:
+    key = make_key(home / "id")
+    with serving(key) as server:
+        config_known = home / "config_known_hosts"
+        config_known.write_text(server.known_hosts_line())
+        config = home / "config"
+        config.write_text(f"Host box\n  HostName 127.0.0.1\n  Port {server.port}\n  User alice\n"
+                          f"  IdentityFile {home / 'id'}\n"
+                          f"  UserKnownHostsFile {config_known}\n")  # fmt: skip
+        assert ran(SSHHost("box", ssh_config=str(config)), ["echo", "ok"]) == "ok\n"
+
+
+def test_stdout_that_is_not_utf8_reads_with_replacement_characters(home: Path) -> None:
+    key = make_key(home / "id")
+    with serving(key) as server:
+        known = home / "known_hosts"
+        known.write_text(server.known_hosts_line())
+        host = SSHHost(f"alice@127.0.0.1:{server.port}", key_filename=str(home / "id"),
+                       known_hosts=str(known), ssh_config=None, system_known_hosts=False)  # fmt: skip
+        assert ran(host, ["printf", "\\377ok"]) == "\ufffdok"
+
+
+def test_a_host_whose_server_went_away_says_so_at_every_call(home: Path) -> None:
+    key = make_key(home / "id")
+    with serving(key) as server:
+        known = home / "known_hosts"
+        known.write_text(server.known_hosts_line())
+        host = SSHHost(f"alice@127.0.0.1:{server.port}", key_filename=str(home / "id"),
+                       known_hosts=str(known), ssh_config=None, system_known_hosts=False)  # fmt: skip
+        assert host.run(["true"]).returncode == 0
+    try:
+        for _ in range(2):  # the dead connection is dropped, and the next connect fails
+            with pytest.raises(HostError):
+                host.run(["true"])
+    finally:
+        host.close()

@@ -204,7 +204,8 @@ MAX_READ = 64 << 20  # far above pmxcfs's 1 MiB file limit
 def read_bytes(host: Host, path: str, layout: Layout) -> tuple[bytes, str]:
     """Return a file's exact bytes and SHA-1 (``cat PATH; sha1sum PATH``); raise
     ApplyError ``missing`` when it does not exist, ``io`` when it cannot be read or is
-    larger than :data:`MAX_READ` (never a config: its head alone would be planned from)."""
+    larger than :data:`MAX_READ` (no CT config or unit file is: its head alone would be planned
+    from)."""
     # Through the Host's own file read (the SSH agent's channel): no process per read on the
     # node, which matters when a fleet check reads hundreds of CT configs. The locked write
     # re-reads and re-hashes on the host itself, so this SHA-1 is only the plan's witness.
@@ -215,7 +216,10 @@ def read_bytes(host: Host, path: str, layout: Layout) -> tuple[bytes, str]:
     except OSError as exc:
         raise ApplyError("io", f"cannot read {path}: {exc.strerror or exc}") from None
     if len(data) > MAX_READ:  # never a config: refused whole, not planned from its head
-        raise ApplyError("io", f"{path} is larger than {MAX_READ >> 20} MiB: not a CT config")
+        raise ApplyError(
+            "io",
+            f"{path} is larger than {MAX_READ >> 20} MiB: refused, a plan needs the whole file",
+        )
     return data, hashlib.sha1(data).hexdigest()
 
 

@@ -225,7 +225,7 @@ def test_a_file_larger_than_any_config_is_refused_not_read_in_part(tmp_path: Pat
     with pytest.raises(ApplyError) as refused:
         read_bytes(LocalHost(), str(huge), Layout())
     assert (refused.value.code, str(refused.value)) == (
-        "io", f"{huge} is larger than 64 MiB: not a CT config")  # fmt: skip
+        "io", f"{huge} is larger than 64 MiB: refused, a plan needs the whole file")  # fmt: skip
     with huge.open("wb") as fh:
         fh.truncate(apply.MAX_READ)
     data, _ = read_bytes(LocalHost(), str(huge), Layout())

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from gpudoctor.bench.launch import slurm
+from gpudoctor.bench.launch.schedule import shard_of
 from gpudoctor.bench.launch.status import campaign_status, render, run_status
 from gpudoctor.bench.plan import parse_plan
 
@@ -223,10 +224,10 @@ def test_a_launcher_that_ended_runs_nothing(tmp_path: Path) -> None:
 def test_a_shard_counts_only_its_own_cells(tmp_path: Path) -> None:
     from gpudoctor.bench.launch.schedule import in_shard
 
-    run = make_run(tmp_path)
-    every = keys(run)
+    run = make_run(tmp_path, plan=PLAN.replace('"models/tiny"', '"/srv/models/tiny"'))
+    every = keys(run)  # an absolute model path: the same keys in every test run
     mine = {k for k in every.values() if in_shard(k, (2, 2))}
-    assert 0 < len(mine) < 6  # the plan's cells fall in both shards
+    assert len(mine) == 3  # the plan's cells fall in both shards
     (run / "run.json").write_text(json.dumps({"shard": [2, 2]}))
     status = run_status(run)
     assert status["shard"] == [2, 2] and status["progress"] == {"recorded": 0, "total": len(mine)}
@@ -321,10 +322,13 @@ def test_a_directory_of_shards_is_shown_shard_by_shard_with_slurms_view(
     jsonl(campaign / "slurm" / "submissions.jsonl", [
         {"array_job": "100", "shards": 3}, {"array_job": "101", "shards": 2},
     ])  # fmt: skip
-    plan = PLAN.replace('"models/tiny"', f'"{tmp_path}/tiny"')  # the same keys in every shard
+    # An absolute model path: the same keys in every shard and in every test run (a path
+    # under tmp_path changed the keys per run, and 1 run in 32 put all six in one shard).
+    plan = PLAN.replace('"models/tiny"', '"/srv/models/tiny"')
     runs = {i: make_run(campaign / "shards", str(i), plan) for i in (2, 1)}
+    assert sorted(shard_of(k, 2) for k in keys(runs[1]).values()) == [1, 1, 1, 2, 2, 2]
     for i in (1, 2):  # shard i of 2 records a cell of its own, measured in 10 x i s
-        own = next(k for k in keys(runs[i]).items() if int(k[1][:12], 16) % 2 + 1 == i)
+        own = next(k for k in keys(runs[i]).items() if shard_of(k[1], 2) == i)
         (label, c), _ = own
         jsonl(runs[i] / "results.jsonl", [record(runs[i], label, c, "ok", 10.0 * i)])
     (campaign / "shards" / "notes").mkdir()  # not a shard

@@ -185,6 +185,10 @@ def test_ssh_run(ssh: SSHHost, tmp_path: Path) -> None:
     child = int(pidfile.read_text())
     stat = Path(f"/proc/{child}/stat")
     assert not stat.exists() or stat.read_text().split()[2] == "Z"
+    # TERM ignored: KILLed 2 s later. sshd would report the killed `timeout` as a signal
+    # (paramiko drops it: -1, not timed out) but for run()'s `; exit $?`: 137, timed out.
+    deaf = ssh.run(["sh", "-c", "trap '' TERM; sleep 30"], timeout=0.5)
+    assert (deaf.returncode, deaf.timed_out) == (137, True)
 
 
 def test_ssh_sessions_see_pure_cgroup2(ssh: SSHHost) -> None:

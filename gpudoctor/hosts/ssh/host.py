@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import paramiko
 
-from gpudoctor.hosts.agent.client import AgentHost, agent_command
+from gpudoctor.hosts.agent.client import DEFAULT_CALL_TIMEOUT, AgentHost, agent_command
 from gpudoctor.hosts.base import CommandResult, ForwardingHost, HostError
 from gpudoctor.hosts.byte_stream import ByteStream
 from gpudoctor.hosts.ssh.auth import Credentials
@@ -122,6 +122,8 @@ class SSHHost(ForwardingHost):
         ssh_config: the OpenSSH client config file (``ssh -F``); the default reads what
             ``ssh`` reads; None: no config file at all.
         system_known_hosts: also read the configured known_hosts files (tests turn it off).
+        call_timeout: seconds a file operation (an agent call) may take; past it the
+            agent is stopped and the call raises :class:`HostError`.
     """
 
     python = "python3"
@@ -141,7 +143,7 @@ class SSHHost(ForwardingHost):
         connect_timeout: float | None = None,
         ssh_config: str | None = DEFAULT_SSH_CONFIG,
         system_known_hosts: bool = True,
-        call_timeout: float = 30.0,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT,
     ) -> None:
         self.name = spec
         self.target = resolve_target(spec, user=user, port=port, ssh_config=ssh_config)
@@ -214,10 +216,15 @@ class SSHHost(ForwardingHost):
     def run(
         self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None
     ) -> CommandResult:
-        """Run ``argv`` remotely as ``timeout -k 2 T argv`` on its own exec channel;
-        return its result (returncode 127 when the program is missing)."""
+        """Run ``argv`` remotely as ``timeout -k 2 T argv; exit $?`` on its own exec
+        channel; return its result (returncode 127 when the program is missing; 124, or
+        137 when it ignored TERM and was killed 2 s later, with ``timed_out``).
+
+        The ``; exit $?`` keeps the login shell waiting: run alone, ``timeout`` is exec'd
+        and dies of its own KILL at the deadline, which sshd reports as a signal that
+        paramiko drops (the command would read as returncode -1, not timed out)."""
         started = time.monotonic()
-        command = shlex.join(["timeout", "-k", "2", f"{timeout:g}", *argv])
+        command = shlex.join(["timeout", "-k", "2", f"{timeout:g}", *argv]) + "; exit $?"
         stream = self._exec(command)
         channel = stream.channel
         out_box: list[bytes] = []

@@ -9,7 +9,7 @@ What the server accepts is a :class:`Policy`: the public keys that log in (or co
 a first factor), a password, the methods it names as allowed. It records every
 authentication attempt (method, user, key blob) in ``Server.attempts``; exec requests
 run the command with ``/bin/sh -c`` as a real local process whose stdin, stdout, stderr
-and exit status travel over the channel, as sshd does."""
+and exit status (or the signal that killed it) travel over the channel, as sshd does."""
 
 from __future__ import annotations
 
@@ -43,6 +43,8 @@ class Policy:
             ``MaxSessions 0`` does).
         hold_forwards: when set, every ``direct-tcpip`` request waits on this event (a
             jump host that never answers), then is refused.
+        hold_sessions: when set, every session request waits on this event (an sshd that
+            stopped answering after login), then is refused.
     """
 
     keys: set[bytes] = field(default_factory=set)
@@ -53,6 +55,7 @@ class Policy:
     drop_on_auth: bool = False
     sessions: bool = True
     hold_forwards: threading.Event | None = None
+    hold_sessions: threading.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,10 @@ class _Interface(paramiko.ServerInterface):
         return paramiko.AUTH_SUCCESSFUL
 
     def check_channel_request(self, kind: str, chanid: int) -> int:
+        hold = self.server.policy.hold_sessions
+        if kind == "session" and hold is not None:
+            hold.wait()  # set by the test, or by close()
+            return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
         if kind == "session" and self.server.policy.sessions:
             return paramiko.OPEN_SUCCEEDED
         return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
@@ -175,9 +182,27 @@ def _run_exec(channel: paramiko.Channel, command: bytes, server: Server) -> None
     proc.stdout.close()  # read to EOF by this thread and the joined one: no fd left to GC
     proc.stderr.close()
     with contextlib.suppress(Exception):  # the client (or the whole connection) may be gone
-        channel.send_exit_status(status)
+        if status >= 0:
+            channel.send_exit_status(status)
+        else:  # killed by a signal: sshd sends "exit-signal" (RFC 4254 6.10), no status
+            _send_exit_signal(channel, signal.Signals(-status).name.removeprefix("SIG"))
         channel.shutdown_write()
         channel.close()
+
+
+def _send_exit_signal(channel: paramiko.Channel, name: str) -> None:
+    """Send an ``exit-signal`` request (signal name without ``SIG``, no core dump, no
+    message), as sshd does for a command killed by a signal; paramiko has no call for it."""
+    m = paramiko.Message()
+    m.add_byte(bytes([paramiko.common.MSG_CHANNEL_REQUEST]))
+    m.add_int(channel.remote_chanid)
+    m.add_string("exit-signal")
+    m.add_boolean(False)
+    m.add_string(name)
+    m.add_boolean(False)
+    m.add_string("")
+    m.add_string("")
+    channel.transport._send_user_message(m)  # type: ignore[union-attr]
 
 
 def _pump(a: paramiko.Channel | socket.socket, b: paramiko.Channel | socket.socket) -> None:
@@ -280,7 +305,7 @@ class Server:
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() above
         self._listener.close()
-        for hold in (self.policy.hold_auth, self.policy.hold_forwards):
+        for hold in (self.policy.hold_auth, self.policy.hold_forwards, self.policy.hold_sessions):
             if hold is not None:
                 hold.set()
         for transport in self.transports:

@@ -66,7 +66,7 @@ def test_a_command_gives_its_output_status_and_the_deadline_it_ran_under(
         False,
     )
     assert done.duration_s > 0
-    assert server.commands == ["timeout -k 2 12.5 sh -c 'echo out; echo err >&2; exit 3'"]
+    assert server.commands == ["timeout -k 2 12.5 sh -c 'echo out; echo err >&2; exit 3'; exit $?"]
 
 
 def test_input_reaches_the_command_and_its_end_is_seen(host: SSHHost) -> None:

@@ -1,7 +1,7 @@
 """What a user passes to ``SSHHost`` is what the connection uses: an unknown host key is
 refused unless they asked to save it, ``user``/``port`` beside the spec, a password, a key's
-passphrase, the known_hosts files their ssh config names; and stdout that is not UTF-8 still
-reads. Against a real SSH server in the test process (tests/hosts/ssh/inproc_sshd.py)."""
+passphrase, the known_hosts files their ssh config names (and only those when asked), a
+jump host named in that config; and stdout that is not UTF-8 still reads. Against a real SSH server in the test process (tests/hosts/ssh/inproc_sshd.py)."""
 
 from __future__ import annotations
 
@@ -123,3 +123,40 @@ def test_a_host_whose_server_went_away_says_so_at_every_call(home: Path) -> None
                 host.run(["true"])
     finally:
         host.close()
+
+
+def test_a_key_only_the_configs_known_hosts_holds_is_unknown_when_those_are_off(
+    home: Path,
+) -> None:
+    """``system_known_hosts=False``: the UserKnownHostsFile the config names is not read,
+    so its key does not make the host known."""
+    key = make_key(home / "id")
+    with serving(key) as server:
+        config_known = home / "config_known_hosts"
+        config_known.write_text(server.known_hosts_line())
+        config = home / "config"
+        config.write_text(f"Host box\n  HostName 127.0.0.1\n  Port {server.port}\n  User alice\n"
+                          f"  IdentityFile {home / 'id'}\n"
+                          f"  UserKnownHostsFile {config_known}\n")  # fmt: skip
+        with pytest.raises(HostError) as refused:
+            ran(SSHHost("box", ssh_config=str(config), system_known_hosts=False), ["true"])
+        assert "unknown SSH host key" in str(refused.value) and server.commands == []
+
+
+def test_a_jump_host_named_only_in_the_given_config_carries_the_connection(home: Path) -> None:
+    """``ssh -F FILE box`` where FILE says ``ProxyJump jumpbox``: the hop's name, port,
+    user, key and known_hosts come from FILE too."""
+    key = make_key(home / "id")
+    with serving(key) as server, serving(key) as hop:
+        known = home / "config_known_hosts"
+        known.write_text(server.known_hosts_line() + hop.known_hosts_line())
+        config = home / "config"
+        config.write_text(f"Host box\n  HostName 127.0.0.1\n  Port {server.port}\n  User alice\n"
+                          f"  ProxyJump jumpbox\n"
+                          f"Host jumpbox\n  HostName 127.0.0.1\n  Port {hop.port}\n  User root\n"
+                          f"Host *\n  IdentityFile {home / 'id'}\n"
+                          f"  UserKnownHostsFile {known}\n")  # fmt: skip
+        assert ran(SSHHost("box", ssh_config=str(config)), ["echo", "ok"]) == "ok\n"
+    assert hop.forwards == [("127.0.0.1", server.port)]
+    assert [a.user for a in hop.attempts] == ["root"]
+    assert server.commands == ["timeout -k 2 30 echo ok; exit $?"]

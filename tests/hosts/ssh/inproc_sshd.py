@@ -21,6 +21,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import paramiko
 
@@ -45,6 +46,9 @@ class Policy:
             jump host that never answers), then is refused.
         hold_sessions: when set, every session request waits on this event (an sshd that
             stopped answering after login), then is refused.
+        status_at_exit: send a command's exit status when it exits, as OpenSSH's sshd
+            does, not after its stdout and stderr ended (the default, so that a test
+            reading both after the status never races).
     """
 
     keys: set[bytes] = field(default_factory=set)
@@ -56,6 +60,7 @@ class Policy:
     sessions: bool = True
     hold_forwards: threading.Event | None = None
     hold_sessions: threading.Event | None = None
+    status_at_exit: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,7 +154,8 @@ class _Interface(paramiko.ServerInterface):
 def _run_exec(channel: paramiko.Channel, command: bytes, server: Server) -> None:
     """Run ``command`` as sshd does (``sh -c``, :meth:`Server.spawn`), pumping the channel
     both ways; send the exit status, then close the channel. A server already closed runs
-    nothing and closes the channel."""
+    nothing and closes the channel. Under ``Policy.status_at_exit`` the status goes as
+    soon as the command exits, before a process it left behind lets go of its stdout."""
     proc = server.spawn(command)
     if proc is None:
         with contextlib.suppress(Exception):
@@ -174,6 +180,8 @@ def _run_exec(channel: paramiko.Channel, command: bytes, server: Server) -> None
     err = threading.Thread(target=errors, daemon=True)
     feeder.start()
     err.start()
+    if server.policy.status_at_exit:
+        threading.Thread(target=lambda: _send_status(channel, proc.wait()), daemon=True).start()
     for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
         with contextlib.suppress(OSError, EOFError):
             channel.sendall(chunk)
@@ -181,13 +189,21 @@ def _run_exec(channel: paramiko.Channel, command: bytes, server: Server) -> None
     status = proc.wait()
     proc.stdout.close()  # read to EOF by this thread and the joined one: no fd left to GC
     proc.stderr.close()
+    if not server.policy.status_at_exit:
+        _send_status(channel, status)
     with contextlib.suppress(Exception):  # the client (or the whole connection) may be gone
-        if status >= 0:
-            channel.send_exit_status(status)
-        else:  # killed by a signal: sshd sends "exit-signal" (RFC 4254 6.10), no status
-            _send_exit_signal(channel, signal.Signals(-status).name.removeprefix("SIG"))
         channel.shutdown_write()
         channel.close()
+
+
+def _send_status(channel: paramiko.Channel, status: int) -> None:
+    """Send the command's exit status, or (killed by a signal) an ``exit-signal`` request
+    as sshd does (RFC 4254 6.10); nothing when the client or connection is gone."""
+    with contextlib.suppress(Exception):
+        if status >= 0:
+            channel.send_exit_status(status)
+        else:
+            _send_exit_signal(channel, signal.Signals(-status).name.removeprefix("SIG"))
 
 
 def _send_exit_signal(channel: paramiko.Channel, name: str) -> None:
@@ -203,6 +219,27 @@ def _send_exit_signal(channel: paramiko.Channel, name: str) -> None:
     m.add_string("")
     m.add_string("")
     channel.transport._send_user_message(m)  # type: ignore[union-attr]
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of session ``sid`` (``pkill -KILL -s SID``): a command's
+    shell and what it started in process groups of its own (coreutils ``timeout`` moves
+    itself and its command to a new group, which a kill of the shell's group misses).
+    Scans again until none is left alive: a process forked meanwhile is in the session too."""
+    for _ in range(100):
+        alive = []
+        for entry in Path("/proc").iterdir():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue  # not a process, or gone meanwhile
+            if entry.name.isdigit() and fields[0] != "Z" and int(fields[3]) == sid:
+                alive.append(int(entry.name))
+        if not alive:
+            return
+        for pid in alive:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _pump(a: paramiko.Channel | socket.socket, b: paramiko.Channel | socket.socket) -> None:
@@ -313,9 +350,7 @@ class Server:
         with self._procs_lock:
             self._closed = True
         for proc in self.procs:  # no command outlives the server (nor is left unreaped)
-            if proc.poll() is None:
-                with contextlib.suppress(OSError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+            kill_session(proc.pid)
             proc.wait()
 
 

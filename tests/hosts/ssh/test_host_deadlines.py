@@ -22,6 +22,7 @@ import pytest
 
 import gpudoctor
 from gpudoctor.hosts.base import HostError
+from gpudoctor.hosts.ssh import host as ssh_host
 from gpudoctor.hosts.ssh.host import SSHHost
 from tests.hosts.ssh.inproc_sshd import Policy, Server, running
 from tests.hosts.ssh.test_authenticate import make_key
@@ -142,3 +143,19 @@ def test_a_client_interrupted_mid_command_exits_at_once(server: Server, tmp_path
             client.communicate()
     assert (client.returncode, out, err) == (0, b"interrupted\n", b"")
     assert mark.exists()  # the remote command did run
+
+
+def test_a_process_left_holding_stdout_is_not_waited_for_past_the_grace(
+    key: paramiko.PKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sleep 600 & echo hi``: the status comes when sh exits (as OpenSSH's sshd sends it),
+    the sleep keeps stdout open. run() waits RUN_GRACE (0.5 s here) for stdout's end, then
+    returns what came: rc 0, "hi", not timed out, not after 600 s."""
+    monkeypatch.setattr(ssh_host, "RUN_GRACE", 0.5)
+    with running(Policy(keys={key.asbytes()}, status_at_exit=True)) as server:
+        host = host_for(server, tmp_path)
+        try:
+            done = host.run(["sh", "-c", "sleep 600 & echo hi"], timeout=60)
+        finally:
+            host.close()
+    assert (done.returncode, done.stdout, done.timed_out) == (0, "hi\n", False)

@@ -126,8 +126,13 @@ def test_a_client_interrupted_mid_command_exits_at_once(server: Server, tmp_path
     """Ctrl-C while ``sleep 600`` runs remotely and the host is never closed: the process
     still ends (run()'s threads are daemons; a thread left waiting for the remote
     command would hold the interpreter for 600 s)."""
+    host = host_for(server, tmp_path)  # writes tmp_path/known_hosts
+    try:  # the same client in this process: the server answers (and mutmut, which picks
+        # the tests to run per mutant by what they call in-process, picks this one)
+        assert host.run(["true"]).returncode == 0
+    finally:
+        host.close()
     known = tmp_path / "known_hosts"
-    known.write_text(server.known_hosts_line())
     mark = tmp_path / "running"
     env = {**os.environ, "PYTHONPATH": str(Path(gpudoctor.__file__).resolve().parents[1])}
     client = subprocess.Popen(

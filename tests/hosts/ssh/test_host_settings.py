@@ -117,8 +117,11 @@ def test_a_host_whose_server_went_away_says_so_at_every_call(home: Path) -> None
         host = SSHHost(f"alice@127.0.0.1:{server.port}", key_filename=str(home / "id"),
                        known_hosts=str(known), ssh_config=None, system_known_hosts=False)  # fmt: skip
         assert host.run(["true"]).returncode == 0
+    dead = host._conn.transport  # type: ignore[union-attr]
+    dead.join(30)  # the client has seen the server go
+    assert not dead.is_active()
     try:
-        for _ in range(2):  # the dead connection is dropped, and the next connect fails
+        for _ in range(2):  # the dead connection is dropped, then every connect fails
             with pytest.raises(HostError):
                 host.run(["true"])
     finally:

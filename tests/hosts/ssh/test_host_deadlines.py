@@ -70,6 +70,35 @@ def test_a_command_that_ignores_term_is_killed_and_said_to_be_late(
         host.close()
 
 
+class SteppedClock:
+    """Stands in for ``time.monotonic`` in gpudoctor/hosts/ssh/host.py only (paramiko keeps
+    the real one): each reading is the next of ``readings`` (seconds), so the time run()
+    measures between its two readings is exact, as no real clock gives it."""
+
+    def __init__(self, *readings: float) -> None:
+        self._readings = iter(readings)
+
+    def monotonic(self) -> float:
+        return next(self._readings)
+
+
+@pytest.mark.parametrize(("elapsed_end", "late"), [(119.0, True), (118.99, False)])
+def test_status_124_is_late_from_95_percent_of_the_deadline(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, elapsed_end: float,
+    late: bool,
+) -> None:  # fmt: skip
+    """A 124 that comes 19.0 s into a 20 s deadline (95 %: ``timeout``'s own clock and the
+    SSH round trips differ a little from ours) is the deadline; one at 18.99 s is the
+    command's own exit status."""
+    host = host_for(server, tmp_path)
+    monkeypatch.setattr(ssh_host, "time", SteppedClock(100.0, elapsed_end))
+    try:
+        done = host.run(["sh", "-c", "exit 124"], timeout=20)
+    finally:
+        host.close()
+    assert (done.returncode, done.timed_out, done.duration_s) == (124, late, elapsed_end - 100.0)
+
+
 def test_a_command_without_a_deadline_runs_under_30_s(server: Server, tmp_path: Path) -> None:
     host = host_for(server, tmp_path)
     try:

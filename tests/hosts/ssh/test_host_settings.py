@@ -87,7 +87,12 @@ def test_a_passphrase_unlocks_the_key_file(home: Path) -> None:
     assert key.asbytes() in server.offered_blobs
 
 
-def test_the_known_hosts_file_the_ssh_config_names_is_read_by_default(home: Path) -> None:
+@pytest.mark.parametrize("system_known_hosts", [True, False])
+def test_the_known_hosts_file_the_ssh_config_names_is_read_unless_asked_not_to(
+    home: Path, system_known_hosts: bool
+) -> None:
+    """By default the UserKnownHostsFile the config names makes the host known; with
+    ``system_known_hosts=False`` it is not read, so the host's key is unknown there."""
     key = make_key(home / "id")
     with serving(key) as server:
         config_known = home / "config_known_hosts"
@@ -96,7 +101,13 @@ def test_the_known_hosts_file_the_ssh_config_names_is_read_by_default(home: Path
         config.write_text(f"Host box\n  HostName 127.0.0.1\n  Port {server.port}\n  User alice\n"
                           f"  IdentityFile {home / 'id'}\n"
                           f"  UserKnownHostsFile {config_known}\n")  # fmt: skip
-        assert ran(SSHHost("box", ssh_config=str(config)), ["echo", "ok"]) == "ok\n"
+        host = SSHHost("box", ssh_config=str(config), system_known_hosts=system_known_hosts)
+        if system_known_hosts:
+            assert ran(host, ["echo", "ok"]) == "ok\n"
+            return
+        with pytest.raises(HostError) as refused:
+            ran(host, ["true"])
+        assert "unknown SSH host key" in str(refused.value) and server.commands == []
 
 
 def test_stdout_that_is_not_utf8_reads_with_replacement_characters(home: Path) -> None:
@@ -126,24 +137,6 @@ def test_a_host_whose_server_went_away_says_so_at_every_call(home: Path) -> None
                 host.run(["true"])
     finally:
         host.close()
-
-
-def test_a_key_only_the_configs_known_hosts_holds_is_unknown_when_those_are_off(
-    home: Path,
-) -> None:
-    """``system_known_hosts=False``: the UserKnownHostsFile the config names is not read,
-    so its key does not make the host known."""
-    key = make_key(home / "id")
-    with serving(key) as server:
-        config_known = home / "config_known_hosts"
-        config_known.write_text(server.known_hosts_line())
-        config = home / "config"
-        config.write_text(f"Host box\n  HostName 127.0.0.1\n  Port {server.port}\n  User alice\n"
-                          f"  IdentityFile {home / 'id'}\n"
-                          f"  UserKnownHostsFile {config_known}\n")  # fmt: skip
-        with pytest.raises(HostError) as refused:
-            ran(SSHHost("box", ssh_config=str(config), system_known_hosts=False), ["true"])
-        assert "unknown SSH host key" in str(refused.value) and server.commands == []
 
 
 def test_a_jump_host_named_only_in_the_given_config_carries_the_connection(home: Path) -> None:

@@ -11,7 +11,6 @@ the remote command.
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 import sys
@@ -30,7 +29,9 @@ def interrupt_when_running(mark: Path, threads_before: int) -> None:
         if mark.exists() and threading.active_count() >= threads_before + 2:
             break
         time.sleep(0.01)
-    signal.pthread_kill(threading.main_thread().ident or os.getpid(), signal.SIGINT)
+    main = threading.main_thread().ident
+    assert main is not None  # the main thread has started: it started this one
+    signal.pthread_kill(main, signal.SIGINT)
 
 
 def main() -> None:

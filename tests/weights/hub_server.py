@@ -136,7 +136,7 @@ class LoggedRequest:
     path: str
     status: int
     range: str | None
-    bytes_sent: int
+    bytes_sent: int  # what the answer carries (a client that hangs up gets less)
     authorization: str | None
     port: int = 0  # the client's port: one per connection
 
@@ -212,7 +212,10 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # quiet
         return
 
-    def _finish(self, status: int, sent: int = 0) -> None:
+    def _log(self, status: int, sent: int = 0) -> None:
+        """Log this request BEFORE its answer goes out: a client that has its answer
+        always finds the request in :attr:`HubServer.requests` (logged after the answer,
+        a test reading the log at once could miss it)."""
         self.hub.log(
             LoggedRequest(
                 self.command,
@@ -227,6 +230,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_json(self, status: int, body: object, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
+        self._log(status, len(data))
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -235,7 +239,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
-        self._finish(status, len(data))
 
     def _error(self, status: int, code: str, message: str, commit: str | None = None) -> None:
         headers = {"X-Error-Message": message} | ({"X-Error-Code": code} if code else {})
@@ -351,12 +354,12 @@ class _Handler(BaseHTTPRequestHandler):
         if not f.is_lfs and self.hub.hold_small is not None:
             self.hub.hold_small.wait(10)
         if f.is_lfs and self.hub.redirect_lfs and not from_cdn:
+            self._log(302)
             self.send_response(302)
             self.send_header("Location", f"/cdn/{repo_id}/resolve/{sha}/{path}")
             self.send_header("X-Repo-Commit", sha)
             self.send_header("Content-Length", "0")
             self.end_headers()
-            self._finish(302)
             return
         start, end = 0, f.size - 1
         status = 200
@@ -368,6 +371,7 @@ class _Handler(BaseHTTPRequestHandler):
                 end = min(int(m.group(2)), f.size - 1) if m.group(2) else f.size - 1
                 status = 206
         length = max(0, end - start + 1)
+        self._log(status, length if self.command == "GET" else 0)
         self.send_response(status)
         self.send_header("X-Repo-Commit", sha)
         self.send_header("ETag", f'"{f.etag}"')
@@ -380,13 +384,11 @@ class _Handler(BaseHTTPRequestHandler):
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end}/{f.size}")
         self.end_headers()
-        sent = 0
         if self.command == "GET":
             try:
-                sent = self._send_body(f.source, start, length)
+                self._send_body(f.source, start, length)
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
-        self._finish(status, sent)
 
     def _send_body(self, source: Path, start: int, length: int) -> int:
         throttle = self.hub.throttle_bytes_per_s

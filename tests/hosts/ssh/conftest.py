@@ -8,26 +8,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+
+from tests.hosts.ssh.inproc_sshd import process_stats
 
 
 def children_of(pid: int) -> dict[int, str]:
     """Return the processes whose parent is ``pid`` (``ps --ppid PID``): pid -> its
     /proc/PID/stat line up to the command name, e.g. ``"4711 (sh)"``."""
-    found: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        name_end = stat.rindex(")")
-        if int(stat[name_end + 2 :].split()[1]) == pid:
-            found[int(entry.name)] = stat[: name_end + 1]
-    return found
+    return {child: name for child, (name, fields) in process_stats().items()
+            if int(fields[1]) == pid}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)

@@ -221,20 +221,30 @@ def _send_exit_signal(channel: paramiko.Channel, name: str) -> None:
     channel.transport._send_user_message(m)  # type: ignore[union-attr]
 
 
+def process_stats() -> dict[int, tuple[str, list[str]]]:
+    """Return every process now: pid -> (its /proc/PID/stat up to the command name, e.g.
+    ``"4711 (sh)"``; the fields after it: state, ppid, pgrp, session, ...) (``ps -e``)."""
+    found: dict[int, tuple[str, list[str]]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        name_end = stat.rindex(")")
+        found[int(entry.name)] = (stat[: name_end + 1], stat[name_end + 2 :].split())
+    return found
+
+
 def kill_session(sid: int) -> None:
     """SIGKILL every process of session ``sid`` (``pkill -KILL -s SID``): a command's
     shell and what it started in process groups of its own (coreutils ``timeout`` moves
     itself and its command to a new group, which a kill of the shell's group misses).
     Scans again until none is left alive: a process forked meanwhile is in the session too."""
     for _ in range(100):
-        alive = []
-        for entry in Path("/proc").iterdir():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue  # not a process, or gone meanwhile
-            if entry.name.isdigit() and fields[0] != "Z" and int(fields[3]) == sid:
-                alive.append(int(entry.name))
+        alive = [pid for pid, (_name, fields) in process_stats().items()
+                 if fields[0] != "Z" and int(fields[3]) == sid]  # fmt: skip
         if not alive:
             return
         for pid in alive:

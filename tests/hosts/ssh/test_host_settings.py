@@ -14,6 +14,7 @@ from gpudoctor.hosts.base import HostError
 from gpudoctor.hosts.ssh.host import SSHHost
 from tests.hosts.ssh.inproc_sshd import Policy, running
 from tests.hosts.ssh.test_authenticate import make_key
+from tests.hosts.ssh.test_host_deadlines import host_for
 
 
 @pytest.fixture
@@ -113,20 +114,14 @@ def test_the_known_hosts_file_the_ssh_config_names_is_read_unless_asked_not_to(
 def test_stdout_that_is_not_utf8_reads_with_replacement_characters(home: Path) -> None:
     key = make_key(home / "id")
     with serving(key) as server:
-        known = home / "known_hosts"
-        known.write_text(server.known_hosts_line())
-        host = SSHHost(f"alice@127.0.0.1:{server.port}", key_filename=str(home / "id"),
-                       known_hosts=str(known), ssh_config=None, system_known_hosts=False)  # fmt: skip
+        host = host_for(server, home)
         assert ran(host, ["printf", "\\377ok"]) == "\ufffdok"
 
 
 def test_a_host_whose_server_went_away_says_so_at_every_call(home: Path) -> None:
     key = make_key(home / "id")
     with serving(key) as server:
-        known = home / "known_hosts"
-        known.write_text(server.known_hosts_line())
-        host = SSHHost(f"alice@127.0.0.1:{server.port}", key_filename=str(home / "id"),
-                       known_hosts=str(known), ssh_config=None, system_known_hosts=False)  # fmt: skip
+        host = host_for(server, home)
         assert host.run(["true"]).returncode == 0
     dead = host._conn.transport  # type: ignore[union-attr]
     dead.join(30)  # the client has seen the server go

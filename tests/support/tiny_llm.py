@@ -160,7 +160,7 @@ def make_tiny_model(out: str | Path) -> Path:
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
+        num_attention_heads=2,  # head_dim 32: the least vLLM's CPU attention supports
         num_key_value_heads=2,
         max_position_embeddings=MAX_POS,
         tie_word_embeddings=False,

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from gpudoctor.bench.plan_model import ArgValue, EngineSpec, ModelSpec, ServerConfig
 
 _FLAG = re.compile(r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_-]*)")
+# argparse's ``--flag {a,b,c}`` (choices): in the usage line and in the option's own line
+_CHOICES = re.compile(r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_-]*)[ =]\{([^{}\s]+)\}")
 
 
 class EngineError(RuntimeError):
@@ -45,20 +47,26 @@ class FlagProblem:
     Attributes:
         flag: the flag as it would be passed (``--speculative-ddtree-budgt``).
         configs: labels of the configurations that use it.
-        suggestion: the closest accepted flag, or empty.
+        suggestion: the closest accepted flag (or value), or empty.
         reserved: a flag gpudoctor sets itself (host, port, model, tp): remove it.
+        value: a value outside the flag's choices (the flag itself is known), or empty.
     """
 
     flag: str
     configs: tuple[str, ...]
     suggestion: str = ""
     reserved: bool = False
+    value: str = ""
 
     def message(self) -> str:
         """Return the problem as one line (``unknown flag --x (did you mean --y?) in a@tp1``;
-        ``--port is set by gpudoctor; remove it, used by a@tp1`` for a reserved flag)."""
+        ``--port is set by gpudoctor; remove it, used by a@tp1`` for a reserved flag;
+        ``--dtype does not accept 'flaot32' (did you mean 'float32'?), used by a@tp1``)."""
         if self.reserved:
             return f"{self.flag} is set by gpudoctor; remove it, used by {', '.join(self.configs)}"
+        if self.value:
+            hint = f" (did you mean {self.suggestion!r}?)" if self.suggestion else ""
+            return f"{self.flag} does not accept {self.value!r}{hint}, used by {', '.join(self.configs)}"
         hint = f" (did you mean {self.suggestion}?)" if self.suggestion else ""
         return f"unknown flag {self.flag}{hint}, used by {', '.join(self.configs)}"
 
@@ -66,6 +74,24 @@ class FlagProblem:
 def flags_in_help(help_text: str) -> frozenset[str]:
     """Return every ``--flag`` that a ``--help`` output mentions."""
     return frozenset(_FLAG.findall(help_text))
+
+
+def choices_in_help(help_text: str) -> dict[str, frozenset[str]]:
+    """Return ``--flag -> its accepted values`` for every flag a ``--help`` output shows
+    with argparse choices (``--dtype {auto,float16,float32}``)."""
+    out: dict[str, frozenset[str]] = {}
+    for flag, values in _CHOICES.findall(help_text):
+        out[flag] = out.get(flag, frozenset()) | frozenset(values.split(","))
+    return out
+
+
+def _values_of(value: ArgValue) -> list[str]:
+    """Return the words a plan value passes after its flag (none for a bare flag)."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, tuple):
+        return [str(v) for v in value]
+    return [str(value)]
 
 
 def render_args(args: tuple[tuple[str, ArgValue], ...] | list[tuple[str, ArgValue]]) -> list[str]:
@@ -221,10 +247,16 @@ class Engine(abc.ABC):
 
         Flags gpudoctor sets itself (host, port, model, tp) are reported when a plan sets them."""
         known = flags_in_help(help_text)
+        choices = choices_in_help(help_text)
         users: dict[str, list[str]] = {}
+        bad_values: dict[tuple[str, str], list[str]] = {}
         for config in configs:
-            for flag, _ in config.args:
+            for flag, value in config.args:
                 users.setdefault(flag, []).append(config.label)
+                allowed = choices.get(f"--{flag}")
+                for word in _values_of(value) if allowed else ():
+                    if word not in allowed:
+                        bad_values.setdefault((flag, word), []).append(config.label)
         problems = []
         for flag, labels in users.items():
             dashed = f"--{flag}"
@@ -233,4 +265,9 @@ class Engine(abc.ABC):
             elif dashed not in known:
                 close = difflib.get_close_matches(dashed, sorted(known), n=1, cutoff=0.75)
                 problems.append(FlagProblem(dashed, tuple(labels), close[0] if close else ""))
+        for (flag, word), labels in bad_values.items():
+            close = difflib.get_close_matches(word, sorted(choices[f"--{flag}"]), n=1, cutoff=0.6)
+            problems.append(
+                FlagProblem(f"--{flag}", tuple(labels), close[0] if close else "", value=word)
+            )
         return problems

@@ -1,4 +1,9 @@
-"""vLLM: ``vllm serve MODEL`` (flags per vllm 0.33.0's EngineArgs / frontend args).
+"""vLLM: ``vllm serve MODEL`` (flags per vllm's EngineArgs / frontend args).
+
+vLLM's ``vllm serve --help`` prints only a usage line and its config groups ("For full
+list: vllm serve --help=all"); the flags are checked against ``--help=all``, which lists
+every one with its choices (vllm 0.32.0, checked against the real CLI in the suite:
+tests/bench/vllm/).
 
 Readiness is ``GET /health``; the real context length is ``max_model_len`` in
 ``GET /v1/models``. vLLM configures speculative decoding through one JSON flag,
@@ -33,6 +38,10 @@ class VLLM(Engine):
             if script
             else [self.python, "-m", "vllm.entrypoints.cli.main", "serve"]
         )
+
+    def help_argv(self) -> list[str]:
+        """Return ``vllm serve --help=all`` (the plain ``--help`` lists no flag)."""
+        return [*self.launcher(), "--help=all"]
 
     def model_args(self, model: ModelSpec, config: ServerConfig) -> list[str]:
         """Return ``MODEL --tensor-parallel-size N`` (+ ``--served-model-name`` when set)."""

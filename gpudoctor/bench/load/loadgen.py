@@ -22,7 +22,7 @@ from gpudoctor import fsio
 from gpudoctor.bench.cell_spec import SLO, CellTarget, WorkloadSpec, rate_to_json
 from gpudoctor.bench.load import accept_length as spec
 from gpudoctor.bench.load.client import ClientOptions, make_client, run_requests
-from gpudoctor.bench.load.scraper import MetricsScraper
+from gpudoctor.bench.load.scraper import MetricsScraper, busy_spans
 from gpudoctor.bench.load.telemetry import GpuSampler
 from gpudoctor.bench.load.workload import Prompt, load_tokenizer
 from gpudoctor.bench.load.workloads import build_prompts
@@ -136,7 +136,7 @@ async def _run_cell(
         out["cpu_s"] = time.process_time() - cpu0
         out["records"], out["duration_s"] = records, duration
         out["telemetry"] = sampler.summary()
-        out["server_signals"] = scraper.summary()
+        out["server_signals"] = scraper.summary(busy=busy_spans(records, duration))
         from_meta = spec.from_records(records)
         if from_meta is not None:
             out["accept_length"], out["accept_source"] = from_meta, "meta_info"

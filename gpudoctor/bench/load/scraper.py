@@ -5,10 +5,18 @@ thread (``curl -s URL`` in a loop), parses the text with ``prometheus_client``'s
 parser and keeps only the samples the signals read (:mod:`signal_names`). ``summary()``
 turns them into one entry per signal: ``{"available": True, ...}`` with its figures, or
 ``{"available": False, "why": ...}``: a signal the server does not export is never 0.
+
+A gauge (running, waiting, KV usage) is a measurement of the cell only from the scrapes
+taken while its requests were in flight (``summary(busy=...)``): a cell shorter than the
+scrape interval may see an idle server at every scrape, and then the gauge says so
+instead of a 0. The first scrapes come quicker (:data:`RAMP_S`) so that a short cell is
+still seen under load.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import statistics
 import threading
 import time
@@ -22,6 +30,10 @@ SERIES_POINTS = 120  # samples kept per gauge's series in the record (evenly thi
 # gauges that are fractions or means: averaged over label sets (engines, DP ranks); the
 # other gauges (request counts) are summed
 _AVERAGED = {"kv_cache_usage", "prefix_cache_hit_rate", "spec_accept_length"}
+
+# the waits before the first scrapes after the first (then ``interval_s``): a cell shorter
+# than the interval is still scraped while under load
+RAMP_S = (0.1, 0.2, 0.4)
 
 Sample = tuple[float, dict[str, Any]]  # (seconds after start, name -> value | {pos: value})
 
@@ -125,6 +137,7 @@ class MetricsScraper:
         self.interval_s = interval_s
         self.why_none = why_none or "the engine serves no /metrics"
         self.samples: list[Sample] = []
+        self.answered: list[float] = []  # per sample: when its reply had been read (s after t0)
         self.dialect: str | None = None
         self.scrapes = 0
         self.failures: list[str] = []
@@ -132,6 +145,7 @@ class MetricsScraper:
         self._keep: frozenset[str] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.t0 = time.perf_counter()  # the origin of the samples' times
 
     def __enter__(self) -> MetricsScraper:
         if self.url:
@@ -139,6 +153,7 @@ class MetricsScraper:
 
             import prometheus_client.parser  # noqa: F401
 
+            self.t0 = time.perf_counter()
             self._thread = threading.Thread(target=self._loop, name="metrics-scraper", daemon=True)
             self._thread.start()
         return self
@@ -148,14 +163,19 @@ class MetricsScraper:
         if self._thread is not None:
             self._thread.join(timeout=self.interval_s + 10)
 
+    def waits(self) -> list[float]:
+        """Return the waits (seconds) between the first scrapes: :data:`RAMP_S` below the
+        interval, then the interval itself (repeated from there on)."""
+        return [w for w in RAMP_S if w < self.interval_s] + [self.interval_s]
+
     def _loop(self) -> None:
-        t0 = time.perf_counter()
+        waits = self.waits()
         with Fetcher(self.url or "", max(self.interval_s, 2.0)) as fetcher:
-            while True:
-                self.scrape_once(fetcher, time.perf_counter() - t0)
-                if self._stop.wait(self.interval_s):
+            for step in itertools.count():
+                self.scrape_once(fetcher, time.perf_counter() - self.t0)
+                if self._stop.wait(waits[min(step, len(waits) - 1)]):
                     break
-            self.scrape_once(fetcher, time.perf_counter() - t0)  # the cell's last counters
+            self.scrape_once(fetcher, time.perf_counter() - self.t0)  # the last counters
 
     def scrape_once(self, fetcher: Fetcher, t: float) -> None:
         """GET the URL once and keep its wanted samples at time ``t`` (seconds); a failure
@@ -179,11 +199,24 @@ class MetricsScraper:
             self._keep = wanted_names(self.dialect)
         parsed = parse_samples(text, self._keep)
         self.samples.append((t, reduce_samples(parsed, self.dialect)))
+        self.answered.append(time.perf_counter() - self.t0)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, busy: Sequence[tuple[float, float]] | None = None) -> dict[str, Any]:
         """Return ``{"url", "dialect", "interval_s", "scrapes", "failed", "first_error",
-        "cpu_s", "signals": {signal: {...}}}`` (see :func:`summarize`)."""
+        "cpu_s", "signals": {signal: {...}}}`` (see :func:`summarize`).
+
+        ``busy``: the ``(start, end)`` ``time.perf_counter()`` seconds of each request;
+        gauges are then stated only from the scrapes asked and answered while requests
+        were in flight (from the GET's start to the reply's end)."""
         why = self._why_unavailable()
+        samples = self.samples[: len(self.answered)]  # a thread given up on may be mid-append
+        loaded = None
+        if busy is not None:
+            spans = _union([(a - self.t0, b - self.t0) for a, b in busy])
+            loaded = [
+                _within(t, end, spans)
+                for (t, _), end in zip(samples, self.answered[: len(samples)], strict=True)
+            ]
         return {
             "url": self.url,
             "dialect": self.dialect,
@@ -192,7 +225,7 @@ class MetricsScraper:
             "failed": len(self.failures),
             "first_error": self.failures[0] if self.failures else None,
             "cpu_s": round(self.cpu_s, 6),
-            "signals": summarize(self.samples, self.dialect, why),
+            "signals": summarize(samples, self.dialect, why, loaded),
         }
 
     def _why_unavailable(self) -> str | None:
@@ -203,11 +236,19 @@ class MetricsScraper:
         return None
 
 
-def summarize(samples: Sequence[Sample], dialect: str | None, why: str | None) -> dict[str, Any]:
+def summarize(
+    samples: Sequence[Sample],
+    dialect: str | None,
+    why: str | None,
+    loaded: Sequence[bool] | None = None,
+) -> dict[str, Any]:
     """Return one entry per signal of :data:`SIGNALS`: ``{"available": False, "why"}``
     when the server did not export it, else ``{"available": True, "value", ...}``
     (gauges add ``mean``/``max``/``series`` [[s, value], ...]; a histogram ``{position:
-    fraction}``)."""
+    fraction}``). ``loaded``: per sample, whether it was scraped while requests were in
+    flight; a gauge's figures then come from those samples only (its series keeps every
+    sample), and a gauge that no such sample saw is not available: the cell was shorter
+    than the scrape interval. None: every sample counts."""
     out: dict[str, Any] = {}
     for signal in SIGNALS:
         if why is not None or dialect is None:
@@ -217,20 +258,62 @@ def summarize(samples: Sequence[Sample], dialect: str | None, why: str | None) -
         if source is None:
             out[signal] = {"available": False, "why": f"{dialect} exports no such metric"}
             continue
-        out[signal] = _one(samples, source)
+        out[signal] = _one(samples, source, loaded)
     return out
 
 
-def _one(samples: Sequence[Sample], source: Any) -> dict[str, Any]:
-    rows = [(t, v[source.name]) for t, v in samples if source.name in v]
+def busy_spans(
+    records: Sequence[Any], duration_s: float, end: float | None = None
+) -> list[tuple[float, float]]:
+    """Return each request's ``(send, over)`` in ``time.perf_counter()`` seconds, for
+    :meth:`MetricsScraper.summary`: ``records`` (RequestRecords: ``send_s`` after the
+    load's start, ``wall_s`` after the send) of a load that took ``duration_s`` and ended
+    at ``end`` (perf_counter, default now). A request never sent (no ``wall_s``) is left out."""
+    start = (time.perf_counter() if end is None else end) - duration_s
+    return [(start + r.send_s, start + r.send_s + r.wall_s) for r in records
+            if r.wall_s is not None]  # fmt: skip
+
+
+def _union(spans: Sequence[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """Return the union of ``spans`` as sorted, disjoint (starts, ends)."""
+    starts: list[float] = []
+    ends: list[float] = []
+    for a, b in sorted(spans):
+        if ends and a <= ends[-1]:
+            ends[-1] = max(ends[-1], b)
+        else:
+            starts.append(a)
+            ends.append(b)
+    return starts, ends
+
+
+def _within(start: float, end: float, spans: tuple[list[float], list[float]]) -> bool:
+    """Return True when ``[start, end]`` lies inside one of the disjoint ``spans``."""
+    starts, ends = spans
+    i = bisect.bisect_right(starts, start) - 1
+    return i >= 0 and end <= ends[i]
+
+
+def _one(samples: Sequence[Sample], source: Any, loaded: Sequence[bool] | None) -> dict[str, Any]:
+    flags = [True] * len(samples) if loaded is None else loaded
+    rows = [
+        (t, v[source.name], f) for (t, v), f in zip(samples, flags, strict=True) if source.name in v
+    ]
     if not rows:
         return {"available": False, "why": f"{source.name} not served"}
     if source.kind == "gauge":
-        values = [v for _, v in rows]
+        values = [v for _, v, under_load in rows if under_load]
         step = max(1, len(rows) // SERIES_POINTS)
-        series = [[round(t, 3), v] for t, v in rows[::step]]
-        return {"available": True, "value": statistics.fmean(values), "mean": statistics.fmean(values),
-                "max": max(values), "last": values[-1], "series": series, "source": source.name}  # fmt: skip
+        series = [[round(t, 3), v] for t, v, _ in rows[::step]]
+        if not values:  # the series stays: what the server said, for the trace's timeline
+            return {"available": False, "why": f"cell shorter than the scrape interval: none of"
+                    f" the {len(rows)} scrapes fell while requests were in flight",
+                    "series": series}  # fmt: skip
+        entry = {"available": True, "value": statistics.fmean(values), "mean": statistics.fmean(values),
+                 "max": max(values), "last": values[-1], "series": series, "source": source.name}  # fmt: skip
+        if loaded is not None:
+            entry["loaded_scrapes"] = len(values)
+        return entry
     first, last = rows[0][1], rows[-1][1]
     if source.kind == "counter_delta":
         return {"available": True, "value": last - first, "source": source.name}

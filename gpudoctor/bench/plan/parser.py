@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
 import posixpath
 import re
 import urllib.parse
@@ -213,7 +214,7 @@ def parse(text: str, source: str = "plan.toml", base_dir: PurePath | None = None
     r.check_keys(data, _TOP_KEYS, "")
     name = r.typed(data, "name", "name", (str,), Path(source).stem)
     model = _parse_model(r, r.table(data, "model", "model", required=True), base_dir)
-    engine = _parse_engine(r, r.table(data, "engine", "engine", required=True))
+    engine = _parse_engine(r, r.table(data, "engine", "engine", required=True), base_dir)
     workload_table = r.table(data, "workload", "workload")
     workload = _parse_workload(r, workload_table, base_dir)
     slo_table = r.table(data, "slo", "slo")
@@ -291,7 +292,18 @@ def _joined(base_dir: PurePath, relative: str) -> str:
     return posixpath.normpath(str(joined))
 
 
-def _parse_engine(r: _Reader, t: dict) -> EngineSpec:
+def _interpreter(python: str | None, base_dir: PurePath | None) -> str | None:
+    """Return ``engine.python`` as the server will be started with it: a relative path
+    (``.venv/bin/python``) joined to the plan's directory as ``[model] path`` is, WITHOUT
+    following links (a venv's python is a link to the base interpreter, and following it
+    would leave the venv); a bare name (``python3``) stays a ``PATH`` lookup."""
+    if not python or base_dir is None or "/" not in python or PurePath(python).is_absolute():
+        return python
+    joined = base_dir / python
+    return os.path.abspath(joined) if isinstance(joined, Path) else posixpath.normpath(str(joined))
+
+
+def _parse_engine(r: _Reader, t: dict, base_dir: PurePath | None) -> EngineSpec:
     keys = {
         "name",
         "python",
@@ -327,7 +339,7 @@ def _parse_engine(r: _Reader, t: dict) -> EngineSpec:
         )
     return EngineSpec(
         name=name,
-        python=r.typed(t, "python", "engine.python", (str,), None),
+        python=_interpreter(r.typed(t, "python", "engine.python", (str,), None), base_dir),
         args=args,
         env=r.env(t.get("env", {}), "engine.env"),
         startup_timeout_s=float(

@@ -452,3 +452,86 @@ def test_the_denominator_is_its_growth_from_the_first_to_the_last_sample():
     assert summarize(samples, "vllm", None)["prefix_cache_hit_rate"]["value"] == 0.4
     one = [(0.0, {HITS: 0.0, QUERIES: 100.0}), (1.0, {HITS: 1.0, QUERIES: 101.0})]
     assert summarize(one, "vllm", None)["prefix_cache_hit_rate"]["value"] == 1.0  # one query
+
+
+# ---------------------------------------------------------------------------- short cells
+
+RUNNING = "vllm:num_requests_running"
+
+
+def test_a_gauge_counts_only_the_scrapes_taken_under_load():
+    samples = [
+        (0.0, {RUNNING: 0.0}),
+        (0.5, {RUNNING: 4.0}),
+        (1.0, {RUNNING: 2.0}),
+        (2.0, {RUNNING: 0.0}),
+    ]
+    running = summarize(samples, "vllm", None, loaded=[False, True, True, False])["running"]
+    assert (running["value"], running["max"], running["last"], running["loaded_scrapes"]) == (
+        3.0,
+        4.0,
+        2.0,
+        2,
+    )
+    assert [v for _, v in running["series"]] == [0.0, 4.0, 2.0, 0.0]  # the series keeps them all
+
+
+def test_a_cell_shorter_than_the_interval_states_no_gauge_but_its_counters():
+    samples = [
+        (0.0, {RUNNING: 0.0, "vllm:num_preemptions_total": 2.0}),
+        (1.0, {RUNNING: 0.0, "vllm:num_preemptions_total": 5.0}),
+    ]
+    out = summarize(samples, "vllm", None, loaded=[False, False])
+    assert out["running"]["available"] is False
+    assert "shorter than the scrape interval" in out["running"]["why"]
+    assert "2 scrapes" in out["running"]["why"]
+    assert out["running"]["series"] == [[0.0, 0.0], [1.0, 0.0]]  # what the server said, kept
+    assert out["preemptions"] == {
+        "available": True,
+        "value": 3.0,
+        "source": "vllm:num_preemptions_total",
+    }
+
+
+def _scraped(starts_ends: list[tuple[float, float]]) -> MetricsScraper:
+    """A scraper holding samples asked at each start and answered at each end."""
+    scraper = MetricsScraper("http://127.0.0.1:1/metrics", 1.0)
+    scraper.dialect = "vllm"
+    scraper.samples = [(a, {RUNNING: float(i)}) for i, (a, _) in enumerate(starts_ends)]
+    scraper.answered = [b for _, b in starts_ends]
+    return scraper
+
+
+def test_a_scrape_counts_only_when_asked_and_answered_inside_one_busy_span():
+    scraper = _scraped([(0.0, 0.05), (0.2, 0.25), (0.45, 0.55), (1.0, 1.01)])
+    t0 = scraper.t0
+    busy = [(t0 + 0.1, t0 + 0.3), (t0 + 0.25, t0 + 0.5), (t0 + 0.9, t0 + 0.95)]
+    running = scraper.summary(busy=busy)["signals"]["running"]
+    # 0.0-0.05 before the load, 0.45-0.55 answered after the union 0.1-0.5 ended,
+    # 1.0-1.01 after the last span: only the 0.2-0.25 scrape saw the load
+    assert (running["value"], running["loaded_scrapes"]) == (1.0, 1)
+
+
+def test_a_short_cell_between_two_scrapes_states_no_gauge():
+    scraper = _scraped([(0.0, 0.004), (0.04, 0.045)])
+    busy = [(scraper.t0 + 0.002, scraper.t0 + 0.03)]
+    signals = scraper.summary(busy=busy)["signals"]
+    assert signals["running"]["available"] is False
+    assert signals["waiting"]["available"] is False
+    assert scraper.summary()["signals"]["running"]["available"] is True  # without spans: all count
+
+
+def test_busy_spans_place_each_sent_request_on_the_perf_counter():
+    from gpudoctor.bench.load.scraper import busy_spans
+    from gpudoctor.bench.request_record import RequestRecord
+
+    records = [
+        RequestRecord(index=0, prompt_len=1, max_tokens=1, send_s=0.5, ok=True, wall_s=1.0),
+        RequestRecord(index=1, prompt_len=1, max_tokens=1, send_s=2.0, ok=False),  # never sent
+    ]
+    assert busy_spans(records, duration_s=3.0, end=10.0) == [(7.5, 8.5)]
+
+
+def test_the_first_scrapes_come_quicker_than_the_interval():
+    assert MetricsScraper("http://127.0.0.1:1/metrics", 1.0).waits() == [0.1, 0.2, 0.4, 1.0]
+    assert MetricsScraper("http://127.0.0.1:1/metrics", 0.2).waits() == [0.1, 0.2]

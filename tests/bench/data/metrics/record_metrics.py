@@ -8,8 +8,9 @@ are exercised. Run: ``python -m tests.bench.data.metrics.record_metrics``.
 - vLLM: vllm/v1/metrics/loggers.py @ 005a810bc40f (PrometheusStatLogger.__init__),
   vllm/v1/spec_decode/metrics.py @ 016a8587edb0 (SpecDecodingProm); labels
   ``model_name``, ``engine`` (+ ``position``).
-- SGLang: python/sglang/srt/metrics/collector.py @ 00ae9c1590d2
-  (SchedulerMetricsCollector.__init__); labels as its scheduler passes them
+- SGLang 0.5.23: python/sglang/srt/observability/metrics_collector.py
+  (SchedulerMetricsCollector.__init__; checked against the installed package by
+  tests/bench/data/test_recorded_engines.py); labels as its scheduler passes them
   (``model_name``, ``engine_type``, ``tp_rank``, ``pp_rank``, ``moe_ep_rank``).
 """
 
@@ -86,12 +87,12 @@ def sglang(step: int) -> bytes:
     gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", [0.0, 0.37][step])
     gauge(
         "sglang:spec_accept_length",
-        "The average acceptance length of speculative decoding.",
+        "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
         [0.0, 3.1][step],
     )
     gauge(
         "sglang:spec_accept_rate",
-        "The average acceptance rate of speculative decoding (`accepted tokens / total draft tokens` in batch).",
+        "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).",
         [0.0, 0.7][step],
     )
     Counter(

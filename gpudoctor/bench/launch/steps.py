@@ -154,7 +154,30 @@ def model_problems(plan: Plan) -> list[str]:
                 f"{plan.source}: {key} {value} does not exist; fix the path "
                 "(relative paths are relative to the plan file)"
             )
+    if not problems and plan.workload.api == "chat":
+        problems += _chat_template_problems(plan)
     return problems
+
+
+def _chat_template_problems(plan: Plan) -> list[str]:
+    """Return why chat prompts cannot be built: the model's tokenizer has no chat template
+    (a base model; the server would refuse them too). A tokenizer not on disk yet (a
+    ``repo`` the weights step fetches) is not judged here."""
+    tokenizer_dir = plan.model.tokenizer or plan.model.local_dir
+    if not (Path(tokenizer_dir) / "tokenizer_config.json").is_file():
+        return []
+    from gpudoctor.bench.load.workload import load_tokenizer
+
+    try:
+        template = getattr(load_tokenizer(tokenizer_dir), "chat_template", None)
+    except Exception:  # an unreadable tokenizer: the cell says why, with its own error
+        return []
+    if template:
+        return []
+    return [
+        f'{plan.source}: workload.api = "chat" needs a chat template, and the tokenizer in'
+        f' {tokenizer_dir} has none (a base model); use api = "completions"'
+    ]
 
 
 def tokenizer_library() -> bool:

@@ -193,6 +193,55 @@ def test_every_missing_local_path_is_named_with_its_key(tmp_path: Path) -> None:
     assert model_problems(load_plan(tmp_path / "plan.toml")) == []
 
 
+def _chat_plan(tmp_path: Path, model: Path, api: str = "chat") -> Plan:
+    path = tmp_path / "chat.toml"
+    path.write_text(
+        f'name = "chat"\n[model]\npath = "{model}"\n[engine]\nname = "vllm"\n'
+        f'[workload]\napi = "{api}"\n[axes]\nconcurrency = [1]\n'
+    )
+    return load_plan(path)
+
+
+def test_a_chat_workload_needs_the_models_chat_template(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_model_dir, base)
+    (base / "chat_template.jinja").unlink()
+    plan = _chat_plan(tmp_path, base)
+    assert model_problems(plan) == [
+        f'{plan.source}: workload.api = "chat" needs a chat template, and the tokenizer in {base}'
+        ' has none (a base model); use api = "completions"'
+    ]
+    assert model_problems(_chat_plan(tmp_path, base, api="completions")) == []
+    assert model_problems(_chat_plan(tmp_path, tiny_model_dir)) == []
+
+
+def test_a_tokenizer_not_on_disk_or_unreadable_is_not_judged_for_chat(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert model_problems(_chat_plan(tmp_path, empty)) == []  # the weights step fetches it later
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "tokenizer_config.json").write_text("{ not json")
+    assert model_problems(_chat_plan(tmp_path, broken)) == []  # the cell names its own error
+
+
+def test_a_missing_transformers_is_a_problem_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    plan = _plan(tmp_path, '[[configs]]\nname = "a"\n')
+    monkeypatch.setitem(sys.modules, "transformers", None)  # what an uninstalled package gives
+    assert model_problems(plan) == [
+        "the load generator needs transformers to read the model's tokenizer (prompt lengths,"
+        " context clamping); install it: pip install 'gpudoctor[bench]'"
+    ]
+
+
 def test_a_run_id_names_the_run_directory_wherever_it_is_named_from(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

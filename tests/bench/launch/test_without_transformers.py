@@ -46,3 +46,42 @@ def test_the_dry_run_names_the_missing_package_too(tmp_path: Path, tiny_model_di
     done = gd_without_transformers("bench", "run", str(plan), "--dry-run")
     assert "pip install 'gpudoctor[bench]'" in done.stdout + done.stderr
     assert done.returncode != 0
+
+
+def test_a_chat_workload_on_a_model_without_a_chat_template_is_refused_before_a_server_starts(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Found with the real vLLM (issue 44): ``api = "chat"`` on a base model ended in a
+    transformers ValueError and "run it again with --debug", after the server had started."""
+    import shutil
+
+    base = tmp_path / "base-model"
+    shutil.copytree(tiny_model_dir, base)
+    (base / "chat_template.jinja").unlink()
+    plan = write(
+        tmp_path,
+        stub_plan(
+            base,
+            workload='api = "chat"\ninput_len = 16\noutput_len = 2\nnum_prompts = 2\nwarmup = 0',
+        ),
+    )
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "gpudoctor", "bench", "run", str(plan), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert (
+        'workload.api = "chat" needs a chat template' in last and 'use api = "completions"' in last
+    )
+    assert "--debug" not in last and not (out / "servers.jsonl").exists()
+    with_template = write(
+        tmp_path,
+        stub_plan(
+            tiny_model_dir,
+            workload='api = "chat"\ninput_len = 16\noutput_len = 2\nnum_prompts = 2\nwarmup = 0',
+        ),
+        "ok.toml",
+    )
+    dry = subprocess.run([sys.executable, "-m", "gpudoctor", "bench", "run", str(with_template), "--dry-run"],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert "chat template" not in dry.stdout + dry.stderr

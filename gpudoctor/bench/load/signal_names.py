@@ -15,8 +15,7 @@ Sources:
   ``vllm:spec_decode_num_draft_tokens``, ``vllm:spec_decode_num_accepted_tokens``,
   ``vllm:spec_decode_num_accepted_tokens_per_pos`` (Counters, label ``position``); the
   mean acceptance length is ``1 + accepted / drafts`` (SpecDecodingProm's docstring).
-- SGLang ``python/sglang/srt/observability/metrics_collector.py`` (SGLang 0.5.23; the 0.5 line
-  had it in ``srt/metrics/collector.py``):
+- SGLang ``python/sglang/srt/metrics/collector.py`` @ 00ae9c1590d2 (SGLang 0.5 line):
   ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``, ``sglang:token_usage`` (KV
   pool usage, 0-1), ``sglang:cache_hit_rate``, ``sglang:spec_accept_length``,
   ``sglang:spec_accept_rate`` (Gauges), ``sglang:num_retracted_requests_total``

@@ -12,6 +12,10 @@ one mutmut run then mutates every file of it under the module's tests, and each 
 scored on its own (``bench.launch/slots.py: killed N of M``). ``--changed-only`` measures
 only the files whose bytes differ from their entry in tests/mutation/measured.toml (what CI
 does beyond the core), ``--record`` writes the entries of the files it measured.
+``--budget-s N`` bounds the whole run: a module whose turn comes after N seconds is not
+mutated, and one that would run past it gets only what is left as its cap; the files not
+scored so are listed ("not re-measured: the run's budget ... is spent"), as unmeasured
+files are, and do not fail the run (CI's 90 minutes; record them with ``--record``).
 Exit status: 0 when every module that ran reached its goal, 1 otherwise, 2 on bad usage.
 """
 
@@ -295,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the files of the chosen modules that match (e.g. '*/search.py')")  # fmt: skip
     parser.add_argument("--children", type=int, default=1,
                         help="mutants tested at once (more where tests wait on servers, not CPU)")  # fmt: skip
+    parser.add_argument("--budget-s", type=int,
+                        help="seconds for the whole run; files not reached are listed, not failed")  # fmt: skip
     parser.add_argument("modules", nargs="*", help="module names (default: all of the file)")
     args = parser.parse_args(argv)
     modules = load_modules(args.modules_file)
@@ -310,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     scores: list[tuple[Score, float]] = []  # (score, the goal it must reach)
     recorded: dict[str, dict] = {}
     not_yet = 0  # --changed-only: files never measured (listed, not mutated: hours each)
+    over_budget: list[str] = []  # --budget-s: changed files the run had no time left for
+    deadline = time.monotonic() + args.budget_s if args.budget_s else None
     for module in chosen:
         if args.cap:
             module = Module(module.name, module.source, module.tests, module.mutants, args.cap,
@@ -335,6 +343,16 @@ def main(argv: list[str] | None = None) -> int:
             files = [f for f in files if f not in same and f not in unmeasured]
             if not files:
                 continue
+        budget_cut = False
+        if deadline is not None:
+            left = int(deadline - time.monotonic())
+            if left <= 0:
+                over_budget += files
+                continue
+            if left < module.cap_s:
+                module = Module(module.name, module.source, module.tests, module.mutants, left,
+                                module.exclude)  # fmt: skip
+                budget_cut = True
         if args.engine in ("own", "both"):
             import own
 
@@ -344,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
                              f, module.tests, module.mutants, module.cap_s)  # fmt: skip
                 mine = own.run_module(one, args.clone, equivalent,
                                       logs / f"{one.name.replace('/', '.')}.own.log", Score)  # fmt: skip
+                if budget_cut and mine.capped:
+                    over_budget.append(f"own:{f}")
+                    continue
                 scores.append((mine, goal_of(f"own:{f}", measured, args.goal)))
                 print(mine.line(), flush=True)
                 for name in mine.survivors:
@@ -355,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
         found = run_module(module, args.clone, args.mutmut, equivalent,
                            logs / f"{module.name}.log", files, args.children)  # fmt: skip
         for f, score in zip(files, found, strict=True):
+            if budget_cut and score.capped:
+                over_budget.append(f)
+                continue
             scores.append((score, goal_of(f, measured, args.goal)))
             print(score.line(), flush=True)
             show_survivors(score, args.mutmut, args.clone)
@@ -366,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         print(score.line() + below)
     if not_yet:
         print(f"{not_yet} file(s) not measured yet: docs/testing.md lists them")
+    for f in over_budget:
+        print(f"{f}: changed, not re-measured: the run's budget ({args.budget_s} s) is spent;"
+              " record it with --record tests/mutation/measured.toml")  # fmt: skip
     if args.record:
         write_measured(args.record, {**load_measured(args.record), **recorded})
         print(f"recorded {len(recorded)} file(s) in {args.record}")

@@ -155,3 +155,54 @@ def test_mutants_no_test_reached_are_survivors_unless_the_time_cap_stopped_the_r
     capped.statuses = run.unchecked_as_untested(statuses, capped=True)
     assert (capped.killed, len(capped.counted)) == (1, 1)  # reported as unchecked, not counted
     assert "not checked (time cap)" in capped.line()
+
+
+def test_a_run_budget_leaves_the_modules_it_cannot_reach_listed_not_failed(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    make_tree(tmp_path)
+    listing = tmp_path / "modules.toml"
+    listing.write_text(
+        '[[module]]\nname = "a"\nsource = "gpudoctor/pkg/alpha.py"\ntests = ["t"]\ncap_s = 5400\n'
+        '[[module]]\nname = "b"\nsource = "gpudoctor/pkg/beta.py"\ntests = ["t"]\ncap_s = 5400\n'
+        '[[module]]\nname = "c"\nsource = "gpudoctor/pkg/core.py"\ntests = ["t"]\ncap_s = 5400\n'
+    )
+    clock = iter([0.0, 10.0, 100.0, 400.0])  # the deadline's start, then one look per module
+    monkeypatch.setattr(run.time, "monotonic", lambda: next(clock))
+    caps: list[int] = []
+
+    def fake_run_module(module, clone, mutmut, equivalent, log, files=None, children=1):
+        caps.append(module.cap_s)
+        capped = module.name == "b"  # b ran out of the little time it was given
+        score = run.Score(module.name, capped=capped)
+        score.statuses = {} if capped else {f"gpudoctor.pkg.{module.name}.x_f__mutmut_1": "killed"}
+        return [score]
+
+    monkeypatch.setattr(run, "run_module", fake_run_module)
+    argv = ["--clone", str(tmp_path), "--modules-file", str(listing), "--budget-s", "300"]
+    assert run.main(argv) == 0  # b and c were not scored: listed, not failed
+    assert caps == [290, 200]  # a: what was left of 300 s; b: the rest; c: never started
+    out = capsys.readouterr().out
+    for name in ("beta.py", "core.py"):
+        assert (
+            f"gpudoctor/pkg/{name}: changed, not re-measured: the run's budget (300 s) is spent"
+            in out
+        )
+    assert "alpha.py: changed, not re-measured" not in out
+
+
+def test_a_module_capped_by_its_own_cap_still_fails_under_a_budget(
+    tmp_path: Path, monkeypatch
+) -> None:
+    make_tree(tmp_path)
+    listing = tmp_path / "modules.toml"
+    listing.write_text(
+        '[[module]]\nname = "a"\nsource = "gpudoctor/pkg/alpha.py"\ntests = ["t"]\ncap_s = 60\n'
+    )
+
+    def fake_run_module(module, clone, mutmut, equivalent, log, files=None, children=1):
+        return [run.Score(module.name, capped=True)]
+
+    monkeypatch.setattr(run, "run_module", fake_run_module)
+    argv = ["--clone", str(tmp_path), "--modules-file", str(listing), "--budget-s", "3600"]
+    assert run.main(argv) == 1

@@ -1,0 +1,75 @@
+# Copyright: gpudoctor developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Run ``gpudoctor`` on the managed node and read its JSON: the one place where the
+collection's modules meet gpudoctor. The modules never plan nor write anything themselves:
+``gpudoctor fix`` / ``check`` do, with their own lock, backup and compare-and-swap."""
+
+from __future__ import annotations
+
+import json
+
+# `gpudoctor fix` exit codes (docs/cli.md): 0 done or nothing to do, 3 not applied /
+# failed / rolled back, 4 changes pending and nothing written (--dry-run).
+OK, FAILED, PENDING = 0, 3, 4
+# `gpudoctor check` exit codes: 0 healthy, 3 a FAIL or ERROR, 4 every check SKIPped.
+CHECK_RESULTS = (0, 3, 4)
+
+COMMON_OPTIONS = {
+    "executable": {"type": "path"},
+}
+
+
+def gpudoctor_path(module):
+    """Return the gpudoctor executable: the ``executable`` option, else ``gpudoctor`` on the
+    node's PATH (fails the task, naming what to install, when there is none)."""
+    given = module.params.get("executable")
+    if given:
+        return given
+    return module.get_bin_path("gpudoctor", required=True)
+
+
+def run_json(module, args, results):
+    """Run ``gpudoctor ARGS`` on the node; return ``(rc, document)`` when it exits with one
+    of ``results`` and prints a JSON document, else fail the task with gpudoctor's own
+    one-line error (its last stderr line)."""
+    cmd = [gpudoctor_path(module), *args]
+    rc, out, err = module.run_command(cmd, check_rc=False)
+    doc = parse_document(out)
+    if doc is None or (rc not in results and not is_failure_document(doc)):
+        module.fail_json(msg=error_line(rc, err, out), rc=rc, cmd=cmd, stdout=out, stderr=err)
+    return rc, doc
+
+
+def parse_document(text):
+    """Return the JSON object printed on stdout, or None when there is none."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def is_failure_document(doc):
+    """Return True for ``fix --json``'s refusal form (``{"ok": false, "error": ...}``)."""
+    return doc.get("ok") is False and "error" in doc
+
+
+def error_line(rc, err, out):
+    """Return the line that says why gpudoctor failed: its last ``gpudoctor: error:`` line
+    of stderr, else the last line of any output, else the exit code."""
+    lines = [line.strip() for line in (err or "").splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("gpudoctor: error:")]
+    if errors:
+        return errors[-1]
+    if lines:
+        return lines[-1]
+    tail = [line.strip() for line in (out or "").splitlines() if line.strip()]
+    return tail[-1] if tail else f"gpudoctor exited with code {rc} and printed nothing"
+
+
+def config_diff(path, diff):
+    """Return Ansible's diff form of gpudoctor's unified diff of ``path`` (``prepared``: the
+    exact text fix would write, headers included), or None when nothing would change."""
+    if not diff:
+        return None
+    return {"before_header": path, "after_header": path, "prepared": diff}

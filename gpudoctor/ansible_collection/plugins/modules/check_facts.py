@@ -1,0 +1,181 @@
+#!/usr/bin/python
+# Copyright: gpudoctor developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Gather what ``gpudoctor check`` finds for each GPU container of a node, as facts."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: check_facts
+short_description: Gather gpudoctor's findings for each GPU container of a node as facts
+description:
+  - Runs C(gpudoctor check --host local --ct CT --json) on the node for each container and
+    returns every finding structured - its check id, status, subject, message, evidence
+    and remedy - under C(ansible_facts.gpudoctor.cts[CT]).
+  - Without I(cts) it checks every GPU container of the node - those whose config passes a
+    device node through, as C(gpudoctor fix --follow-driver --dry-run) lists them.
+  - Read-only; never reports C(changed).
+version_added: 0.1.0
+author:
+  - gpudoctor developers
+options:
+  cts:
+    description:
+      - The containers to check (VMIDs, or plain LXC names). Default every GPU container
+        of the node.
+    type: list
+    elements: str
+    default: []
+  flavor:
+    description:
+      - C(pve) for Proxmox VE (C(pct exec)), C(lxc) for plain LXC (C(lxc-attach)).
+    type: str
+    choices: [pve, lxc]
+    default: pve
+  lxcpath:
+    description:
+      - LXC's container directory for I(flavor=lxc) (default LXC's own).
+    type: path
+  devices:
+    description:
+      - Also probe these device nodes inside each container (C(PATH[:DRIVER]), as
+        C(gpudoctor check --device)).
+    type: list
+    elements: str
+    default: []
+  only:
+    description:
+      - Run only these checks or families (C(device), C(cuda.init)).
+    type: list
+    elements: str
+    default: []
+  executable:
+    description:
+      - The gpudoctor executable on the node (default C(gpudoctor) on its PATH).
+    type: path
+attributes:
+  check_mode:
+    support: full
+    description: Read-only - it runs the same in check mode.
+  diff_mode:
+    support: none
+  facts:
+    support: full
+notes:
+  - The exit code of C(gpudoctor check) does not fail the task - a FAIL finding is a fact.
+    Use M(ansible.builtin.assert) on C(ansible_facts.gpudoctor.failing) to stop a play.
+seealso:
+  - module: gpudoctor.gpu.ct_gpu
+"""
+
+EXAMPLES = r"""
+- name: What gpudoctor check finds in every GPU CT of the node
+  gpudoctor.gpu.check_facts:
+  become: true
+
+- name: The failing findings, one line each
+  ansible.builtin.debug:
+    msg: "{{ item.0.key }}: {{ item.1.check }} {{ item.1.status }}: {{ item.1.remedy }}"
+  loop: "{{ ansible_facts.gpudoctor.cts | dict2items | subelements('value.findings') }}"
+  when: item.1.status in ['FAIL', 'ERROR']
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: The findings.
+  returned: always
+  type: complex
+  contains:
+    gpudoctor:
+      description:
+        - C(cts) maps each container to its C(status) (the worst finding), C(target) and
+          C(findings); each finding has C(check), C(status), C(subject), C(message),
+          C(evidence) (a list), C(remedy), C(fix_hint) and C(caused_by).
+        - C(failing) lists the containers with a FAIL or ERROR finding.
+      returned: always
+      type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpudoctor.gpu.plugins.module_utils.gpudoctor_cli import (
+    CHECK_RESULTS,
+    COMMON_OPTIONS,
+    FAILED,
+    OK,
+    PENDING,
+    run_json,
+)
+
+BAD = ("FAIL", "ERROR")
+
+
+def place_args(params):
+    """Return the ``--flavor`` / ``--lxcpath`` arguments for the task's options."""
+    args = ["--flavor", params["flavor"]]
+    if params["lxcpath"]:
+        args += ["--lxcpath", params["lxcpath"]]
+    return args
+
+
+def gpu_cts(module):
+    """Return the node's containers that pass a device node through (the follow-driver
+    dry run's list: every CT but those it calls ``no_devices``)."""
+    args = ["fix", "--host", "local", "--follow-driver", "--dry-run", "--json",
+            *place_args(module.params)]  # fmt: skip
+    _, doc = run_json(module, args, (OK, FAILED, PENDING))
+    if "cts" not in doc:
+        module.fail_json(msg=f"cannot list the node's containers: {doc.get('message')}")
+    return [str(c["ct"]) for c in doc["cts"] if c.get("status") != "no_devices"]
+
+
+def check_args(params, ct):
+    """Return the ``gpudoctor check`` arguments for one container."""
+    args = ["check", "--host", "local", "--ct", ct, "--json", *place_args(params)]
+    for device in params["devices"]:
+        args += ["--device", device]
+    for wanted in params["only"]:
+        args += ["--only", wanted]
+    return args
+
+
+def finding(raw):
+    """Return one finding of the JSON report, its remediation named ``remedy``."""
+    return {
+        "check": raw.get("check"),
+        "status": raw.get("status"),
+        "subject": raw.get("subject", ""),
+        "message": raw.get("message", ""),
+        "evidence": list(raw.get("evidence", [])),
+        "remedy": raw.get("remediation", ""),
+        "fix_hint": raw.get("fix_hint", ""),
+        "caused_by": list(raw.get("caused_by", [])),
+    }
+
+
+def main():
+    """Run the module: one ``gpudoctor check`` per container, as facts."""
+    spec = {
+        "cts": {"type": "list", "elements": "str", "default": []},
+        "flavor": {"type": "str", "choices": ["pve", "lxc"], "default": "pve"},
+        "lxcpath": {"type": "path"},
+        "devices": {"type": "list", "elements": "str", "default": []},
+        "only": {"type": "list", "elements": "str", "default": []},
+        **COMMON_OPTIONS,
+    }
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    cts = module.params["cts"] or gpu_cts(module)
+    found = {}
+    for ct in cts:
+        _, doc = run_json(module, check_args(module.params, ct), CHECK_RESULTS)
+        found[ct] = {
+            "status": doc.get("status"),
+            "target": doc.get("target"),
+            "findings": [finding(f) for f in doc.get("findings", [])],
+        }
+    failing = [ct for ct, r in found.items() if any(f["status"] in BAD for f in r["findings"])]
+    module.exit_json(changed=False, ansible_facts={"gpudoctor": {"cts": found, "failing": failing}})
+
+
+if __name__ == "__main__":
+    main()

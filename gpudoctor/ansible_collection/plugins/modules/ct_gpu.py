@@ -1,0 +1,238 @@
+#!/usr/bin/python
+# Copyright: gpudoctor developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Ensure one container's GPU access with ``gpudoctor fix`` run on its node."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: ct_gpu
+short_description: Ensure an LXC / Proxmox VE container can open its GPU devices
+description:
+  - Runs C(gpudoctor fix --host local --json) on the node that holds the container, so the
+    plan, the diff, the backup, the locked compare-and-swap write, the restart, the
+    re-check inside the container and the rollback are gpudoctor's own (one plan, one
+    writer).
+  - In check mode it runs C(gpudoctor fix --dry-run) - nothing is written, and the task
+    reports C(changed) when a fix is pending. With C(--diff) it returns the config diff
+    fix would write.
+  - Otherwise it applies with C(--yes), restarts the container and re-checks inside it.
+    It reports C(changed) only when something was written or restarted; a second run
+    reports C(ok).
+  - The task fails with gpudoctor's reason when the container does not come back
+    healthy; the message says what was rolled back.
+  - Needs C(gpudoctor) installed on the node (C(pip install gpudoctor)) and root there
+    (C(become=true)).
+version_added: 0.1.0
+author:
+  - gpudoctor developers
+options:
+  ct:
+    description:
+      - The Proxmox VE VMID (C(200)) or the plain LXC container name.
+    type: str
+    required: true
+  flavor:
+    description:
+      - C(pve) for Proxmox VE (C(/etc/pve), C(pct)), C(lxc) for plain LXC.
+    type: str
+    choices: [pve, lxc]
+    default: pve
+  lxcpath:
+    description:
+      - LXC's container directory for I(flavor=lxc) (default LXC's own).
+    type: path
+  devices:
+    description:
+      - Pass these character devices (or directories under C(/dev)) instead of every
+        C(/dev/nvidia*) node of the host (C(gpudoctor fix --device)).
+    type: list
+    elements: str
+    default: []
+  mode:
+    description:
+      - C(devn) writes Proxmox devN entries, C(rules) cgroup allow rules and bind mounts,
+        C(auto) devN on Proxmox VE 8.1 and later, rules elsewhere.
+    type: str
+    choices: [auto, devn, rules]
+    default: auto
+  dev_gid:
+    description:
+      - The C(gid=) of devN entries (default the host node's group).
+    type: int
+  prune:
+    description:
+      - Remove stale NVIDIA allow rules (otherwise only reported).
+    type: bool
+    default: false
+  driver_libs:
+    description:
+      - C(bind) also binds the host's NVIDIA user-space driver files into the container;
+        C(copy) reports the exact-version install for inside it.
+    type: str
+    choices: [bind, copy]
+  restart:
+    description:
+      - Restart a running container after the write and re-check inside it. With C(false)
+        the new config applies at its next start.
+    type: bool
+    default: true
+  executable:
+    description:
+      - The gpudoctor executable on the node (default C(gpudoctor) on its PATH).
+    type: path
+attributes:
+  check_mode:
+    support: full
+    description: Runs C(gpudoctor fix --dry-run); nothing is written.
+  diff_mode:
+    support: full
+    description: Returns the unified diff of the container config that fix writes.
+notes:
+  - Two plays never write one container's config at once, whatever their forks - the
+    write takes the config's own lock on the node and is a compare-and-swap against the
+    planned bytes. A play whose plan went stale meanwhile plans once more.
+seealso:
+  - module: gpudoctor.gpu.check_facts
+  - module: gpudoctor.gpu.host_prep
+"""
+
+EXAMPLES = r"""
+- name: Every GPU CT can open its GPUs
+  gpudoctor.gpu.ct_gpu:
+    ct: "{{ item }}"
+  loop: "{{ gpu_cts }}"
+  become: true
+
+- name: A plain LXC container, one device, old-style rules
+  gpudoctor.gpu.ct_gpu:
+    ct: bench1
+    flavor: lxc
+    devices: [/dev/dri]
+    mode: rules
+"""
+
+RETURN = r"""
+status:
+  description:
+    - gpudoctor's outcome - C(nothing_to_change), C(dry_run), C(applied),
+      C(applied_not_running), C(not_fixed), C(rolled_back), C(refused), C(failed).
+  returned: always
+  type: str
+  sample: applied
+message:
+  description: gpudoctor's one sentence on what happened.
+  returned: always
+  type: str
+  sample: "fixed: CT 200 restarted and every device opens inside it"
+config:
+  description: The container config's path on the node.
+  returned: when the container was found
+  type: str
+  sample: /etc/pve/nodes/pve1/lxc/200.conf
+edits:
+  description: The planned edits (action, line, reason).
+  returned: when the container was found
+  type: list
+  elements: dict
+restart_reasons:
+  description: Why the running container needs a restart although its config is right.
+  returned: when the container was found
+  type: list
+  elements: str
+outcome:
+  description: The whole C(gpudoctor fix --json) document (backup paths, SHA-1s, probes
+    before and after, checks inside).
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpudoctor.gpu.plugins.module_utils.gpudoctor_cli import (
+    COMMON_OPTIONS,
+    FAILED,
+    OK,
+    PENDING,
+    config_diff,
+    run_json,
+)
+
+# what a run changed: written, or restarted (a restart-only fix writes nothing)
+WROTE_OR_RESTARTED = ("applied", "applied_not_running", "not_fixed", "rolled_back")
+
+
+def fix_args(params, check_mode):
+    """Return the ``gpudoctor fix`` arguments for the task's options."""
+    args = ["fix", "--host", "local", "--ct", params["ct"], "--flavor", params["flavor"],
+            "--mode", params["mode"], "--json"]  # fmt: skip
+    args.append("--dry-run" if check_mode else "--yes")
+    if params["lxcpath"]:
+        args += ["--lxcpath", params["lxcpath"]]
+    for device in params["devices"]:
+        args += ["--device", device]
+    if params["dev_gid"] is not None:
+        args += ["--dev-gid", str(params["dev_gid"])]
+    if params["prune"]:
+        args.append("--prune")
+    if params["driver_libs"]:
+        args += ["--driver-libs", params["driver_libs"]]
+    if not params["restart"]:
+        args.append("--no-restart")
+    return args
+
+
+def result_of(doc, rc, check_mode, ct):
+    """Return ``(failed, result)``: the task's result for gpudoctor's outcome ``doc``."""
+    status = doc.get("status", "failed")
+    changed = status == "dry_run" if check_mode else status in WROTE_OR_RESTARTED
+    result = {
+        "changed": changed,
+        "status": status,
+        "message": doc.get("message", ""),
+        "config": doc.get("config"),
+        "edits": doc.get("edits", []),
+        "restart_reasons": doc.get("restart_reasons", []),
+        "outcome": doc,
+    }
+    diff = config_diff(doc.get("config") or "config", doc.get("diff", ""))
+    if diff is not None:
+        result["diff"] = diff
+    done = rc == OK or (check_mode and rc == PENDING)
+    if done:
+        return False, result
+    why = doc.get("message") or f"gpudoctor fix failed (exit {rc})"
+    start_log = doc.get("start_log") or []
+    tail = f" (start log: {' | '.join(start_log)})" if start_log else ""
+    result["msg"] = f"CT {ct}: {why}{tail}"
+    return True, result
+
+
+def main():
+    """Run the module: plan (check mode) or apply through ``gpudoctor fix``."""
+    spec = {
+        "ct": {"type": "str", "required": True},
+        "flavor": {"type": "str", "choices": ["pve", "lxc"], "default": "pve"},
+        "lxcpath": {"type": "path"},
+        "devices": {"type": "list", "elements": "str", "default": []},
+        "mode": {"type": "str", "choices": ["auto", "devn", "rules"], "default": "auto"},
+        "dev_gid": {"type": "int"},
+        "prune": {"type": "bool", "default": False},
+        "driver_libs": {"type": "str", "choices": ["bind", "copy"]},
+        "restart": {"type": "bool", "default": True},
+        **COMMON_OPTIONS,
+    }
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    args = fix_args(module.params, module.check_mode)
+    rc, doc = run_json(module, args, (OK, FAILED, PENDING))
+    if doc.get("error") == "changed" and not module.check_mode:
+        # another play wrote the config between our plan and our write: plan once more
+        rc, doc = run_json(module, args, (OK, FAILED, PENDING))
+    failed, result = result_of(doc, rc, module.check_mode, module.params["ct"])
+    if failed:
+        module.fail_json(**result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+#!/usr/bin/python
+# Copyright: gpudoctor developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Prepare a node with ``gpudoctor fix --host-prep``: the boot and follow-driver units."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: host_prep
+short_description: Install gpudoctor's boot and follow-driver units on a node
+description:
+  - Runs C(gpudoctor fix --host local --host-prep --json) on the node - the systemd oneshot
+    that creates C(/dev/nvidia-uvm) before containers start, and the triggers (a udev rule,
+    a path unit) that run C(gpudoctor fix --follow-driver) after a driver reload.
+  - In check mode it runs C(--dry-run) and reports C(changed) when something is missing;
+    with C(--diff) it returns the unit files' diff. Otherwise it installs and enables them
+    (C(--yes)); a second run reports C(ok).
+version_added: 0.1.0
+author:
+  - gpudoctor developers
+options:
+  devices:
+    description:
+      - Also watch these device nodes for the follow-driver trigger (C(--device)).
+    type: list
+    elements: str
+    default: []
+  executable:
+    description:
+      - The gpudoctor executable on the node (default C(gpudoctor) on its PATH). The
+        installed units run it by its absolute path.
+    type: path
+attributes:
+  check_mode:
+    support: full
+    description: Runs C(--dry-run); nothing is written.
+  diff_mode:
+    support: full
+    description: Returns the unified diff of the unit files.
+seealso:
+  - module: gpudoctor.gpu.ct_gpu
+"""
+
+EXAMPLES = r"""
+- name: /dev/nvidia-uvm exists before the CTs start, and CTs follow driver reloads
+  gpudoctor.gpu.host_prep:
+  become: true
+"""
+
+RETURN = r"""
+status:
+  description: C(nothing_to_change), C(dry_run) or C(applied).
+  returned: always
+  type: str
+  sample: applied
+message:
+  description: gpudoctor's one sentence on what happened.
+  returned: always
+  type: str
+explanation:
+  description: One sentence per step of the plan.
+  returned: always
+  type: list
+  elements: str
+outcome:
+  description: The whole C(gpudoctor fix --host-prep --json) document.
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpudoctor.gpu.plugins.module_utils.gpudoctor_cli import (
+    COMMON_OPTIONS,
+    FAILED,
+    OK,
+    PENDING,
+    config_diff,
+    run_json,
+)
+
+
+def main():
+    """Run the module: plan (check mode) or install through ``gpudoctor fix --host-prep``."""
+    spec = {"devices": {"type": "list", "elements": "str", "default": []}, **COMMON_OPTIONS}
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    args = ["fix", "--host", "local", "--host-prep", "--json"]
+    args.append("--dry-run" if module.check_mode else "--yes")
+    for device in module.params["devices"]:
+        args += ["--device", device]
+    rc, doc = run_json(module, args, (OK, FAILED, PENDING))
+    status = doc.get("status", "failed")
+    result = {
+        "changed": status == ("dry_run" if module.check_mode else "applied"),
+        "status": status,
+        "message": doc.get("message", ""),
+        "explanation": doc.get("explanation", []),
+        "outcome": doc,
+    }
+    diff = config_diff(doc.get("unit") or "host", doc.get("diff", ""))
+    if diff is not None:
+        result["diff"] = diff
+    if rc == OK or (module.check_mode and rc == PENDING):
+        module.exit_json(**result)
+    module.fail_json(msg=doc.get("message") or "gpudoctor fix --host-prep failed", **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -18,7 +18,7 @@ description:
   - Read-only; never reports C(changed).
 version_added: 0.1.0
 author:
-  - gpudoctor developers
+  - gpudoctor developers (!UNKNOWN)
 options:
   cts:
     description:
@@ -60,8 +60,10 @@ attributes:
     description: Read-only - it runs the same in check mode.
   diff_mode:
     support: none
+    description: It changes nothing, so it has no diff.
   facts:
     support: full
+    description: The findings are returned under C(ansible_facts.gpudoctor).
 notes:
   - The exit code of C(gpudoctor check) does not fail the task - a FAIL finding is a fact.
     Use M(ansible.builtin.assert) on C(ansible_facts.gpudoctor.failing) to stop a play.
@@ -123,7 +125,7 @@ def gpu_cts(module):
     dry run's list: every CT but those it calls ``no_devices``)."""
     args = ["fix", "--host", "local", "--follow-driver", "--dry-run", "--json",
             *place_args(module.params)]  # fmt: skip
-    _, doc = run_json(module, args, (OK, FAILED, PENDING))
+    doc = run_json(module, args, (OK, FAILED, PENDING))[1]
     if "cts" not in doc:
         module.fail_json(msg=f"cannot list the node's containers: {doc.get('message')}")
     return [str(c["ct"]) for c in doc["cts"] if c.get("status") != "no_devices"]
@@ -167,7 +169,7 @@ def main():
     cts = module.params["cts"] or gpu_cts(module)
     found = {}
     for ct in cts:
-        _, doc = run_json(module, check_args(module.params, ct), CHECK_RESULTS)
+        doc = run_json(module, check_args(module.params, ct), CHECK_RESULTS)[1]
         found[ct] = {
             "status": doc.get("status"),
             "target": doc.get("target"),

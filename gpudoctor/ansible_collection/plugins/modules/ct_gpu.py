@@ -26,7 +26,7 @@ description:
     (C(become=true)).
 version_added: 0.1.0
 author:
-  - gpudoctor developers
+  - gpudoctor developers (!UNKNOWN)
 options:
   ct:
     description:

@@ -18,7 +18,7 @@ description:
     (C(--yes)); a second run reports C(ok).
 version_added: 0.1.0
 author:
-  - gpudoctor developers
+  - gpudoctor developers (!UNKNOWN)
 options:
   devices:
     description:

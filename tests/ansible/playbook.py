@@ -76,6 +76,21 @@ class PlayRun:
     recap: dict[str, Recap]
 
 
+def play_run(returncode: int, stdout: str, stderr: str) -> PlayRun:
+    """Return the PlayRun of an ``ansible-playbook`` that exited with this output."""
+    recap = {
+        m["host"]: Recap(m.group(0), *(int(m[k]) for k in Recap.COUNTS))
+        for m in RECAP.finditer(stdout)
+    }
+    return PlayRun(returncode, stdout + stderr, recap)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 600.0) -> PlayRun:
+    """Wait for a playbook :meth:`Controller.start` started; return its PlayRun."""
+    stdout, stderr = proc.communicate(timeout=timeout)
+    return play_run(proc.returncode, stdout, stderr)
+
+
 class Controller:
     """The Ansible controller of one test: its directory, inventory and environment."""
 
@@ -113,20 +128,24 @@ class Controller:
             "ANSIBLE_HOST_KEY_CHECKING": "true",
         }
 
-    def playbook(self, *args: str, extra: dict[str, Any] | None = None) -> PlayRun:
-        """Run the collection's playbook with ``args`` (``--check``, ``--diff``) and extra
-        variables; return the run (never raises on a failed task)."""
-        argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), PLAYBOOK, *args]
+    def playbook(
+        self, *args: str, extra: dict[str, Any] | None = None, playbook: str = PLAYBOOK
+    ) -> PlayRun:
+        """Run ``playbook`` (the collection's own by default) with ``args`` (``--check``,
+        ``--diff``) and extra variables; return the run (never raises on a failed task)."""
+        argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), playbook, *args]
         if extra:
             argv += ["-e", json.dumps(extra)]
         done = subprocess.run(argv, env=self.env, capture_output=True, text=True,
                               timeout=600, cwd=self.root)  # fmt: skip
-        output = done.stdout + done.stderr
-        recap = {
-            m["host"]: Recap(m.group(0), *(int(m[k]) for k in Recap.COUNTS))
-            for m in RECAP.finditer(done.stdout)
-        }
-        return PlayRun(done.returncode, output, recap)
+        return play_run(done.returncode, done.stdout, done.stderr)
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        """Start the collection's playbook with ``args`` in the background; return it (read
+        it with :func:`finish`)."""
+        argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), PLAYBOOK, *args]
+        return subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=self.root)  # fmt: skip
 
     def module(self, name: str, args: dict[str, Any], *flags: str) -> dict[str, Any]:
         """Run one module of the collection ad hoc (``ansible labnode -m NAME``) and

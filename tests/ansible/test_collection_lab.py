@@ -174,3 +174,103 @@ def test_pve_playbook_finds_the_gpu_cts_fixes_them_and_names_a_rollback(
     assert "hookscript error" in failing.output
     assert flaky.conf.read_bytes() == before
     assert flaky.container.state() == "RUNNING" and flaky.container.init_pid() != pid
+
+
+HOST_PREP_PLAY = """\
+- name: Prepare the node
+  hosts: all
+  gather_facts: false
+  environment: "{{ gpudoctor_environment }}"
+  tasks:
+    - name: The boot unit that creates /dev/nvidia-uvm before the CTs start
+      gpudoctor.gpu.host_prep:
+        executable: "{{ gpudoctor_executable }}"
+"""
+
+
+def test_host_prep_check_diff_then_install_then_nothing_changed(
+    lab, lab_sshd, collections, tmp_path
+) -> None:
+    """The node's boot unit through ``systemctl --root`` on a scratch tree standing for the
+    node's root (GPUDOCTOR_SYSTEMD_ROOT): check mode shows the unit's diff and writes
+    nothing; the apply run installs and enables it; a second run is ``ok``."""
+    import shutil
+
+    from gpudoctor.pve import uvm_unit
+
+    if not shutil.which("systemctl"):
+        pytest.skip("systemctl is not installed")
+    root = tmp_path / "node-root"
+    (root / "etc/systemd/system").mkdir(parents=True)
+    play = tmp_path / "host_prep.yml"
+    play.write_text(HOST_PREP_PLAY)
+    ansible = Controller(tmp_path / "controller", collections, lab_sshd, {
+        "gpudoctor_environment": node_env(tmp_path, GPUDOCTOR_SYSTEMD_ROOT=str(root)),
+    })  # fmt: skip
+    unit = root / "etc/systemd/system" / uvm_unit.UNIT_NAME
+    planned = ansible.playbook("--check", "--diff", playbook=str(play))
+    assert planned.returncode == 0 and planned.recap["labnode"].changed == 1, planned.output
+    assert f"+++ b{unit}" in planned.output and "+ExecStart=" in planned.output
+    assert not unit.exists()
+    applied = ansible.playbook(playbook=str(play))
+    assert applied.returncode == 0 and applied.recap["labnode"].changed == 1, applied.output
+    assert unit.exists()
+    assert (root / "etc/systemd/system/multi-user.target.wants" / uvm_unit.UNIT_NAME).is_symlink()
+    again = ansible.playbook(playbook=str(play))
+    assert again.returncode == 0 and again.recap["labnode"].changed == 0, again.output
+
+
+def waiting_on(lock: str) -> list[int]:
+    """Return the pids of the ``flock`` processes whose command line names ``lock``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        if argv and os.path.basename(argv[0]) == b"flock" and lock.encode() in argv:
+            found.append(int(entry))
+    return found
+
+
+def test_an_applying_play_waits_for_gpudoctors_node_lock(
+    lab, lab_sshd, lab_container, collections, tmp_path
+) -> None:
+    """While something holds gpudoctor's per-node lock (what ``fix --follow-driver``
+    holds), the apply run waits for it and writes nothing; once it is released, the play
+    fixes the CT."""
+    import fcntl
+    import time
+
+    from tests.ansible.playbook import finish
+
+    broken = lab_container(devices={"/dev/fakegpu": str(lab.fake_gpu)})
+    old = broken.config_path.read_bytes()
+    ansible = Controller(tmp_path / "controller", collections, lab_sshd, {
+        "gpudoctor_cts": [broken.name],
+        "gpudoctor_flavor": "lxc",
+        "gpudoctor_lxcpath": broken.lxcpath,
+        "gpudoctor_devices": ["/dev/fakegpu"],
+        "gpudoctor_only": ONLY,
+        "gpudoctor_environment": node_env(tmp_path),
+    })  # fmt: skip
+    (tmp_path / "locks").mkdir(mode=0o700)
+    lock = str(tmp_path / "locks" / "follow-driver.lock")
+    held = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        play = ansible.start()
+        deadline = time.monotonic() + 300
+        while not waiting_on(lock):  # the module's flock, blocked on our lock
+            assert play.poll() is None, finish(play).output
+            assert time.monotonic() < deadline, "the play never waited for the node lock"
+            time.sleep(0.1)
+        assert broken.config_path.read_bytes() == old  # nothing written while it waits
+    finally:
+        os.close(held)
+    done = finish(play)
+    assert done.returncode == 0 and done.recap["labnode"].changed == 1, done.output
+    assert opened_inside(broken) == "OK"

@@ -7,6 +7,7 @@ collection's modules meet gpudoctor. The modules never plan nor write anything t
 from __future__ import annotations
 
 import json
+import os
 
 # `gpudoctor fix` exit codes (docs/cli.md): 0 done or nothing to do, 3 not applied /
 # failed / rolled back, 4 changes pending and nothing written (--dry-run).
@@ -18,6 +19,23 @@ COMMON_OPTIONS = {
     "executable": {"type": "path"},
 }
 
+# gpudoctor's per-node lock: what `gpudoctor fix --follow-driver` (and the unit that runs it
+# after a driver reload) holds while it changes the node's CTs (gpudoctor/pve/follow.py)
+NODE_LOCK = "follow-driver.lock"
+LOCK_WAIT_S = 900
+LOCK_BUSY = 75  # flock's exit code when the wait ran out (-E)
+
+
+def node_lock(module):
+    """Return the command prefix that runs gpudoctor under its per-node lock (``flock`` on
+    ``$GPUDOCTOR_LOCK_DIR/follow-driver.lock``, ``/run/gpudoctor`` by default): two plays,
+    or a play and the follow-driver unit, never change one node's CTs at once."""
+    lock_dir = os.environ.get("GPUDOCTOR_LOCK_DIR") or "/run/gpudoctor"
+    os.makedirs(lock_dir, mode=0o700, exist_ok=True)
+    flock = module.get_bin_path("flock", required=True)
+    path = os.path.join(lock_dir, NODE_LOCK)
+    return [flock, "-w", str(LOCK_WAIT_S), "-E", str(LOCK_BUSY), path]
+
 
 def gpudoctor_path(module):
     """Return the gpudoctor executable: the ``executable`` option, else ``gpudoctor`` on the
@@ -28,12 +46,15 @@ def gpudoctor_path(module):
     return module.get_bin_path("gpudoctor", required=True)
 
 
-def run_json(module, args, results):
-    """Run ``gpudoctor ARGS`` on the node; return ``(rc, document)`` when it exits with one
-    of ``results`` and prints a JSON document, else fail the task with gpudoctor's own
-    one-line error (its last stderr line)."""
-    cmd = [gpudoctor_path(module), *args]
+def run_json(module, args, results, locked=False):
+    """Run ``gpudoctor ARGS`` on the node (``locked``: under its per-node lock); return
+    ``(rc, document)`` when it exits with one of ``results`` and prints a JSON document,
+    else fail the task with gpudoctor's own one-line error (its last stderr line)."""
+    cmd = [*(node_lock(module) if locked else []), gpudoctor_path(module), *args]
     rc, out, err = module.run_command(cmd, check_rc=False)
+    if locked and rc == LOCK_BUSY and not out.strip():
+        module.fail_json(msg=f"another gpudoctor run held {cmd[4]} for {LOCK_WAIT_S} s; "
+                         "run the play again when it is done", rc=rc, cmd=cmd)  # fmt: skip
     doc = parse_document(out)
     if doc is None or (rc not in results and not is_failure_document(doc)):
         module.fail_json(msg=error_line(rc, err, out), rc=rc, cmd=cmd, stdout=out, stderr=err)

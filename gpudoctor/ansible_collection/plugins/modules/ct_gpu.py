@@ -90,9 +90,13 @@ attributes:
     support: full
     description: Returns the unified diff of the container config that fix writes.
 notes:
-  - Two plays never write one container's config at once, whatever their forks - the
-    write takes the config's own lock on the node and is a compare-and-swap against the
-    planned bytes. A play whose plan went stale meanwhile plans once more.
+  - Ansible's forks run the nodes in parallel. On one node, an applying run holds
+    gpudoctor's per-node lock (C(flock) on C($GPUDOCTOR_LOCK_DIR/follow-driver.lock), the
+    lock C(gpudoctor fix --follow-driver) holds) from the plan to the re-check, so two plays,
+    or a play and the follow-driver unit, never change one node's containers at once; a
+    second one waits (up to 900 s), then finds the work done. The write itself also takes
+    the config's own lock and is a compare-and-swap against the planned bytes.
+  - Needs C(flock) (util-linux) on the node, as gpudoctor fix does.
 seealso:
   - module: gpudoctor.gpu.check_facts
   - module: gpudoctor.gpu.host_prep
@@ -224,10 +228,9 @@ def main():
     }
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     args = fix_args(module.params, module.check_mode)
-    rc, doc = run_json(module, args, (OK, FAILED, PENDING))
-    if doc.get("error") == "changed" and not module.check_mode:
-        # another play wrote the config between our plan and our write: plan once more
-        rc, doc = run_json(module, args, (OK, FAILED, PENDING))
+    # applying: under gpudoctor's per-node lock, so another play (or the follow-driver
+    # unit) never plans, writes or restarts this node's CTs at the same time
+    rc, doc = run_json(module, args, (OK, FAILED, PENDING), locked=not module.check_mode)
     failed, result = result_of(doc, rc, module.check_mode, module.params["ct"])
     if failed:
         module.fail_json(**result)

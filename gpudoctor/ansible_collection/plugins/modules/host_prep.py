@@ -88,7 +88,7 @@ def main():
     args.append("--dry-run" if module.check_mode else "--yes")
     for device in module.params["devices"]:
         args += ["--device", device]
-    rc, doc = run_json(module, args, (OK, FAILED, PENDING))
+    rc, doc = run_json(module, args, (OK, FAILED, PENDING), locked=not module.check_mode)
     status = doc.get("status", "failed")
     result = {
         "changed": status == ("dry_run" if module.check_mode else "applied"),

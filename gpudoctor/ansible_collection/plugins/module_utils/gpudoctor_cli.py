@@ -50,10 +50,11 @@ def run_json(module, args, results, locked=False):
     """Run ``gpudoctor ARGS`` on the node (``locked``: under its per-node lock); return
     ``(rc, document)`` when it exits with one of ``results`` and prints a JSON document,
     else fail the task with gpudoctor's own one-line error (its last stderr line)."""
-    cmd = [*(node_lock(module) if locked else []), gpudoctor_path(module), *args]
+    lock = node_lock(module) if locked else []
+    cmd = [*lock, gpudoctor_path(module), *args]
     rc, out, err = module.run_command(cmd, check_rc=False)
-    if locked and rc == LOCK_BUSY and not out.strip():
-        module.fail_json(msg=f"another gpudoctor run held {cmd[4]} for {LOCK_WAIT_S} s; "
+    if lock and rc == LOCK_BUSY and not out.strip():
+        module.fail_json(msg=f"another gpudoctor run held {lock[-1]} for {LOCK_WAIT_S} s; "
                          "run the play again when it is done", rc=rc, cmd=cmd)  # fmt: skip
     doc = parse_document(out)
     if doc is None or (rc not in results and not is_failure_document(doc)):

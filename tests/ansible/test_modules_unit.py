@@ -1,0 +1,253 @@
+"""The gpudoctor.gpu modules in this process (fast; the lab tests run them through
+ansible-playbook): the gpudoctor command line each builds from its options, how each maps
+gpudoctor's JSON to Ansible's result (changed, failed, diff, facts), and real runs of the
+modules with a real AnsibleModule (``patch_module_args``) and the real gpudoctor on a
+container that does not exist."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from tests.ansible.collection_import import plugin
+
+cli = plugin("module_utils", "gpudoctor_cli")
+ct_gpu = plugin("modules", "ct_gpu")
+check_facts = plugin("modules", "check_facts")
+host_prep = plugin("modules", "host_prep")
+GPUDOCTOR = str(Path(sys.executable).parent / "gpudoctor")
+
+CT_PARAMS = {"ct": "200", "flavor": "pve", "mode": "auto", "lxcpath": None, "devices": [],
+             "dev_gid": None, "prune": False, "driver_libs": None, "restart": True}  # fmt: skip
+
+
+def run_module(main, args: dict, capsys) -> dict:  # type: ignore[no-untyped-def]
+    """Run a module's ``main`` with ``args``; return its result (exit_json / fail_json)."""
+    with patch_module_args(args), pytest.raises(SystemExit):
+        main()
+    return json.loads(capsys.readouterr().out)
+
+
+# -- the command line ---------------------------------------------------------------------
+
+
+def test_fix_args_apply_every_option() -> None:
+    params = {**CT_PARAMS, "flavor": "lxc", "mode": "rules", "lxcpath": "/srv/lxc",
+              "devices": ["/dev/dri", "/dev/fakegpu"], "dev_gid": 44, "prune": True,
+              "driver_libs": "bind", "restart": False}  # fmt: skip
+    assert ct_gpu.fix_args(params, check_mode=False) == [
+        "fix", "--host", "local", "--ct", "200", "--flavor", "lxc", "--mode", "rules", "--json",
+        "--yes", "--lxcpath", "/srv/lxc", "--device", "/dev/dri", "--device", "/dev/fakegpu",
+        "--dev-gid", "44", "--prune", "--driver-libs", "bind", "--no-restart",
+    ]  # fmt: skip
+
+
+def test_fix_args_in_check_mode_are_a_dry_run_with_the_defaults() -> None:
+    assert ct_gpu.fix_args(CT_PARAMS, check_mode=True) == [
+        "fix", "--host", "local", "--ct", "200", "--flavor", "pve", "--mode", "auto", "--json",
+        "--dry-run",
+    ]  # fmt: skip
+    assert ct_gpu.fix_args({**CT_PARAMS, "dev_gid": 0}, True)[-2:] == ["--dev-gid", "0"]
+
+
+def test_check_args_and_the_place_of_the_containers() -> None:
+    params = {"flavor": "lxc", "lxcpath": "/srv/lxc", "devices": ["/dev/fakegpu:misc"],
+              "only": ["device", "ct"]}  # fmt: skip
+    assert check_facts.check_args(params, "web1") == [
+        "check", "--host", "local", "--ct", "web1", "--json", "--flavor", "lxc",
+        "--lxcpath", "/srv/lxc", "--device", "/dev/fakegpu:misc", "--only", "device",
+        "--only", "ct",
+    ]  # fmt: skip
+    plain = {"flavor": "pve", "lxcpath": None, "devices": [], "only": []}
+    assert check_facts.check_args(plain, "200") == [
+        "check", "--host", "local", "--ct", "200", "--json", "--flavor", "pve"]  # fmt: skip
+
+
+def test_node_lock_is_gpudoctors_follow_driver_lock(tmp_path, monkeypatch) -> None:
+    class Module:
+        """What node_lock asks of AnsibleModule: get_bin_path."""
+
+        def get_bin_path(self, name: str, required: bool = False) -> str:
+            assert required
+            return f"/usr/bin/{name}"
+
+    monkeypatch.setenv("GPUDOCTOR_LOCK_DIR", str(tmp_path / "locks"))
+    prefix = cli.node_lock(Module())
+    assert prefix == ["/usr/bin/flock", "-w", "900", "-E", "75",
+                      str(tmp_path / "locks" / "follow-driver.lock")]  # fmt: skip
+    assert stat.S_IMODE(os.stat(tmp_path / "locks").st_mode) == 0o700
+    monkeypatch.delenv("GPUDOCTOR_LOCK_DIR")
+    monkeypatch.setattr(cli.os, "makedirs", lambda *a, **k: None)  # /run/gpudoctor: not here
+    assert cli.node_lock(Module())[-1] == "/run/gpudoctor/follow-driver.lock"
+
+
+# -- gpudoctor's JSON -> Ansible's result ---------------------------------------------------
+
+
+def test_a_dry_run_is_changed_in_check_mode_with_the_diff() -> None:
+    doc = {"status": "dry_run", "message": "dry run: nothing written", "config": "/c/200.conf",
+           "diff": "--- a/c\n+++ b/c\n+x\n", "edits": [{"action": "add"}],
+           "restart_reasons": []}  # fmt: skip
+    failed, result = ct_gpu.result_of(doc, 4, True, "200")
+    assert not failed and result["changed"] is True and result["status"] == "dry_run"
+    assert result["diff"] == {"before_header": "/c/200.conf", "after_header": "/c/200.conf",
+                              "prepared": "--- a/c\n+++ b/c\n+x\n"}  # fmt: skip
+    assert result["edits"] == [{"action": "add"}] and result["outcome"] is doc
+    assert "msg" not in result
+
+
+@pytest.mark.parametrize(
+    ("status", "rc", "check_mode", "changed"),
+    [("nothing_to_change", 0, False, False), ("nothing_to_change", 0, True, False),
+     ("applied", 0, False, True), ("applied_not_running", 0, False, True)],
+)  # fmt: skip
+def test_changed_only_when_written_or_restarted(status, rc, check_mode, changed) -> None:
+    failed, result = ct_gpu.result_of({"status": status, "diff": ""}, rc, check_mode, "200")
+    assert not failed and result["changed"] is changed
+    assert "diff" not in result
+
+
+def test_a_rollback_fails_the_task_naming_it_and_the_start_log() -> None:
+    doc = {"status": "rolled_back", "message": "rolled back: pct start 200 failed",
+           "start_log": ["hook: error", "lxc-start: failed"], "diff": "+x\n",
+           "config": "/c/200.conf"}  # fmt: skip
+    failed, result = ct_gpu.result_of(doc, 3, False, "200")
+    assert failed and result["changed"] is True
+    assert result["msg"] == (
+        "CT 200: rolled back: pct start 200 failed (start log: hook: error | lxc-start: failed)"
+    )
+
+
+def test_a_refusal_fails_unchanged_and_a_silent_failure_names_the_exit_code() -> None:
+    failed, result = ct_gpu.result_of({"status": "refused", "message": "locked (backup)"}, 3,
+                                      False, "200")  # fmt: skip
+    assert failed and result["changed"] is False and result["msg"] == "CT 200: locked (backup)"
+    failed, result = ct_gpu.result_of({}, 1, True, "7")
+    assert failed and result["status"] == "failed" and result["changed"] is False
+    assert result["msg"] == "CT 7: gpudoctor fix failed (exit 1)"
+    assert result["config"] is None and result["edits"] == [] and result["restart_reasons"] == []
+
+
+def test_a_finding_keeps_every_field_and_names_its_remedy() -> None:
+    raw = {"check": "device.open", "status": "FAIL", "subject": "/dev/nvidia-uvm",
+           "message": "EPERM", "evidence": ("open: EPERM",), "remediation": "gpudoctor fix",
+           "fix_hint": "gpudoctor fix --ct 200", "caused_by": ("ct.device_rules",),
+           "debug": "x"}  # fmt: skip
+    assert check_facts.finding(raw) == {
+        "check": "device.open", "status": "FAIL", "subject": "/dev/nvidia-uvm",
+        "message": "EPERM", "evidence": ["open: EPERM"], "remedy": "gpudoctor fix",
+        "fix_hint": "gpudoctor fix --ct 200", "caused_by": ["ct.device_rules"],
+    }  # fmt: skip
+    assert check_facts.finding({"check": "a", "status": "PASS"}) == {
+        "check": "a", "status": "PASS", "subject": "", "message": "", "evidence": [],
+        "remedy": "", "fix_hint": "", "caused_by": []}  # fmt: skip
+
+
+def test_parse_and_error_lines() -> None:
+    assert cli.parse_document('{"a": 1}') == {"a": 1}
+    assert cli.parse_document("[1]") is None and cli.parse_document("no") is None
+    assert cli.is_failure_document({"ok": False, "error": "x"})
+    assert not cli.is_failure_document({"ok": False}) and not cli.is_failure_document({"error": 1})
+    err = "gpudoctor: step\ngpudoctor: error: first\ngpudoctor: error: last; do x\nafter\n"
+    assert cli.error_line(1, err, "") == "gpudoctor: error: last; do x"
+    assert cli.error_line(1, "one\n two \n\n", "") == "two"
+    assert cli.error_line(2, "", "out\n last out \n") == "last out"
+    assert cli.error_line(9, None, None) == "gpudoctor exited with code 9 and printed nothing"
+    assert cli.config_diff("/c", "") is None
+
+
+# -- whole modules, real AnsibleModule, real processes --------------------------------------
+
+
+def script(tmp_path: Path, text: str) -> str:
+    """Return an executable shell script (a program for run_json to run) printing ``text``."""
+    path = tmp_path / "prog"
+    path.write_text(f"#!/bin/sh\n{text}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_run_json_reads_the_document_of_an_expected_exit(tmp_path, capsys) -> None:
+    prog = script(tmp_path, """echo '{"status": "dry_run"}'; exit 4""")
+    with patch_module_args({}):
+        assert run_json_of(cli_module(), prog, (0, 3, 4)) == (4, {"status": "dry_run"})
+
+
+def test_run_json_fails_the_task_with_gpudoctors_error_line(tmp_path, capsys) -> None:
+    prog = script(tmp_path, "echo 'gpudoctor: error: no such CT; check --ct' >&2; exit 2")
+    with patch_module_args({}), pytest.raises(SystemExit):
+        run_json_of(cli_module(), prog, (0, 3, 4))
+    out = json.loads(capsys.readouterr().out)
+    assert out["failed"] and out["msg"] == "gpudoctor: error: no such CT; check --ct"
+    assert out["rc"] == 2 and out["cmd"] == [prog, "x"]
+
+
+def test_a_held_node_lock_fails_the_task_saying_so(tmp_path, capsys, monkeypatch) -> None:
+    """``locked``: gpudoctor runs under ``flock`` on the node lock; held by another run past
+    the wait (0 s here), the task fails naming the lock, and gpudoctor never ran."""
+    import fcntl
+
+    monkeypatch.setenv("GPUDOCTOR_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setattr(cli, "LOCK_WAIT_S", 0)
+    ran = tmp_path / "ran"
+    prog = script(tmp_path, f"touch {ran}; echo '{{}}'")
+    with patch_module_args({}):
+        module = cli_module()
+        assert run_json_of(module, prog, (0,), locked=True) == (0, {})  # free: it runs
+        assert ran.exists()
+        ran.unlink()
+        held = os.open(tmp_path / "locks" / "follow-driver.lock", os.O_RDWR)
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            with pytest.raises(SystemExit):
+                run_json_of(module, prog, (0,), locked=True)
+        finally:
+            os.close(held)
+    out = json.loads(capsys.readouterr().out)
+    lock = tmp_path / "locks" / "follow-driver.lock"
+    assert out["failed"] and out["rc"] == 75 and not ran.exists()
+    assert out["msg"] == (
+        f"another gpudoctor run held {lock} for 0 s; run the play again when it is done"
+    )
+
+
+def cli_module():  # type: ignore[no-untyped-def]
+    from ansible.module_utils.basic import AnsibleModule
+
+    return AnsibleModule(argument_spec=dict(cli.COMMON_OPTIONS))
+
+
+def run_json_of(module, prog: str, results: tuple[int, ...], locked: bool = False):  # type: ignore[no-untyped-def]
+    module.params["executable"] = prog
+    return cli.run_json(module, ["x"], results, locked=locked)
+
+
+def test_ct_gpu_fails_with_gpudoctors_reason_for_a_missing_ct(tmp_path, capsys) -> None:
+    result = run_module(ct_gpu.main, {"ct": "nope", "flavor": "lxc", "lxcpath": str(tmp_path),
+                                      "executable": GPUDOCTOR, "_ansible_check_mode": True},
+                        capsys)  # fmt: skip
+    assert result["failed"] is True and result["changed"] is False
+    assert result["msg"] == (
+        f"CT nope: no LXC container 'nope': {tmp_path}/nope/config does not exist"
+    )
+    assert result["outcome"]["error"] == "unknown_ct"
+
+
+def test_check_facts_of_no_container_are_empty(tmp_path, capsys, monkeypatch) -> None:
+    """An LXC directory with no container: nothing to check, empty facts, not changed (the
+    real follow-driver dry run lists the node's containers: lxc-ls on an empty lxcpath)."""
+    import shutil
+
+    if not shutil.which("lxc-ls"):
+        pytest.skip("lxc-ls is not installed")
+    monkeypatch.setenv("GPUDOCTOR_LOCK_DIR", str(tmp_path / "locks"))  # follow's own lock
+    result = run_module(check_facts.main, {"flavor": "lxc", "lxcpath": str(tmp_path),
+                                           "executable": GPUDOCTOR}, capsys)  # fmt: skip
+    assert result["changed"] is False and "failed" not in result, result
+    assert result["ansible_facts"] == {"gpudoctor": {"cts": {}, "failing": []}}

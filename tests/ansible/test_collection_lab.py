@@ -122,11 +122,16 @@ def pct_first(ct) -> str:  # type: ignore[no-untyped-def]
 
 
 def record(tmp_path, name: str, *runs) -> None:  # type: ignore[no-untyped-def]
-    """Keep the recap lines where GPUDOCTOR_ANSIBLE_RECAPS names a file (for the docs)."""
+    """Keep the runs' output and recap lines where GPUDOCTOR_ANSIBLE_RECAPS names a file
+    (what docs/ansible.md shows)."""
     target = os.environ.get("GPUDOCTOR_ANSIBLE_RECAPS")
     if target:
+        doc = {
+            "recaps": [r.recap["labnode"].line for r in runs],
+            "outputs": [r.output for r in runs],
+        }
         with open(target, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({name: [r.recap["labnode"].line for r in runs]}) + "\n")
+            fh.write(json.dumps({name: doc}) + "\n")
 
 
 def test_pve_playbook_finds_the_gpu_cts_fixes_them_and_names_a_rollback(
@@ -168,6 +173,7 @@ def test_pve_playbook_finds_the_gpu_cts_fixes_them_and_names_a_rollback(
         "gpudoctor_devices": ["/dev/fakegpu"],
         "gpudoctor_environment": node_env(tmp_path / "f", **flaky.env(), PATH=pct_first(flaky)),
     }).playbook()  # fmt: skip
+    record(tmp_path, "pve-rollback", failing)
     assert failing.returncode == 2, failing.output
     assert failing.recap["labnode"].failed == 1, failing.output
     assert f"CT {flaky.vmid}: rolled back" in failing.output

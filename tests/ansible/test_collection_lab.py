@@ -41,6 +41,18 @@ def node_env(tmp_path, **more: str) -> dict[str, str]:
     }
 
 
+def lxc_controller(tmp_path, collections, sshd, *cts) -> Controller:  # type: ignore[no-untyped-def]
+    """Return the controller of a plain LXC node whose GPU CTs are ``cts`` (the lab's)."""
+    return Controller(tmp_path / "controller", collections, sshd, {
+        "gpudoctor_cts": [ct.name for ct in cts],
+        "gpudoctor_flavor": "lxc",
+        "gpudoctor_lxcpath": cts[0].lxcpath,
+        "gpudoctor_devices": ["/dev/fakegpu"],
+        "gpudoctor_only": ONLY,
+        "gpudoctor_environment": node_env(tmp_path),
+    })  # fmt: skip
+
+
 def test_lxc_playbook_check_diff_then_fix_then_nothing_changed(
     lab, lab_sshd, lab_container, collections, tmp_path
 ) -> None:
@@ -49,14 +61,7 @@ def test_lxc_playbook_check_diff_then_fix_then_nothing_changed(
                             allow=(f"c {lab.fake_gpu_major}:* rwm",))  # fmt: skip
     assert "Operation not permitted" in opened_inside(broken)
     assert opened_inside(healthy) == "OK"
-    ansible = Controller(tmp_path / "controller", collections, lab_sshd, {
-        "gpudoctor_cts": [broken.name, healthy.name],
-        "gpudoctor_flavor": "lxc",
-        "gpudoctor_lxcpath": broken.lxcpath,
-        "gpudoctor_devices": ["/dev/fakegpu"],
-        "gpudoctor_only": ONLY,
-        "gpudoctor_environment": node_env(tmp_path),
-    })  # fmt: skip
+    ansible = lxc_controller(tmp_path, collections, lab_sshd, broken, healthy)
     configs = {ct.name: ct.config_path.read_bytes() for ct in (broken, healthy)}
     pids = {ct.name: ct.init_pid() for ct in (broken, healthy)}
     rule = f"lxc.cgroup2.devices.allow = c {lab.fake_gpu_major}:{lab.fake_gpu_minor} rwm"
@@ -255,14 +260,7 @@ def test_an_applying_play_waits_for_gpudoctors_node_lock(
 
     broken = lab_container(devices={"/dev/fakegpu": str(lab.fake_gpu)})
     old = broken.config_path.read_bytes()
-    ansible = Controller(tmp_path / "controller", collections, lab_sshd, {
-        "gpudoctor_cts": [broken.name],
-        "gpudoctor_flavor": "lxc",
-        "gpudoctor_lxcpath": broken.lxcpath,
-        "gpudoctor_devices": ["/dev/fakegpu"],
-        "gpudoctor_only": ONLY,
-        "gpudoctor_environment": node_env(tmp_path),
-    })  # fmt: skip
+    ansible = lxc_controller(tmp_path, collections, lab_sshd, broken)
     (tmp_path / "locks").mkdir(mode=0o700)
     lock = str(tmp_path / "locks" / "follow-driver.lock")
     held = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)

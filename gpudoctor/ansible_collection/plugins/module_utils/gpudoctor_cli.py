@@ -12,11 +12,17 @@ import os
 # `gpudoctor fix` exit codes (docs/cli.md): 0 done or nothing to do, 3 not applied /
 # failed / rolled back, 4 changes pending and nothing written (--dry-run).
 OK, FAILED, PENDING = 0, 3, 4
+FIX_RESULTS = (OK, FAILED, PENDING)  # the exits whose stdout is fix's JSON outcome
 # `gpudoctor check` exit codes: 0 healthy, 3 a FAIL or ERROR, 4 every check SKIPped.
 CHECK_RESULTS = (0, 3, 4)
 
+# the argument specs of the doc fragments gpudoctor.gpu.gpudoctor and .containers
 COMMON_OPTIONS = {
     "executable": {"type": "path"},
+}
+CONTAINER_OPTIONS = {
+    "flavor": {"type": "str", "choices": ["pve", "lxc"], "default": "pve"},
+    "lxcpath": {"type": "path"},
 }
 
 # gpudoctor's per-node lock: what `gpudoctor fix --follow-driver` (and the unit that runs it

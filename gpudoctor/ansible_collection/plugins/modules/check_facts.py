@@ -27,16 +27,6 @@ options:
     type: list
     elements: str
     default: []
-  flavor:
-    description:
-      - C(pve) for Proxmox VE (C(pct exec)), C(lxc) for plain LXC (C(lxc-attach)).
-    type: str
-    choices: [pve, lxc]
-    default: pve
-  lxcpath:
-    description:
-      - LXC's container directory for I(flavor=lxc) (default LXC's own).
-    type: path
   devices:
     description:
       - Also probe these device nodes inside each container (C(PATH[:DRIVER]), as
@@ -50,10 +40,9 @@ options:
     type: list
     elements: str
     default: []
-  executable:
-    description:
-      - The gpudoctor executable on the node (default C(gpudoctor) on its PATH).
-    type: path
+extends_documentation_fragment:
+  - gpudoctor.gpu.gpudoctor
+  - gpudoctor.gpu.gpudoctor.containers
 attributes:
   check_mode:
     support: full
@@ -100,14 +89,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpudoctor.gpu.plugins.module_utils.gpudoctor_cli import (
-    CHECK_RESULTS,
-    COMMON_OPTIONS,
-    FAILED,
-    OK,
-    PENDING,
-    run_json,
-)
+from ansible_collections.gpudoctor.gpu.plugins.module_utils import gpudoctor_cli as cli
 
 BAD = ("FAIL", "ERROR")
 
@@ -125,7 +107,7 @@ def gpu_cts(module):
     dry run's list: every CT but those it calls ``no_devices``)."""
     args = ["fix", "--host", "local", "--follow-driver", "--dry-run", "--json",
             *place_args(module.params)]  # fmt: skip
-    doc = run_json(module, args, (OK, FAILED, PENDING))[1]
+    doc = cli.run_json(module, args, cli.FIX_RESULTS)[1]
     if "cts" not in doc:
         module.fail_json(msg=f"cannot list the node's containers: {doc.get('message')}")
     return [str(c["ct"]) for c in doc["cts"] if c.get("status") != "no_devices"]
@@ -159,17 +141,16 @@ def main():
     """Run the module: one ``gpudoctor check`` per container, as facts."""
     spec = {
         "cts": {"type": "list", "elements": "str", "default": []},
-        "flavor": {"type": "str", "choices": ["pve", "lxc"], "default": "pve"},
-        "lxcpath": {"type": "path"},
         "devices": {"type": "list", "elements": "str", "default": []},
         "only": {"type": "list", "elements": "str", "default": []},
-        **COMMON_OPTIONS,
+        **cli.COMMON_OPTIONS,
+        **cli.CONTAINER_OPTIONS,
     }
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     cts = module.params["cts"] or gpu_cts(module)
     found = {}
     for ct in cts:
-        doc = run_json(module, check_args(module.params, ct), CHECK_RESULTS)[1]
+        doc = cli.run_json(module, check_args(module.params, ct), cli.CHECK_RESULTS)[1]
         found[ct] = {
             "status": doc.get("status"),
             "target": doc.get("target"),

@@ -33,16 +33,6 @@ options:
       - The Proxmox VE VMID (C(200)) or the plain LXC container name.
     type: str
     required: true
-  flavor:
-    description:
-      - C(pve) for Proxmox VE (C(/etc/pve), C(pct)), C(lxc) for plain LXC.
-    type: str
-    choices: [pve, lxc]
-    default: pve
-  lxcpath:
-    description:
-      - LXC's container directory for I(flavor=lxc) (default LXC's own).
-    type: path
   devices:
     description:
       - Pass these character devices (or directories under C(/dev)) instead of every
@@ -78,10 +68,9 @@ options:
         the new config applies at its next start.
     type: bool
     default: true
-  executable:
-    description:
-      - The gpudoctor executable on the node (default C(gpudoctor) on its PATH).
-    type: path
+extends_documentation_fragment:
+  - gpudoctor.gpu.gpudoctor
+  - gpudoctor.gpu.gpudoctor.containers
 attributes:
   check_mode:
     support: full
@@ -153,14 +142,7 @@ outcome:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpudoctor.gpu.plugins.module_utils.gpudoctor_cli import (
-    COMMON_OPTIONS,
-    FAILED,
-    OK,
-    PENDING,
-    config_diff,
-    run_json,
-)
+from ansible_collections.gpudoctor.gpu.plugins.module_utils import gpudoctor_cli as cli
 
 # what a run changed: written, or restarted (a restart-only fix writes nothing)
 WROTE_OR_RESTARTED = ("applied", "applied_not_running", "not_fixed", "rolled_back")
@@ -199,10 +181,10 @@ def result_of(doc, rc, check_mode, ct):
         "restart_reasons": doc.get("restart_reasons", []),
         "outcome": doc,
     }
-    diff = config_diff(doc.get("config") or "config", doc.get("diff", ""))
+    diff = cli.config_diff(doc.get("config") or "config", doc.get("diff", ""))
     if diff is not None:
         result["diff"] = diff
-    done = rc == OK or (check_mode and rc == PENDING)
+    done = rc == cli.OK or (check_mode and rc == cli.PENDING)
     if done:
         return False, result
     why = doc.get("message") or f"gpudoctor fix failed (exit {rc})"
@@ -216,21 +198,20 @@ def main():
     """Run the module: plan (check mode) or apply through ``gpudoctor fix``."""
     spec = {
         "ct": {"type": "str", "required": True},
-        "flavor": {"type": "str", "choices": ["pve", "lxc"], "default": "pve"},
-        "lxcpath": {"type": "path"},
         "devices": {"type": "list", "elements": "str", "default": []},
         "mode": {"type": "str", "choices": ["auto", "devn", "rules"], "default": "auto"},
         "dev_gid": {"type": "int"},
         "prune": {"type": "bool", "default": False},
         "driver_libs": {"type": "str", "choices": ["bind", "copy"]},
         "restart": {"type": "bool", "default": True},
-        **COMMON_OPTIONS,
+        **cli.COMMON_OPTIONS,
+        **cli.CONTAINER_OPTIONS,
     }
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     args = fix_args(module.params, module.check_mode)
     # applying: under gpudoctor's per-node lock, so another play (or the follow-driver
     # unit) never plans, writes or restarts this node's CTs at the same time
-    rc, doc = run_json(module, args, (OK, FAILED, PENDING), locked=not module.check_mode)
+    rc, doc = cli.run_json(module, args, cli.FIX_RESULTS, locked=not module.check_mode)
     failed, result = result_of(doc, rc, module.check_mode, module.params["ct"])
     if failed:
         module.fail_json(**result)

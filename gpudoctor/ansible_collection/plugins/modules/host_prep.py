@@ -26,11 +26,8 @@ options:
     type: list
     elements: str
     default: []
-  executable:
-    description:
-      - The gpudoctor executable on the node (default C(gpudoctor) on its PATH). The
-        installed units run it by its absolute path.
-    type: path
+extends_documentation_fragment:
+  - gpudoctor.gpu.gpudoctor
 attributes:
   check_mode:
     support: full
@@ -70,25 +67,18 @@ outcome:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpudoctor.gpu.plugins.module_utils.gpudoctor_cli import (
-    COMMON_OPTIONS,
-    FAILED,
-    OK,
-    PENDING,
-    config_diff,
-    run_json,
-)
+from ansible_collections.gpudoctor.gpu.plugins.module_utils import gpudoctor_cli as cli
 
 
 def main():
     """Run the module: plan (check mode) or install through ``gpudoctor fix --host-prep``."""
-    spec = {"devices": {"type": "list", "elements": "str", "default": []}, **COMMON_OPTIONS}
+    spec = {"devices": {"type": "list", "elements": "str", "default": []}, **cli.COMMON_OPTIONS}
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     args = ["fix", "--host", "local", "--host-prep", "--json"]
     args.append("--dry-run" if module.check_mode else "--yes")
     for device in module.params["devices"]:
         args += ["--device", device]
-    rc, doc = run_json(module, args, (OK, FAILED, PENDING), locked=not module.check_mode)
+    rc, doc = cli.run_json(module, args, cli.FIX_RESULTS, locked=not module.check_mode)
     status = doc.get("status", "failed")
     result = {
         "changed": status == ("dry_run" if module.check_mode else "applied"),
@@ -97,10 +87,10 @@ def main():
         "explanation": doc.get("explanation", []),
         "outcome": doc,
     }
-    diff = config_diff(doc.get("unit") or "host", doc.get("diff", ""))
+    diff = cli.config_diff(doc.get("unit") or "host", doc.get("diff", ""))
     if diff is not None:
         result["diff"] = diff
-    if rc == OK or (module.check_mode and rc == PENDING):
+    if rc == cli.OK or (module.check_mode and rc == cli.PENDING):
         module.exit_json(**result)
     module.fail_json(msg=doc.get("message") or "gpudoctor fix --host-prep failed", **result)
 

@@ -156,8 +156,8 @@ def test_parse_and_error_lines() -> None:
     assert not cli.is_failure_document({"ok": False}) and not cli.is_failure_document({"error": 1})
     err = "gpudoctor: step\ngpudoctor: error: first\ngpudoctor: error: last; do x\nafter\n"
     assert cli.error_line(1, err, "") == "gpudoctor: error: last; do x"
-    assert cli.error_line(1, "one\n two \n\n", "") == "two"
-    assert cli.error_line(2, "", "out\n last out \n") == "last out"
+    assert cli.error_line(1, "one\n two \n\nthree", "") == "three"
+    assert cli.error_line(2, "", "out\nmid\n last out \n") == "last out"
     assert cli.error_line(9, None, None) == "gpudoctor exited with code 9 and printed nothing"
     assert cli.config_diff("/c", "") is None
 
@@ -165,9 +165,9 @@ def test_parse_and_error_lines() -> None:
 # -- whole modules, real AnsibleModule, real processes --------------------------------------
 
 
-def script(tmp_path: Path, text: str) -> str:
-    """Return an executable shell script (a program for run_json to run) printing ``text``."""
-    path = tmp_path / "prog"
+def script(tmp_path: Path, text: str, name: str = "prog") -> str:
+    """Return an executable shell script (a program for run_json to run) running ``text``."""
+    path = tmp_path / name
     path.write_text(f"#!/bin/sh\n{text}\n")
     path.chmod(0o755)
     return str(path)
@@ -217,6 +217,21 @@ def test_a_held_node_lock_fails_the_task_saying_so(tmp_path, capsys, monkeypatch
     )
 
 
+def test_gpudoctor_is_found_on_the_nodes_path_or_the_task_fails_naming_it(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    (tmp_path / "bin").mkdir()
+    found = script(tmp_path / "bin", "true", name="gpudoctor")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    with patch_module_args({}):
+        assert cli.gpudoctor_path(cli_module()) == found
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    with patch_module_args({}), pytest.raises(SystemExit):
+        cli.gpudoctor_path(cli_module())
+    out = json.loads(capsys.readouterr().out)
+    assert out["failed"] and "gpudoctor" in out["msg"], out
+
+
 def cli_module():  # type: ignore[no-untyped-def]
     from ansible.module_utils.basic import AnsibleModule
 
@@ -251,3 +266,132 @@ def test_check_facts_of_no_container_are_empty(tmp_path, capsys, monkeypatch) ->
                                            "executable": GPUDOCTOR}, capsys)  # fmt: skip
     assert result["changed"] is False and "failed" not in result, result
     assert result["ansible_facts"] == {"gpudoctor": {"cts": {}, "failing": []}}
+
+
+# -- the argument specs are what DOCUMENTATION says -----------------------------------------
+
+FIELDS = ("type", "default", "choices", "required", "elements")
+
+
+def documented_options(module) -> dict:  # type: ignore[no-untyped-def]
+    """Return the options of a module's DOCUMENTATION with its doc fragments merged."""
+    import yaml
+
+    doc = yaml.safe_load(module.DOCUMENTATION)
+    options = dict(doc.get("options") or {})
+    fragments = plugin("doc_fragments", "gpudoctor").ModuleDocFragment
+    for name in doc.get("extends_documentation_fragment", []):
+        attr = name.rsplit(".", 1)[1].upper() if name.count(".") == 3 else "DOCUMENTATION"
+        options.update(yaml.safe_load(getattr(fragments, attr))["options"])
+    return options
+
+
+def normal(option: dict) -> dict:
+    """Return an option's fields as the argument spec gives them (defaults filled in)."""
+    return {"type": option.get("type", "str"), "default": option.get("default"),
+            "choices": option.get("choices"), "required": option.get("required", False),
+            "elements": option.get("elements")}  # fmt: skip
+
+
+@pytest.mark.parametrize("module", [ct_gpu, check_facts, host_prep], ids=lambda m: m.__name__)
+def test_the_argument_spec_is_the_documented_options(module) -> None:
+    documented = {k: normal(v) for k, v in documented_options(module).items()}
+    spec = {k: normal(v) for k, v in module.ARGUMENT_SPEC.items()}
+    assert spec == documented
+    assert "executable" in spec and ("flavor" in spec) is (module is not host_prep)
+
+
+# -- whole modules on a real LXC config (a stopped CT: no container runs) -------------------
+
+
+@pytest.fixture
+def stopped_ct(tmp_path, monkeypatch) -> Path:
+    """Return the lxcpath of a plain LXC CT ``ct1`` that passes /dev/zero with no rule for
+    it (deny-all policy), its backups and locks in tmp_path; the CT never runs."""
+    lxcpath = tmp_path / "lxc"
+    (lxcpath / "ct1").mkdir(parents=True)
+    (lxcpath / "ct1" / "config").write_text(
+        "lxc.uts.name = ct1\nlxc.cgroup2.devices.deny = a\n"
+        "lxc.mount.entry = /dev/zero dev/zero none bind,optional,create=file\n"
+    )
+    for name, folder in (("LOCK", "locks"), ("HOST_BACKUP", "host-backups"),
+                         ("CLIENT_BACKUP", "client-backups")):  # fmt: skip
+        monkeypatch.setenv(f"GPUDOCTOR_{name}_DIR", str(tmp_path / folder))
+    return lxcpath
+
+
+def test_ct_gpu_check_mode_then_apply_then_ok(stopped_ct, capsys) -> None:
+    config = stopped_ct / "ct1" / "config"
+    before = config.read_bytes()
+    args = {"ct": "ct1", "flavor": "lxc", "lxcpath": str(stopped_ct), "devices": ["/dev/zero"],
+            "executable": GPUDOCTOR}  # fmt: skip
+    rule = "lxc.cgroup2.devices.allow = c 1:5 rwm"
+    planned = run_module(ct_gpu.main, {**args, "_ansible_check_mode": True,
+                                       "_ansible_diff": True}, capsys)  # fmt: skip
+    assert planned["changed"] is True and planned["status"] == "dry_run", planned
+    assert "failed" not in planned and planned["config"] == str(config)
+    assert f"+{rule}\n" in planned["diff"]["prepared"]
+    assert planned["diff"]["before_header"] == str(config)
+    assert [e["line"] for e in planned["edits"]] == [rule]
+    assert planned["outcome"]["exit_code"] == 4 and config.read_bytes() == before
+
+    applied = run_module(ct_gpu.main, args, capsys)
+    assert applied["changed"] is True and applied["status"] == "applied_not_running", applied
+    assert "failed" not in applied and applied["message"].startswith("applied;")
+    assert rule in config.read_text().splitlines()
+    assert applied["outcome"]["backup"]["host"]  # gpudoctor's backup, before the write
+
+    again = run_module(ct_gpu.main, args, capsys)
+    assert again["changed"] is False and again["status"] == "nothing_to_change", again
+    assert again["edits"] == [] and again["restart_reasons"] == []
+
+
+def test_ct_gpu_needs_a_ct(capsys) -> None:
+    result = run_module(ct_gpu.main, {"executable": GPUDOCTOR}, capsys)
+    assert result["failed"] and "missing required arguments: ct" in result["msg"]
+
+
+def test_check_facts_of_a_failing_and_a_healthy_ct(stopped_ct, capsys) -> None:
+    (stopped_ct / "ct2").mkdir()
+    (stopped_ct / "ct2" / "config").write_text(
+        (stopped_ct / "ct1" / "config").read_text().replace("ct1", "ct2")
+        + "lxc.cgroup2.devices.allow = c 1:5 rwm\n"
+    )
+    result = run_module(check_facts.main, {"cts": ["ct1", "ct2"], "flavor": "lxc",
+                                           "lxcpath": str(stopped_ct), "only": ["ct"],
+                                           "executable": GPUDOCTOR}, capsys)  # fmt: skip
+    facts = result["ansible_facts"]["gpudoctor"]
+    assert result["changed"] is False and facts["failing"] == ["ct1"], facts
+    ct1, ct2 = facts["cts"]["ct1"], facts["cts"]["ct2"]
+    assert (ct1["status"], ct1["target"], ct2["status"]) == ("FAIL", "local/ct1", "PASS")
+    rules = {f["check"]: f for f in ct1["findings"]}["ct.device_rules"]
+    assert rules["status"] == "FAIL" and rules["subject"] == "/dev/zero"
+    assert rules["remedy"] == "lxc.cgroup2.devices.allow = c 1:5 rwm"
+    assert {f["check"] for f in ct2["findings"]} == {"ct.device_rules", "ct.hooks"}
+
+
+def test_host_prep_check_mode_then_install_then_ok(tmp_path, capsys, monkeypatch) -> None:
+    """On a scratch systemd tree (GPUDOCTOR_SYSTEMD_ROOT, the real ``systemctl --root``)."""
+    import shutil
+
+    from gpudoctor.pve import uvm_unit
+
+    if not shutil.which("systemctl"):
+        pytest.skip("systemctl is not installed")
+    root = tmp_path / "root"
+    (root / "etc/systemd/system").mkdir(parents=True)
+    monkeypatch.setenv("GPUDOCTOR_SYSTEMD_ROOT", str(root))
+    monkeypatch.setenv("GPUDOCTOR_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("GPUDOCTOR_HOST_BACKUP_DIR", str(tmp_path / "backups"))
+    unit = root / "etc/systemd/system" / uvm_unit.UNIT_NAME
+    args = {"executable": GPUDOCTOR}
+    planned = run_module(host_prep.main, {**args, "_ansible_check_mode": True}, capsys)
+    assert planned["changed"] is True and planned["status"] == "dry_run", planned
+    assert f"+++ b{unit}" in planned["diff"]["prepared"] and not unit.exists()
+    assert planned["diff"]["before_header"] == str(unit) and planned["explanation"]
+    applied = run_module(host_prep.main, args, capsys)
+    assert applied["changed"] is True and applied["status"] == "applied", applied
+    assert unit.exists() and "failed" not in applied
+    again = run_module(host_prep.main, args, capsys)
+    assert again["changed"] is False and again["status"] == "nothing_to_change"
+    assert "diff" not in again and again["message"] == "nothing to change"

@@ -91,6 +91,15 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpudoctor.gpu.plugins.module_utils import gpudoctor_cli as cli
 
+# the options DOCUMENTATION describes (tests/ansible/test_modules_unit.py compares them)
+ARGUMENT_SPEC = {
+    "cts": {"type": "list", "elements": "str", "default": []},
+    "devices": {"type": "list", "elements": "str", "default": []},
+    "only": {"type": "list", "elements": "str", "default": []},
+    **cli.COMMON_OPTIONS,
+    **cli.CONTAINER_OPTIONS,
+}
+
 BAD = ("FAIL", "ERROR")
 
 
@@ -139,14 +148,7 @@ def finding(raw):
 
 def main():
     """Run the module: one ``gpudoctor check`` per container, as facts."""
-    spec = {
-        "cts": {"type": "list", "elements": "str", "default": []},
-        "devices": {"type": "list", "elements": "str", "default": []},
-        "only": {"type": "list", "elements": "str", "default": []},
-        **cli.COMMON_OPTIONS,
-        **cli.CONTAINER_OPTIONS,
-    }
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     cts = module.params["cts"] or gpu_cts(module)
     found = {}
     for ct in cts:

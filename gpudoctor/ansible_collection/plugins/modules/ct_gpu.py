@@ -144,6 +144,19 @@ outcome:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpudoctor.gpu.plugins.module_utils import gpudoctor_cli as cli
 
+# the options DOCUMENTATION describes (tests/ansible/test_modules_unit.py compares them)
+ARGUMENT_SPEC = {
+    "ct": {"type": "str", "required": True},
+    "devices": {"type": "list", "elements": "str", "default": []},
+    "mode": {"type": "str", "choices": ["auto", "devn", "rules"], "default": "auto"},
+    "dev_gid": {"type": "int"},
+    "prune": {"type": "bool", "default": False},
+    "driver_libs": {"type": "str", "choices": ["bind", "copy"]},
+    "restart": {"type": "bool", "default": True},
+    **cli.COMMON_OPTIONS,
+    **cli.CONTAINER_OPTIONS,
+}
+
 # what a run changed: written, or restarted (a restart-only fix writes nothing)
 WROTE_OR_RESTARTED = ("applied", "applied_not_running", "not_fixed", "rolled_back")
 
@@ -196,18 +209,7 @@ def result_of(doc, rc, check_mode, ct):
 
 def main():
     """Run the module: plan (check mode) or apply through ``gpudoctor fix``."""
-    spec = {
-        "ct": {"type": "str", "required": True},
-        "devices": {"type": "list", "elements": "str", "default": []},
-        "mode": {"type": "str", "choices": ["auto", "devn", "rules"], "default": "auto"},
-        "dev_gid": {"type": "int"},
-        "prune": {"type": "bool", "default": False},
-        "driver_libs": {"type": "str", "choices": ["bind", "copy"]},
-        "restart": {"type": "bool", "default": True},
-        **cli.COMMON_OPTIONS,
-        **cli.CONTAINER_OPTIONS,
-    }
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     args = fix_args(module.params, module.check_mode)
     # applying: under gpudoctor's per-node lock, so another play (or the follow-driver
     # unit) never plans, writes or restarts this node's CTs at the same time

@@ -69,11 +69,16 @@ outcome:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpudoctor.gpu.plugins.module_utils import gpudoctor_cli as cli
 
+# the options DOCUMENTATION describes (tests/ansible/test_modules_unit.py compares them)
+ARGUMENT_SPEC = {
+    "devices": {"type": "list", "elements": "str", "default": []},
+    **cli.COMMON_OPTIONS,
+}
+
 
 def main():
     """Run the module: plan (check mode) or install through ``gpudoctor fix --host-prep``."""
-    spec = {"devices": {"type": "list", "elements": "str", "default": []}, **cli.COMMON_OPTIONS}
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     args = ["fix", "--host", "local", "--host-prep", "--json"]
     args.append("--dry-run" if module.check_mode else "--yes")
     for device in module.params["devices"]:

@@ -37,7 +37,9 @@ def test_an_undocumented_option_fails_validate_modules(tmp_path) -> None:
     collection = sanity.stage(tmp_path)
     module = collection / "plugins" / "modules" / "host_prep.py"
     text = module.read_text()
-    module.write_text(text.replace('spec = {"devices"', 'spec = {"undocumented": {}, "devices"'))
+    planted = text.replace("ARGUMENT_SPEC = {\n", 'ARGUMENT_SPEC = {\n    "undocumented": {},\n')
+    assert planted != text  # the option really is planted
+    module.write_text(planted)
     done = sanity.sanity(collection, only=("validate-modules",))
     assert done.returncode != 0
     assert "undocumented-parameter" in done.stdout + done.stderr

@@ -134,6 +134,32 @@ def test_a_refusal_fails_unchanged_and_a_silent_failure_names_the_exit_code() ->
     assert result["config"] is None and result["edits"] == [] and result["restart_reasons"] == []
 
 
+def test_a_failure_document_gives_empty_fields_and_restart_reasons_pass_through() -> None:
+    failure = {"ok": False, "status": "failed", "error": "io", "exit_code": 1}
+    failed, result = cli.fix_result(failure, 1, False, ("applied",))
+    assert failed and result == {"changed": False, "status": "failed", "message": "",
+                                 "outcome": failure}  # fmt: skip
+    failed, result = ct_gpu.result_of({"status": "dry_run", "restart_reasons": ["stale node"]},
+                                      4, True, "200")  # fmt: skip
+    assert not failed and result["restart_reasons"] == ["stale node"] and result["changed"]
+
+
+def test_host_prep_arguments_and_results() -> None:
+    assert host_prep.prep_args({"devices": ["/dev/dri", "/dev/kfd"]}, False) == [
+        "fix", "--host", "local", "--host-prep", "--json", "--yes",
+        "--device", "/dev/dri", "--device", "/dev/kfd"]  # fmt: skip
+    assert host_prep.prep_args({"devices": []}, True)[-1] == "--dry-run"
+    failed, result = host_prep.result_of({"status": "failed", "message": "no systemctl"}, 1, False)
+    assert failed and result["msg"] == "no systemctl" and result["explanation"] == []
+    failed, result = host_prep.result_of({}, 3, False)
+    assert failed and result["msg"] == "gpudoctor fix --host-prep failed (exit 3)"
+    doc = {"status": "applied", "unit": "/etc/u", "diff": "+x\n", "explanation": ["why"]}
+    failed, result = host_prep.result_of(doc, 0, False)
+    assert not failed and result["changed"] and "msg" not in result
+    assert result["explanation"] == ["why"] and result["diff"]["before_header"] == "/etc/u"
+    assert host_prep.result_of({"status": "applied"}, 0, True)[1]["changed"] is False
+
+
 def test_a_finding_keeps_every_field_and_names_its_remedy() -> None:
     raw = {"check": "device.open", "status": "FAIL", "subject": "/dev/nvidia-uvm",
            "message": "EPERM", "evidence": ("open: EPERM",), "remediation": "gpudoctor fix",
@@ -212,6 +238,7 @@ def test_a_held_node_lock_fails_the_task_saying_so(tmp_path, capsys, monkeypatch
     out = json.loads(capsys.readouterr().out)
     lock = tmp_path / "locks" / "follow-driver.lock"
     assert out["failed"] and out["rc"] == 75 and not ran.exists()
+    assert out["cmd"] == [*cli.node_lock(cli_module_stub()), prog, "x"]
     assert out["msg"] == (
         f"another gpudoctor run held {lock} for 0 s; run the play again when it is done"
     )
@@ -230,6 +257,17 @@ def test_gpudoctor_is_found_on_the_nodes_path_or_the_task_fails_naming_it(
         cli.gpudoctor_path(cli_module())
     out = json.loads(capsys.readouterr().out)
     assert out["failed"] and "gpudoctor" in out["msg"], out
+
+
+def cli_module_stub():  # type: ignore[no-untyped-def]
+    """What node_lock asks of AnsibleModule (get_bin_path), for the expected command."""
+    import shutil
+
+    class Stub:
+        def get_bin_path(self, name: str, required: bool = False) -> str:
+            return shutil.which(name) or name
+
+    return Stub()
 
 
 def cli_module():  # type: ignore[no-untyped-def]
@@ -306,14 +344,18 @@ def test_the_argument_spec_is_the_documented_options(module) -> None:
 
 @pytest.fixture
 def stopped_ct(tmp_path, monkeypatch) -> Path:
-    """Return the lxcpath of a plain LXC CT ``ct1`` that passes /dev/zero with no rule for
-    it (deny-all policy), its backups and locks in tmp_path; the CT never runs."""
+    """Return the lxcpath of three stopped plain LXC CTs (deny-all policy; they never run):
+    ``ct1`` passes /dev/zero with no rule for it, ``ct2`` with its rule, ``ct3`` passes no
+    device; backups and locks in tmp_path."""
     lxcpath = tmp_path / "lxc"
-    (lxcpath / "ct1").mkdir(parents=True)
-    (lxcpath / "ct1" / "config").write_text(
-        "lxc.uts.name = ct1\nlxc.cgroup2.devices.deny = a\n"
-        "lxc.mount.entry = /dev/zero dev/zero none bind,optional,create=file\n"
-    )
+    lxcpath.mkdir()
+    passes = "lxc.mount.entry = /dev/zero dev/zero none bind,optional,create=file\n"
+    for name, more in (("ct1", passes), ("ct2", passes + "lxc.cgroup2.devices.allow = c 1:5 rwm\n"),
+                       ("ct3", "")):  # fmt: skip
+        (lxcpath / name).mkdir()
+        (lxcpath / name / "config").write_text(
+            f"lxc.uts.name = {name}\nlxc.cgroup2.devices.deny = a\n{more}"
+        )
     for name, folder in (("LOCK", "locks"), ("HOST_BACKUP", "host-backups"),
                          ("CLIENT_BACKUP", "client-backups")):  # fmt: skip
         monkeypatch.setenv(f"GPUDOCTOR_{name}_DIR", str(tmp_path / folder))
@@ -352,22 +394,63 @@ def test_ct_gpu_needs_a_ct(capsys) -> None:
 
 
 def test_check_facts_of_a_failing_and_a_healthy_ct(stopped_ct, capsys) -> None:
-    (stopped_ct / "ct2").mkdir()
-    (stopped_ct / "ct2" / "config").write_text(
-        (stopped_ct / "ct1" / "config").read_text().replace("ct1", "ct2")
-        + "lxc.cgroup2.devices.allow = c 1:5 rwm\n"
-    )
     result = run_module(check_facts.main, {"cts": ["ct1", "ct2"], "flavor": "lxc",
                                            "lxcpath": str(stopped_ct), "only": ["ct"],
-                                           "executable": GPUDOCTOR}, capsys)  # fmt: skip
+                                           "executable": GPUDOCTOR,
+                                           "_ansible_check_mode": True}, capsys)  # fmt: skip
     facts = result["ansible_facts"]["gpudoctor"]
-    assert result["changed"] is False and facts["failing"] == ["ct1"], facts
+    assert result["changed"] is False and facts["failing"] == ["ct1"], result
+    assert sorted(facts["cts"]) == ["ct1", "ct2"]  # the CTs named, no others
     ct1, ct2 = facts["cts"]["ct1"], facts["cts"]["ct2"]
     assert (ct1["status"], ct1["target"], ct2["status"]) == ("FAIL", "local/ct1", "PASS")
     rules = {f["check"]: f for f in ct1["findings"]}["ct.device_rules"]
     assert rules["status"] == "FAIL" and rules["subject"] == "/dev/zero"
     assert rules["remedy"] == "lxc.cgroup2.devices.allow = c 1:5 rwm"
     assert {f["check"] for f in ct2["findings"]} == {"ct.device_rules", "ct.hooks"}
+
+
+def test_check_facts_finds_the_gpu_cts_itself(stopped_ct, capsys) -> None:
+    """No ``cts``: the CTs that pass a device node (ct1, ct2), not ct3."""
+    result = run_module(check_facts.main, {"flavor": "lxc", "lxcpath": str(stopped_ct),
+                                           "only": ["ct"], "executable": GPUDOCTOR}, capsys)  # fmt: skip
+    facts = result["ansible_facts"]["gpudoctor"]
+    assert sorted(facts["cts"]) == ["ct1", "ct2"] and facts["failing"] == ["ct1"], result
+
+
+def test_check_facts_says_when_the_node_has_no_ct_list(tmp_path, capsys, monkeypatch) -> None:
+    """Flavor pve on a machine that is no Proxmox node: gpudoctor's reason, named."""
+    monkeypatch.setenv("GPUDOCTOR_PVE_ROOT", str(tmp_path / "no-pve"))
+    monkeypatch.setenv("GPUDOCTOR_LOCK_DIR", str(tmp_path / "locks"))
+    result = run_module(check_facts.main, {"executable": GPUDOCTOR}, capsys)
+    assert result["failed"] is True
+    assert result["msg"].startswith("cannot list the node's containers: ")
+    assert "not a Proxmox VE node" in result["msg"]
+
+
+@pytest.mark.parametrize("module", [ct_gpu, host_prep], ids=lambda m: m.__name__)
+def test_only_an_applying_run_takes_the_node_lock(module, stopped_ct, tmp_path, capsys,
+                                                  monkeypatch) -> None:  # fmt: skip
+    """The node lock held by another run (the wait cut to 0 s): check mode runs, the apply
+    fails naming the lock."""
+    import fcntl
+
+    monkeypatch.setattr(cli, "LOCK_WAIT_S", 0)
+    monkeypatch.setenv("GPUDOCTOR_SYSTEMD_ROOT", str(tmp_path / "root"))
+    (tmp_path / "root" / "etc/systemd/system").mkdir(parents=True)
+    args = {"executable": GPUDOCTOR}
+    if module is ct_gpu:
+        args.update(ct="ct1", flavor="lxc", lxcpath=str(stopped_ct), devices=["/dev/zero"])
+    (tmp_path / "locks").mkdir()
+    held = os.open(tmp_path / "locks" / "follow-driver.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        planned = run_module(module.main, {**args, "_ansible_check_mode": True}, capsys)
+        refused = run_module(module.main, args, capsys)
+    finally:
+        os.close(held)
+    assert planned["status"] == "dry_run" and "failed" not in planned, planned
+    assert refused["failed"] and refused["rc"] == 75, refused
+    assert "follow-driver.lock for 0 s" in refused["msg"]
 
 
 def test_host_prep_check_mode_then_install_then_ok(tmp_path, capsys, monkeypatch) -> None:

@@ -58,7 +58,7 @@ def run_json(module, args, results, locked=False):
     else fail the task with gpudoctor's own one-line error (its last stderr line)."""
     lock = node_lock(module) if locked else []
     cmd = [*lock, gpudoctor_path(module), *args]
-    rc, out, err = module.run_command(cmd, check_rc=False)
+    rc, out, err = module.run_command(cmd)  # check_rc off: every exit is read here
     if lock and rc == LOCK_BUSY and not out.strip():
         module.fail_json(msg=f"another gpudoctor run held {lock[-1]} for {LOCK_WAIT_S} s; "
                          "run the play again when it is done", rc=rc, cmd=cmd)  # fmt: skip
@@ -93,6 +93,24 @@ def error_line(rc, err, out):
         return lines[-1]
     tail = [line.strip() for line in (out or "").splitlines() if line.strip()]
     return tail[-1] if tail else f"gpudoctor exited with code {rc} and printed nothing"
+
+
+def fix_result(doc, rc, check_mode, done):
+    """Return ``(failed, result)`` for a ``gpudoctor fix --json`` outcome ``doc`` (exit
+    ``rc``): ``changed`` when check mode finds a fix pending (``dry_run``) or, applying, when
+    the status is one of ``done`` (written or restarted); gpudoctor's diff as Ansible's;
+    failed unless fix exited 0 (or 4, pending, in check mode)."""
+    status = doc.get("status", "failed")
+    result = {
+        "changed": status == "dry_run" if check_mode else status in done,
+        "status": status,
+        "message": doc.get("message", ""),
+        "outcome": doc,
+    }
+    diff = config_diff(doc.get("config") or doc.get("unit"), doc.get("diff"))
+    if diff is not None:
+        result["diff"] = diff
+    return not (rc == OK or (check_mode and rc == PENDING)), result
 
 
 def config_diff(path, diff):

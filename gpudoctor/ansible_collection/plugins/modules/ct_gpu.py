@@ -183,28 +183,15 @@ def fix_args(params, check_mode):
 
 def result_of(doc, rc, check_mode, ct):
     """Return ``(failed, result)``: the task's result for gpudoctor's outcome ``doc``."""
-    status = doc.get("status", "failed")
-    changed = status == "dry_run" if check_mode else status in WROTE_OR_RESTARTED
-    result = {
-        "changed": changed,
-        "status": status,
-        "message": doc.get("message", ""),
-        "config": doc.get("config"),
-        "edits": doc.get("edits", []),
-        "restart_reasons": doc.get("restart_reasons", []),
-        "outcome": doc,
-    }
-    diff = cli.config_diff(doc.get("config") or "config", doc.get("diff", ""))
-    if diff is not None:
-        result["diff"] = diff
-    done = rc == cli.OK or (check_mode and rc == cli.PENDING)
-    if done:
-        return False, result
-    why = doc.get("message") or f"gpudoctor fix failed (exit {rc})"
-    start_log = doc.get("start_log") or []
-    tail = f" (start log: {' | '.join(start_log)})" if start_log else ""
-    result["msg"] = f"CT {ct}: {why}{tail}"
-    return True, result
+    failed, result = cli.fix_result(doc, rc, check_mode, WROTE_OR_RESTARTED)
+    result.update(config=doc.get("config"), edits=doc.get("edits", []),
+                  restart_reasons=doc.get("restart_reasons", []))  # fmt: skip
+    if failed:
+        why = doc.get("message") or f"gpudoctor fix failed (exit {rc})"
+        start_log = doc.get("start_log") or []
+        tail = f" (start log: {' | '.join(start_log)})" if start_log else ""
+        result["msg"] = f"CT {ct}: {why}{tail}"
+    return failed, result
 
 
 def main():

@@ -76,28 +76,33 @@ ARGUMENT_SPEC = {
 }
 
 
+def prep_args(params, check_mode):
+    """Return the ``gpudoctor fix --host-prep`` arguments for the task's options."""
+    args = ["fix", "--host", "local", "--host-prep", "--json"]
+    args.append("--dry-run" if check_mode else "--yes")
+    for device in params["devices"]:
+        args += ["--device", device]
+    return args
+
+
+def result_of(doc, rc, check_mode):
+    """Return ``(failed, result)``: the task's result for gpudoctor's outcome ``doc``."""
+    failed, result = cli.fix_result(doc, rc, check_mode, ("applied",))
+    result["explanation"] = doc.get("explanation", [])
+    if failed:
+        result["msg"] = doc.get("message") or f"gpudoctor fix --host-prep failed (exit {rc})"
+    return failed, result
+
+
 def main():
     """Run the module: plan (check mode) or install through ``gpudoctor fix --host-prep``."""
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    args = ["fix", "--host", "local", "--host-prep", "--json"]
-    args.append("--dry-run" if module.check_mode else "--yes")
-    for device in module.params["devices"]:
-        args += ["--device", device]
+    args = prep_args(module.params, module.check_mode)
     rc, doc = cli.run_json(module, args, cli.FIX_RESULTS, locked=not module.check_mode)
-    status = doc.get("status", "failed")
-    result = {
-        "changed": status == ("dry_run" if module.check_mode else "applied"),
-        "status": status,
-        "message": doc.get("message", ""),
-        "explanation": doc.get("explanation", []),
-        "outcome": doc,
-    }
-    diff = cli.config_diff(doc.get("unit") or "host", doc.get("diff", ""))
-    if diff is not None:
-        result["diff"] = diff
-    if rc == cli.OK or (module.check_mode and rc == cli.PENDING):
-        module.exit_json(**result)
-    module.fail_json(msg=doc.get("message") or "gpudoctor fix --host-prep failed", **result)
+    failed, result = result_of(doc, rc, module.check_mode)
+    if failed:
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

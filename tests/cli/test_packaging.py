@@ -96,3 +96,31 @@ def test_console_script_is_the_entry_that_starts_the_probe_then_the_cli(wheel, t
                           cwd=tmp_path, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("gpudoctor, version ")
+
+
+def test_wheel_ships_the_ansible_collection_that_ansible_galaxy_builds(wheel, tmp_path):
+    """docs/ansible.md: ``ansible-galaxy collection build`` on the installed wheel's
+    gpudoctor/ansible_collection gives the gpudoctor.gpu collection, every file of the repo's
+    copy in it (galaxy.yml as MANIFEST.json)."""
+    import tarfile
+
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    source = REPO / "gpudoctor" / "ansible_collection"
+    wanted = sorted(
+        str(p.relative_to(source))
+        for p in source.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.name != "galaxy.yml"
+    )  # galaxy.yml becomes MANIFEST.json
+    built = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-galaxy"), "collection", "build",
+         str(site / "gpudoctor" / "ansible_collection"), "--output-path", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout + built.stderr
+    (tarball,) = tmp_path.glob("gpudoctor-gpu-*.tar.gz")
+    with tarfile.open(tarball) as archive:
+        members = archive.getnames()
+    assert sorted(m for m in members if m in wanted) == wanted
+    assert "plugins/modules/ct_gpu.py" in wanted and "playbooks/gpu_cts.yml" in wanted
+    assert "MANIFEST.json" in members and "FILES.json" in members

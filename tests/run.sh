@@ -70,6 +70,10 @@ export GPUDOCTOR_OLAH_CLI="$PWD/.venv-olah/bin/olah-cli"
 # built once and cached beside the rootfs: the campaigns of tests/bench/vllm/ serve from it.
 .venv/bin/python -m tests.lab.vllm_cpu >/dev/null ||
   echo "tests/run.sh: the vLLM venv could not be built now (its tests say why)" >&2
+# The real SGLang (sglang from PyPI with its CUDA torch, ~11 GB, pinned by tests/lab/sglang.lock):
+# it does not serve on a CPU, but its CLI and protocol are what the SGLang fixtures are made from.
+.venv/bin/python -m tests.lab.sglang_pkg >/dev/null ||
+  echo "tests/run.sh: the SGLang venv could not be built now (its tests say why)" >&2
 
 status=0
 .venv/bin/python -m pytest "$@" || status=$?

@@ -8,11 +8,13 @@ import sys
 import click
 
 from gpudoctor import errors, fsio
+from gpudoctor.commands import output_owner
 from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
     CHECK_TIMEOUT,
     COUNT_MAX,
     FLAVOR,
+    FORCE_OUTPUT,
     KNOWN_HOSTS,
     LXCPATH,
     SECONDS,
@@ -109,6 +111,7 @@ def validate_selection(only: tuple[str, ...], ct: str | None, flavor: str, fleet
     help="Write the report to this "
     "file atomically (for node_exporter's textfile collector) instead of stdout.",
 )
+@FORCE_OUTPUT
 @click.option(
     "--device",
     "devices",
@@ -198,6 +201,7 @@ def check(
     inventory_file: str | None = None,
     parallel: int = 8,
     target_timeout: float = 120.0,
+    force: bool = False,
     **api: object,
 ) -> None:
     """Diagnose GPU access: driver, device nodes and their cgroup policy, CUDA, NVML, weights.
@@ -224,7 +228,7 @@ def check(
         raise click.UsageError("--host is for one machine; --cluster/--inventory name the nodes")
     validate_selection(split_ids(only), ct, flavor, fleet)
     validate_lxcpath(lxcpath, flavor, fleet)
-    require_writable_file(output, "-o")
+    require_writable_file(output, "-o", output_owner.check_report, force)
 
     options = CheckOptions(
         devices=parse_devices(devices),

@@ -9,6 +9,9 @@ from typing import Any
 
 import click
 
+from gpudoctor.commands import output_owner
+from gpudoctor.commands.output_owner import Recogniser
+
 Decorator = Callable[[Any], Any]
 
 
@@ -28,6 +31,11 @@ class Seconds(click.FloatRange):
         return number
 
 
+FORCE_OUTPUT = click.option(
+    "--force",
+    is_flag=True,
+    help="Replace the -o file even when gpudoctor did not write it.",
+)
 SECONDS = Seconds(min=0, min_open=True, max=86400)
 # A count option (GPUs, targets at once): at most this many.
 COUNT_MAX = 4096
@@ -116,11 +124,17 @@ def non_empty_host(ctx: click.Context, param: click.Parameter, value: str | None
     return value
 
 
-def require_writable_file(path: str | os.PathLike[str] | None, option: str) -> None:
+def require_writable_file(
+    path: str | os.PathLike[str] | None,
+    option: str,
+    recognise: Recogniser | None = None,
+    force: bool = False,
+) -> None:
     """Check, before any work starts, that the output file ``path`` can be written (its
-    directory exists and takes a new file; ``path`` itself is not a directory). Raise
-    :class:`OutputNotWritable` (exit 1) with one line naming ``option`` otherwise; returns
-    nothing."""
+    directory exists and takes a new file; ``path`` itself is not a directory) and, given
+    ``recognise`` and not ``force``, that a file there is gpudoctor's own output
+    (:mod:`gpudoctor.commands.output_owner`). Raise :class:`OutputNotWritable` (exit 1)
+    with one line naming ``option`` otherwise; returns nothing."""
 
     if path is None:
         return
@@ -136,6 +150,12 @@ def require_writable_file(path: str | os.PathLike[str] | None, option: str) -> N
     if why is not None:
         raise OutputNotWritable(
             f"cannot write {option} {text}: {why}; pick a writable path (nothing was done)"
+        )
+    why = None if recognise is None or force else output_owner.foreign(text, recognise)
+    if why is not None:
+        raise OutputNotWritable(
+            f"cannot write {option} {text}: {why}; give --force to replace it, or pick"
+            " another path (nothing was done)"
         )
 
 

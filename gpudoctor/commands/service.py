@@ -9,6 +9,8 @@ import sys
 
 import click
 
+from gpudoctor.commands.options import FORCE_OUTPUT
+
 GPUDOCTOR_HELP = (
     "Command that runs gpudoctor in the units (default: this interpreter with -I -m "
     "gpudoctor; -I is added to a PYTHON -m gpudoctor command)."
@@ -319,7 +321,8 @@ def install_timer(
 @service.command()
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Write the rules to this file (e.g. /etc/prometheus/rules.d/gpudoctor.yml).")  # fmt: skip
-def rules(output: str | None) -> None:
+@FORCE_OUTPUT
+def rules(output: str | None, force: bool = False) -> None:
     """Print (or write) the Prometheus alerting rules over gpudoctor's metrics.
 
     Alerts: GpudoctorCtGpuUnusable, GpudoctorHostDriverMissing, GpudoctorResultStale,
@@ -327,10 +330,11 @@ def rules(output: str | None) -> None:
     GpudoctorNextKernelWithoutDriver. Add the file to `rule_files:` in prometheus.yml
     and reload Prometheus.
     """
+    from gpudoctor.commands import output_owner
     from gpudoctor.commands.options import require_writable_file
     from gpudoctor.service import alert_rules_text
 
-    require_writable_file(output, "-o")
+    require_writable_file(output, "-o", output_owner.alert_rules, force)
     text = alert_rules_text()
     if not output:
         click.echo(text, nl=False)

@@ -106,11 +106,13 @@ def service() -> None:
               help="Install under this root (a CT's rootfs, an image) instead of /; PLAN, "
               "--out and the interpreter are then paths inside it (resolved like chroot).")  # fmt: skip
 @NOW
+@click.option("--force", is_flag=True, help="Replace gpudoctor-NAME.service even when it "
+              "serves another campaign (another --out) or gpudoctor did not write it.")  # fmt: skip
 def install(
     plan: str, out: str, name: str, repo: str | None, to: str | None, mirror: str | None,
     revision: str | None, devices: tuple[str, ...], only: tuple[str, ...],
     check_extra: tuple[str, ...], backoff: str, gpudoctor_cmd: str | None,
-    after_network: bool, root: str, now: bool,
+    after_network: bool, root: str, now: bool, force: bool = False,
 ) -> None:  # fmt: skip
     """Write the CT's boot unit: wait for the GPU, restore the weights, resume PLAN.
 
@@ -122,7 +124,8 @@ def install(
 
     The unit runs as root, so install refuses a plan, a directory above it, a program
     it names, the interpreter or --out that anyone but root can change. Run again with
-    the same options, it reports each file "unchanged".
+    the same options, it reports each file "unchanged". A unit of that --name that
+    serves another --out (another campaign) is never replaced unless --force is given.
     """
     from gpudoctor.service.campaign import (
         CampaignService,
@@ -169,6 +172,8 @@ def install(
     except ServiceError as exc:
         raise click.UsageError(str(exc)) from exc
     svc = _trusted_service(root, svc, loaded, gpudoctor_cmd is None)
+    if not force:
+        _refuse_another_campaign(root, svc)
     files = [
         UnitFile(svc.wrapper_path, render_wrapper(svc), 0o755),
         UnitFile(svc.unit_path, render_unit(svc), 0o644, "multi-user.target"),
@@ -180,6 +185,32 @@ def install(
             f"cannot write the unit: {exc}; run as root or use --root"
         ) from exc
     _report(done, root, svc.unit_name, now)
+
+
+def _refuse_another_campaign(root: str, svc) -> None:  # type: ignore[no-untyped-def]
+    """Raise ClickException (nothing written) when ``svc``'s unit is already installed
+    under ``root`` for another run directory, or is a unit gpudoctor did not write: a
+    second campaign must never silently take the first one's boot unit (issue 47.2)."""
+    from gpudoctor import fsio, fsio_root
+    from gpudoctor.service.campaign import campaign_of
+
+    try:
+        text = fsio_root.read_under_root(root, svc.unit_path).decode("utf-8", "replace")
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except fsio.FsioError as exc:
+        if exc.errno == 2:
+            return
+        raise click.ClickException(f"cannot read the installed unit: {exc}") from None
+    served = campaign_of(text)
+    if served is not None and served.rstrip("/") == svc.out.rstrip("/"):
+        return
+    what = (f"serves another campaign (--out {served})" if served is not None
+            else "was not written by gpudoctor service install")  # fmt: skip
+    raise click.ClickException(
+        f"{svc.unit_name} {what}; give --name NAME to install this campaign beside it,"
+        " or --force to replace it (nothing was written)"
+    )
 
 
 def _load_plan_in_root(root: str, plan: str):  # type: ignore[no-untyped-def]

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 
-from gpudoctor import fsio
 from gpudoctor.commands import output_owner
 from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
@@ -19,6 +18,7 @@ from gpudoctor.commands.options import (
     KNOWN_HOSTS,
     LXCPATH,
     require_writable_file,
+    write_named_output,
 )
 from gpudoctor.exit_codes import ExitCode
 
@@ -137,7 +137,7 @@ def bundle(
     finally:
         for each in closers:
             each.close()
-    fsio.write_output(out, done.data, mode=0o600)
+    write_named_output(out, done.data, "-o", mode=0o600)
     kinds: dict[str, int] = {}
     for entry in done.ledger:
         kinds[str(entry["kind"])] = kinds.get(str(entry["kind"]), 0) + 1

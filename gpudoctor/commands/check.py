@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from gpudoctor import errors, fsio
+from gpudoctor import errors
 from gpudoctor.commands import output_owner
 from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
@@ -24,6 +24,7 @@ from gpudoctor.commands.options import (
     inventory_option,
     non_empty_host,
     require_writable_file,
+    write_named_output,
 )
 from gpudoctor.context import CheckOptions, DeviceRequest
 from gpudoctor.exit_codes import ExitCode
@@ -47,8 +48,8 @@ def split_ids(values: tuple[str, ...]) -> tuple[str, ...]:
 def write_atomically(path: str, text: str) -> None:
     """Write ``text`` to ``path`` via a temp file + rename (node_exporter never reads half),
     mode 0644; a symlink, FIFO or device there is refused (:func:`gpudoctor.fsio.write_output`);
-    returns None."""
-    fsio.write_output(path, text)
+    returns None; OutputNotWritable naming the path when it cannot be written."""
+    write_named_output(path, text, "-o")
 
 
 def exit_code(reports: list[Report]) -> int:

@@ -159,6 +159,27 @@ def require_writable_file(
         )
 
 
+def write_named_output(
+    path: str | os.PathLike[str], data: bytes | str, option: str, mode: int = 0o644
+) -> None:
+    """Write the output file ``path`` (:func:`gpudoctor.fsio.write_output`); raise
+    :class:`OutputNotWritable` naming ``option`` and the path when that fails (a full
+    filesystem: issue 47); returns None. The file there, if any, is left as it was."""
+    import errno
+
+    from gpudoctor import fsio
+
+    try:
+        fsio.write_output(path, data, mode=mode)
+    except OSError as exc:
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        todo = "free space there or pick another path" if full else "pick a writable path"
+        raise OutputNotWritable(
+            f"cannot write {option} {os.fspath(path)}: {exc.strerror or exc}; {todo}"
+            " (a file already there is left as it was)"
+        ) from exc
+
+
 def _not_a_regular_file(path: str) -> str | None:
     """Return why ``path`` must not be written over (it is a symlink, FIFO, socket or
     device: ``stat -c %F``), or None for a regular file or a new path."""

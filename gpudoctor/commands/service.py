@@ -370,12 +370,7 @@ def rules(output: str | None, force: bool = False) -> None:
     if not output:
         click.echo(text, nl=False)
         return
-    from pathlib import Path
+    from gpudoctor.commands.options import write_named_output
 
-    from gpudoctor import fsio
-
-    try:
-        fsio.write_output(Path(os.path.abspath(output)), text)
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {output}: {exc}") from exc
+    write_named_output(os.path.abspath(output), text, "-o")
     click.echo(f"wrote {output}; add it to rule_files: in prometheus.yml, then reload Prometheus")

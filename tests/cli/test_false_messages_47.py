@@ -3,11 +3,15 @@ the real CLI in a subprocess: the case the issue names, and what the message say
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 GD = [sys.executable, "-m", "gpudoctor"]
 
@@ -61,3 +65,55 @@ def test_a_failed_restore_is_not_blamed_on_a_reboot(tmp_path: Path) -> None:
     assert found["remediation"].endswith(f"gpudoctor weights ensure org/qwen --to {tmp_path}/qwen")
     gone = model_finding(str(tmp_path / "other"))
     assert "a tmpfs is emptied by every reboot" in gone["message"]  # no .partial: as before
+
+
+def test_check_ct_on_a_host_without_proxmox_says_so_and_names_flavor_lxc() -> None:
+    """`check --ct 999` on a machine without Proxmox said "cannot start pct: No such file or
+    directory", then "check the host named above"; fix said "not a Proxmox VE host (plain
+    LXC: --flavor lxc)". check says so too now."""
+    dirs = os.environ.get("PATH", "").split(os.pathsep)
+    path = os.pathsep.join(d for d in dirs if not os.path.exists(os.path.join(d, "pct")))
+    done = run("check", "--ct", "999", env={**os.environ, "PATH": path})
+    assert done.returncode == 1, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line == (
+        "gpudoctor: error: local/ct999: cannot start pct: this machine has no pct, it is not a"
+        " Proxmox VE node; for a plain LXC container add --flavor lxc"
+    )
+
+
+@pytest.fixture
+def full_fs(tmp_path: Path) -> Iterator[Path]:
+    """A real 64 KiB tmpfs filled to the last block (root: mount(8)); unmounted after."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+                             capture_output=True, text=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        with open(mnt / "fill", "wb") as fh, contextlib.suppress(OSError):
+            while True:
+                fh.write(b"\\0" * 4096)
+                fh.flush()
+        (mnt / "report").write_text("")  # an empty file fits: the -o probe passes
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["check", "--only", "proc", "-o"], ["bundle", "-o"], ["service", "rules", "-o"]],
+    ids=["check", "bundle", "service-rules"],
+)
+def test_an_output_on_a_full_filesystem_names_the_path(full_fs: Path, command: list[str]) -> None:
+    """`check -o` / `bundle -o` on a full filesystem said "No space left on device; check the
+    path and its permissions" without the path; it names the path, as `report --out` does."""
+    target = full_fs / "report"
+    done = run(*command, str(target))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"gpudoctor: error: cannot write -o {target}: No space left on device; free space there"
+        " or pick another path (a file already there is left as it was)"
+    )

@@ -218,10 +218,13 @@ def _load_plan_in_root(root: str, plan: str):  # type: ignore[no-untyped-def]
     from pathlib import PurePosixPath
 
     from gpudoctor import fsio, fsio_root
-    from gpudoctor.bench.plan import PlanError, parse_plan
+    from gpudoctor.bench.plan import PlanError, decode_plan, parse_plan
 
+    shown = plan if root == "/" else f"{root.rstrip('/')}{plan}"
     try:
-        text = fsio_root.read_under_root(root, plan).decode("utf-8")
+        text = decode_plan(fsio_root.read_under_root(root, plan), shown)
+    except PlanError as exc:
+        raise click.ClickException(str(exc)) from None
     except FileNotFoundError as exc:
         raise click.BadParameter(
             f"no plan file at {exc.filename or plan}", param_hint="PLAN"
@@ -231,9 +234,8 @@ def _load_plan_in_root(root: str, plan: str):  # type: ignore[no-untyped-def]
             where = f"{plan} inside {root} ({exc})" if root != "/" else plan
             raise click.BadParameter(f"no plan file at {where}", param_hint="PLAN") from None
         raise click.ClickException(f"cannot read the plan: {exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise click.ClickException(f"cannot read the plan {plan}: {exc}") from None
-    shown = plan if root == "/" else f"{root.rstrip('/')}{plan}"
     try:
         return parse_plan(text, shown, base_dir=PurePosixPath(plan).parent)  # type: ignore[arg-type]
     except PlanError as exc:

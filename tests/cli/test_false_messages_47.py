@@ -117,3 +117,66 @@ def test_an_output_on_a_full_filesystem_names_the_path(full_fs: Path, command: l
         f"gpudoctor: error: cannot write -o {target}: No space left on device; free space there"
         " or pick another path (a file already there is left as it was)"
     )
+
+
+def _stub_plan(tmp_path: Path, model: Path, engine_extra: str = "") -> str:
+    """Return a plan text for the stub server (tests/bench/stream_server.py)."""
+    from tests.bench.campaign_support import stub_plan
+
+    text = stub_plan(model, concurrency="[1]")
+    return text.replace("stop_timeout_s = 5\n", f"stop_timeout_s = 5\n{engine_extra}")
+
+
+def test_a_ready_path_without_a_slash_is_a_plan_error_not_a_gpudoctor_bug(tmp_path: Path) -> None:
+    """`ready_path = "health"` said "InvalidURL ...; this is a gpudoctor bug" at the server's
+    start; the plan is refused when it is read, naming the line and the key."""
+    plan = tmp_path / "plan.toml"
+    plan.write_text(_stub_plan(tmp_path, tmp_path, 'ready_path = "health"\n'))
+    done = run("bench", str(plan), "--out", str(tmp_path / "run"))
+    assert done.returncode == 1, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert "engine.ready_path: a path such as \"/health\" (starting with /), got 'health'" in line
+    assert "gpudoctor bug" not in done.stderr and "InvalidURL" not in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_model_path_that_is_a_file_is_told_at_once(tmp_path: Path) -> None:
+    """`[model] path` = a file failed after 9 s with "Repo id must be in the form ..."."""
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"")
+    plan = tmp_path / "plan.toml"
+    plan.write_text(_stub_plan(tmp_path, weights))
+    done = run("bench", str(plan), "--out", str(tmp_path / "run"))
+    assert done.returncode == 1, done.stderr
+    assert f"model.path {weights} is a file, not a model directory" in done.stderr
+    assert "Repo id" not in done.stderr
+
+
+@pytest.mark.parametrize("kind", ["bom", "latin1"])
+def test_a_plan_with_a_bom_or_not_utf8_names_the_file_and_the_fix(
+    tmp_path: Path, kind: str
+) -> None:
+    """A plan with a UTF-8 BOM said "Invalid statement (at line 1, column 1)"; one in
+    Latin-1 a raw codec error without the file name. Both name the file and the fix, in
+    `bench` and in `service install`."""
+    text = _stub_plan(tmp_path, tmp_path).encode()
+    data = b"\xef\xbb\xbf" + text if kind == "bom" else text.replace(b'"stub"', b'"st\xe9b"')
+    plan = tmp_path / "plan.toml"
+    plan.write_bytes(data)
+    want = (
+        f"{plan}: starts with a UTF-8 byte order mark (BOM)"
+        if kind == "bom"
+        else f"{plan}: not UTF-8: byte 0xe9 at line 1, column 11; save the plan as UTF-8"
+    )
+    for args in (["bench", str(plan), "--out", str(tmp_path / "run")],
+                 ["service", "install", str(plan), "--out", str(tmp_path / "run"),
+                  "--root", str(tmp_path / "root")]):  # fmt: skip
+        (tmp_path / "root").mkdir(exist_ok=True)
+        if args[0] == "service":  # the plan as the root's system sees it
+            (tmp_path / "root" / "plan.toml").write_bytes(data)
+            args[2] = "/plan.toml"
+            want = want.replace(str(plan), f"{tmp_path / 'root'}/plan.toml")
+        done = run(*args)
+        assert done.returncode == 1, (args, done.stderr)
+        assert want in done.stderr.strip().splitlines()[-1], done.stderr
+        assert "Invalid statement" not in done.stderr and "codec" not in done.stderr

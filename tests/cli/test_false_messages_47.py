@@ -180,3 +180,23 @@ def test_a_plan_with_a_bom_or_not_utf8_names_the_file_and_the_fix(
         assert done.returncode == 1, (args, done.stderr)
         assert want in done.stderr.strip().splitlines()[-1], done.stderr
         assert "Invalid statement" not in done.stderr and "codec" not in done.stderr
+
+
+def test_compare_of_runs_of_different_plans_says_so(tmp_path: Path) -> None:
+    """`bench compare` of runs of different plans: an empty table, hex keys only in A / only
+    in B, exit 0. Now one line, exit 1: no cell in common, with each side's configs."""
+    for name, config in (("a", "tp1-auto"), ("b", "ddtree-32")):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        line = {"key": f"{name}" * 12, "config": config, "tp": 1, "concurrency": 4,
+                "status": "ok", "measurement": {"metrics": {"output_throughput": 10.0},
+                                                "completed": 4, "duration_s": 1.0}}  # fmt: skip
+        (run_dir / "results.jsonl").write_text(json.dumps(line) + "\n")
+    done = run("bench", "compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"gpudoctor: error: no cell in common: {tmp_path / 'a'} and {tmp_path / 'b'} ran"
+        " different plans (A: config tp1-auto; B: config ddtree-32); compare two runs of the"
+        " same plan"
+    )
+    assert "only in A" not in done.stdout

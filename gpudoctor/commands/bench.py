@@ -252,7 +252,8 @@ def failed_cells(out: Path) -> tuple[list[str], int]:
     lines = []
     for label, group in by_config.items():
         failed = [c for c in group if c.status == "failed"]
-        records = [{"status": c.status, "verdict": {"first_error": c.first_error}} for c in group]
+        records = [{"status": c.status, "verdict": {"first_error": c.first_error},
+                    "measurement": c.measurement} for c in group]  # fmt: skip
         same = common_failure(records) if len(group) > 1 else None
         if same:
             lines.append(f"{label}, all {len(group)} cells: {same}")

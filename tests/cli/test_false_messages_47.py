@@ -200,3 +200,20 @@ def test_compare_of_runs_of_different_plans_says_so(tmp_path: Path) -> None:
         " same plan"
     )
     assert "only in A" not in done.stdout
+
+
+def test_a_server_failing_every_second_request_is_not_called_a_plan_error(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """A server answering 500 to every 2nd request: bench said "fix the plan, not the load".
+    It is an intermittent server error (half the requests succeeded), and says so."""
+    from tests.bench.campaign_support import stub_plan
+
+    plan = tmp_path / "plan.toml"
+    plan.write_text(stub_plan(tiny_model_dir, configs='[[configs]]\nname = "a"\n',
+                              concurrency="[1, 2]", server_args="fail-every = 2"))  # fmt: skip
+    done = run("bench", str(plan), "--out", str(tmp_path / "run"))
+    text = done.stdout + done.stderr
+    assert "all 2 cells: every cell failed the same way: HTTP 500" in text, text[-3000:]
+    assert "fix the plan, not the load" not in text
+    assert "succeeded: the server fails intermittently, not the plan: read its log" in text

@@ -217,3 +217,49 @@ def test_a_server_failing_every_second_request_is_not_called_a_plan_error(
     assert "all 2 cells: every cell failed the same way: HTTP 500" in text, text[-3000:]
     assert "fix the plan, not the load" not in text
     assert "succeeded: the server fails intermittently, not the plan: read its log" in text
+
+
+def test_status_of_a_run_whose_cells_all_failed_is_not_ticked(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """`bench status` of a run whose cells all FAILED showed the group box `[x]` (done and
+    fine); it shows `[!]`."""
+    from tests.bench.campaign_support import stub_plan
+
+    plan = tmp_path / "plan.toml"
+    plan.write_text(stub_plan(tiny_model_dir, configs='[[configs]]\nname = "a"\n',
+                              concurrency="[1, 2]", server_args="reject-status = 500"))  # fmt: skip
+    out = tmp_path / "run"
+    run("bench", str(plan), "--out", str(out))
+    done = run("bench", "status", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "  [!] TP1: 0 done, 2 failed, 0 running, 0 pending" in done.stdout, done.stdout
+    assert "[x] TP1" not in done.stdout
+
+
+def test_status_shows_a_server_while_it_loads(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """`bench status` showed nothing while a server loaded; "starting server X" is there,
+    with no "on GPU -" on a machine without GPUs."""
+    import signal
+    import time
+
+    from tests.bench.campaign_support import stub_plan, wait_no_leftovers
+
+    plan = tmp_path / "plan.toml"
+    plan.write_text(stub_plan(tiny_model_dir, configs='[[configs]]\nname = "a"\n',
+                              concurrency="[1]", server_args="start-delay-s = 120")
+                    .replace("startup_timeout_s = 30", "startup_timeout_s = 300"))  # fmt: skip
+    out = tmp_path / "run"
+    bench = subprocess.Popen([*GD, "bench", str(plan), "--out", str(out)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        shown = ""
+        while "starting server" not in shown and time.monotonic() < deadline:
+            shown = run("bench", "status", str(out)).stdout  # polled: the launcher's own pace
+        assert "        starting server a@tp1 (slot 0) since " in shown, shown
+        assert "on GPU -" not in shown
+    finally:
+        bench.send_signal(signal.SIGINT)
+        bench.wait(120)
+    assert wait_no_leftovers(out) == []

@@ -305,7 +305,10 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
         raise click.ClickException(str(exc)) from None
     try:
         if host_prep:
-            code = _run_host_prep(host, dry_run, yes, as_json, devices)
+            follow = (("--flavor", "lxc") if flavor == "lxc" else ()) + (
+                ("--lxcpath", lxcpath) if lxcpath else ()
+            )  # the unit's own run: issue 47
+            code = _run_host_prep(host, dry_run, yes, as_json, devices, follow)
         elif follow_driver:
             from gpudoctor.commands.fix_follow import run_follow
 
@@ -392,7 +395,7 @@ def _run_fix(host: Any, options: Any, host_label: str, as_json: bool) -> int:
 
 
 def _run_host_prep(host: Any, dry_run: bool, yes: bool, as_json: bool,
-                   watch: tuple[str, ...] = ()) -> int:  # fmt: skip
+                   watch: tuple[str, ...] = (), follow: tuple[str, ...] = ()) -> int:  # fmt: skip
     from gpudoctor.pve.uvm_unit import run_host_prep
 
     def confirm(plan: Any) -> bool:
@@ -401,7 +404,8 @@ def _run_host_prep(host: Any, dry_run: bool, yes: bool, as_json: bool,
         return _confirm(plan)
 
     outcome = run_host_prep(host, dry_run=dry_run, yes=yes, confirm=confirm, progress=_say,
-                            watch=tuple(p.rstrip("/") for p in watch))  # fmt: skip
+                            watch=tuple(p.rstrip("/") for p in watch),
+                            follow_args=follow)  # fmt: skip
     if as_json:
         click.echo(json.dumps(outcome.to_dict(), indent=2))
     else:

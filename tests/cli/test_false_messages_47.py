@@ -263,3 +263,21 @@ def test_status_shows_a_server_while_it_loads(tmp_path: Path, tiny_model_dir: Pa
         bench.send_signal(signal.SIGINT)
         bench.wait(120)
     assert wait_no_leftovers(out) == []
+
+
+def test_host_prep_for_plain_lxc_plans_a_follow_unit_that_runs_with_flavor_lxc(
+    tmp_path: Path,
+) -> None:
+    """`fix --host-prep --flavor lxc --dry-run` planned a unit running `fix --follow-driver`
+    without `--flavor lxc` / `--lxcpath`: on a plain LXC host that unit fails ("not a
+    Proxmox VE node"). The unit passes them on. (A scratch systemd root: nothing of this
+    machine's is touched.)"""
+    root = tmp_path / "sysroot"
+    (root / "etc/systemd/system").mkdir(parents=True)
+    env = {**os.environ, "GPUDOCTOR_SYSTEMD_ROOT": str(root)}
+    done = run("fix", "--host-prep", "--flavor", "lxc", "--lxcpath", "/srv/lxc", "--dry-run",
+               env=env)  # fmt: skip
+    assert done.returncode == 4, (done.stdout, done.stderr)
+    starts = [ln for ln in done.stdout.splitlines() if "ExecStart=" in ln and "--follow" in ln]
+    assert starts, done.stdout + done.stderr  # the unit is planned (gpudoctor is root's here)
+    assert all("--flavor lxc --lxcpath /srv/lxc $GPUDOCTOR_FOLLOW_ARGS" in ln for ln in starts)

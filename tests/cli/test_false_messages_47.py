@@ -281,3 +281,28 @@ def test_host_prep_for_plain_lxc_plans_a_follow_unit_that_runs_with_flavor_lxc(
     starts = [ln for ln in done.stdout.splitlines() if "ExecStart=" in ln and "--follow" in ln]
     assert starts, done.stdout + done.stderr  # the unit is planned (gpudoctor is root's here)
     assert all("--flavor lxc --lxcpath /srv/lxc $GPUDOCTOR_FOLLOW_ARGS" in ln for ln in starts)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_fix_as_a_user_who_cannot_read_the_config_is_told_so(tmp_path: Path) -> None:
+    """`fix` by a user who may not read the CT's config said "config does not exist"; it
+    exists: permission denied. The CT's directory belongs to another user (nobody, 0700);
+    gpudoctor runs as root without the capabilities that bypass file permissions
+    (``setpriv --bounding-set -dac_override,-dac_read_search``), i.e. as a user does."""
+    import shutil
+
+    if not shutil.which("setpriv"):
+        pytest.skip("setpriv is not installed (util-linux)")
+    lxcpath = tmp_path / "lxc"
+    (lxcpath / "ct1").mkdir(parents=True)
+    (lxcpath / "ct1" / "config").write_text("lxc.uts.name = ct1\n")
+    os.chown(lxcpath / "ct1", 65534, 65534)
+    os.chmod(lxcpath / "ct1", 0o700)
+    argv = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", *GD, "fix",
+            "--ct", "ct1", "--flavor", "lxc", "--lxcpath", str(lxcpath), "--dry-run"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"gpudoctor: error: cannot read {lxcpath}/ct1/config: permission denied; run it as root"
+        " (sudo) or as the user who owns that file"
+    )

@@ -306,3 +306,29 @@ def test_fix_as_a_user_who_cannot_read_the_config_is_told_so(tmp_path: Path) -> 
         f"gpudoctor: error: cannot read {lxcpath}/ct1/config: permission denied; run it as root"
         " (sudo) or as the user who owns that file"
     )
+
+
+def test_check_ct_on_a_host_without_a_driver_does_not_send_to_driver_libs_bind(
+    tmp_path: Path,
+) -> None:
+    """`check --ct X --flavor lxc` on a host without a driver gave the remedy `fix ...
+    --driver-libs bind`, which answers "no NVIDIA kernel module is loaded". The check says
+    there is no host driver to bind yet (SKIP); with one loaded, the remedy stays."""
+    lxcpath = tmp_path / "lxc"
+    (lxcpath / "ct9").mkdir(parents=True)
+    (lxcpath / "ct9" / "config").write_text("lxc.uts.name = ct9\n")
+    args = ("check", "--ct", "ct9", "--flavor", "lxc", "--lxcpath", str(lxcpath), "--only",
+            "driver.libs_mode", "--json")  # fmt: skip
+    version = tmp_path / "version"  # the host's /proc/driver/nvidia/version, read through
+    env = {**os.environ, "GPUDOCTOR_NVIDIA_VERSION_FILE": str(version)}  # this variable
+    done = run(*args, env=env)
+    (finding,) = json.loads(done.stdout)["findings"]
+    assert finding["status"] == "SKIP", finding
+    assert finding["message"].startswith(
+        "the host has no NVIDIA kernel module loaded: there is no host driver to bind"
+    )
+    version.write_text(
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Sep 25 2025\n"
+    )
+    (finding,) = json.loads(run(*args, env=env).stdout)["findings"]
+    assert finding["status"] == "WARN" and finding["remediation"].endswith("--driver-libs bind")

@@ -43,9 +43,10 @@ def bench() -> None:
     gpudoctor bench merge D1 D2 ... --out runs/M   shards into one run, by cell key
     gpudoctor bench submit --slurm PLAN --out D    a Slurm job array + a merge job
 
-    A plan (TOML) names a model, an engine (sglang, vllm, transformers) with shared
-    server arguments, axes (tp, concurrency), configurations (each may sweep arguments),
-    a workload and SLOs; see docs/bench.md and docs/examples/. One server runs per
+    A plan (TOML) names a model, an engine (sglang, vllm, transformers, or command: any
+    OpenAI-compatible server from an argv you give) with shared server arguments, axes
+    (tp, concurrency), configurations (each may sweep arguments), a workload and SLOs;
+    see docs/bench.md and docs/examples/. One server runs per
     configuration; results.jsonl gets one fsync'ed line per cell, so a killed or
     rebooted campaign resumes where it stopped and never runs a finished cell twice.
 

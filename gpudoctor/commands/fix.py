@@ -184,28 +184,11 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
       gpudoctor fix --cluster pve1 --yes                  # every GPU CT, 2 restarts at a time
       gpudoctor fix --inventory hosts.toml --ct 'llm-*' --dry-run
 
-    It reads /proc/devices, /dev/nvidia* and pveversion on the host. On Proxmox VE >=
-    8.1 it proposes devN entries (the durable cure: Proxmox re-reads the node's major at
-    every start), replacing the NVIDIA bind mounts and major rules they make redundant,
-    and the boot unit that creates /dev/nvidia-uvm before guests start when it is
-    missing. Elsewhere it adds one `lxc.cgroup2.devices.allow: c MAJOR:* rwm` per major
-    that no rule covers and a bind mount per node not passed yet. Edits stay in the live
-    section (never after a [snapshot] header, no marker comments). It saves a backup
-    copy here first, then writes under Proxmox's own lock
-    (/run/lock/lxc/pve-config-ID.lock) only if the file is unchanged since the plan
-    (SHA-1), after a backup in /var/lib/gpudoctor/backups on the host. A running CT is
-    restarted and its devices (and /dev/null, /dev/zero, /dev/urandom, /dev/tty) are
-    opened inside it; if one that opened before no longer does, or the CT does not start,
-    the old config is put back. A running CT whose config is right but whose devices are
-    older (a placeholder file where /dev/nvidia-uvm belongs because the host had none at
-    its start, a stale node, a fix not restarted) gets a restart step with its reason:
-    run the same fix again to finish an interrupted one. A second run says "nothing to
-    change" and touches nothing.
-
-    --follow-driver does that for every CT of the node, for the nodes each already passes
-    (rules mode: no devN migration, no node added), one at a time under one lock, and
-    restarts only the CTs whose devices changed. --host-prep installs the unit that runs
-    it when an NVIDIA module is loaded or a moving node is re-created.
+    It plans from the host's /proc/devices, /dev/nvidia* and pveversion (devN entries on
+    Proxmox VE >= 8.1, else cgroup rules and bind mounts), shows the diff, saves backups,
+    writes under the config's own lock only if it is unchanged since the plan, restarts a
+    running CT and re-checks its devices inside, putting the old config back if they fail.
+    A second run says "nothing to change". How each step works: docs/fix.md.
 
     \b
     Exit codes:

@@ -41,3 +41,35 @@ def test_an_option_missing_its_value_points_to_the_subcommands_help() -> None:
         done = gpudoctor(*args)
         assert done.returncode == 2, done.stderr
         assert last_line(done.stderr).endswith(f"requires an argument; see '{command} --help'")
+
+
+def test_fix_help_keeps_examples_options_and_exit_codes_and_points_to_the_docs() -> None:
+    """`fix --help` was 159 lines: a 45-line prose block before the options. The prose is
+    docs/fix.md's; the help keeps its examples, options and exit codes."""
+    done = gpudoctor("fix", "--help", env={"COLUMNS": "80"})
+    assert done.returncode == 0
+    text = done.stdout
+    for kept in ("Examples:", "gpudoctor fix --host root@pve1 --ct 200 --yes", "Exit codes:",
+                 "Options:", "--follow-driver", "--host-prep", "nothing to change"):  # fmt: skip
+        assert kept in text, kept
+    prose = text.split("--dry-run\n", 1)[1].split("Exit codes:", 1)[0]
+    assert len([ln for ln in prose.splitlines() if ln.strip()]) <= 7, prose
+    assert "docs/fix.md" in prose
+    assert len(text.splitlines()) < 145  # was 159 (169 at 80 columns)
+
+
+def test_bench_help_names_every_engine() -> None:
+    """`bench --help` omitted the `command` engine."""
+    from gpudoctor.bench.engines import ENGINES
+
+    text = " ".join(gpudoctor("bench", "--help").stdout.split())
+    for name in ENGINES:
+        assert name in text.split("A plan (TOML) names a model, an engine (", 1)[1].split(")")[0]
+
+
+def test_weights_ensure_help_speaks_of_no_target_argument() -> None:
+    """`weights ensure --help` spoke of a TARGET argument that does not exist (it is --to)."""
+    done = gpudoctor("weights", "ensure", "--help")
+    assert done.returncode == 0
+    assert "Usage: gpudoctor weights ensure [OPTIONS] REPO_ID" in done.stdout
+    assert "TARGET" not in done.stdout

@@ -55,7 +55,7 @@ def test_fix_help_keeps_examples_options_and_exit_codes_and_points_to_the_docs()
     prose = text.split("--dry-run\n", 1)[1].split("Exit codes:", 1)[0]
     assert len([ln for ln in prose.splitlines() if ln.strip()]) <= 7, prose
     assert "docs/fix.md" in prose
-    assert len(text.splitlines()) < 145  # was 159 (169 at 80 columns)
+    assert len(text.splitlines()) < 145  # was 159
 
 
 def test_bench_help_names_every_engine() -> None:

@@ -157,7 +157,8 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
         raise click.ClickException(str(exc)) from exc
     from gpudoctor.bench.plan.advice import plan_warnings
 
-    for line in plan_warnings(plan):
+    advice = plan_warnings(plan)
+    for line in advice:
         click.echo(f"warning: {line}", err=True)
     out = out or Path("runs") / plan.name
     if not dry_run:
@@ -224,6 +225,8 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
             f"{summary.skipped} skipped now; {summary.server_starts} server start(s). "
             f"Next: gpudoctor bench report {options.out}"
         )
+    for line in advice:  # said again under the table its cells are in (issue 47)
+        click.echo(f"warning: {line}", err=True)
     if failed:
         for line in failed[:5]:
             click.echo(f"gpudoctor: FAILED: {line}", err=True)

@@ -96,3 +96,21 @@ def test_a_refused_slurm_submit_leaves_no_slurm_directory(
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert "Invalid account" in done.stderr
     assert not out.exists()
+
+
+def test_a_concurrency_above_the_prompts_is_said_again_after_the_run(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Concurrency 65536 with 4 prompts ran "without a word": the warning went by before the
+    campaign's progress. It is said again under the results table, after the run."""
+    plan = tmp_path / "plan.toml"
+    plan.write_text(stub_plan(tiny_model_dir, configs='[[configs]]\nname = "a"\n',
+                              concurrency="[65536]"))  # fmt: skip
+    done = run("bench", str(plan), "--out", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    warned = [
+        n for n, ln in enumerate(lines) if "concurrency 65536 is more than the 4 prompts" in ln
+    ]
+    finished = max(n for n, ln in enumerate(lines) if ln.startswith("bench: finished"))
+    assert len(warned) == 2 and warned[0] < finished < warned[1], done.stderr

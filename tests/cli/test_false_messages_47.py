@@ -243,15 +243,10 @@ def test_status_shows_a_server_while_it_loads(tmp_path: Path, tiny_model_dir: Pa
     import signal
     import time
 
-    from tests.bench.campaign_support import stub_plan, wait_no_leftovers
+    from tests.bench.campaign_support import wait_no_leftovers
+    from tests.cli.test_smaller_47 import loading_bench
 
-    plan = tmp_path / "plan.toml"
-    plan.write_text(stub_plan(tiny_model_dir, configs='[[configs]]\nname = "a"\n',
-                              concurrency="[1]", server_args="start-delay-s = 120")
-                    .replace("startup_timeout_s = 30", "startup_timeout_s = 300"))  # fmt: skip
-    out = tmp_path / "run"
-    bench = subprocess.Popen([*GD, "bench", str(plan), "--out", str(out)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    _, out, bench = loading_bench(tmp_path, tiny_model_dir)
     try:
         deadline = time.monotonic() + 120
         shown = ""

@@ -42,15 +42,22 @@ def test_no_resume_archives_servers_state_and_trace_too(
     ]  # the fresh launch's own trace, the earlier one archived
 
 
-def test_a_second_launcher_is_told_who_holds_the_run(tmp_path: Path, tiny_model_dir: Path) -> None:
-    """A second launcher on a run said only "run it again with --debug for the details"."""
+def loading_bench(tmp_path: Path, model: Path) -> tuple[Path, Path, subprocess.Popen]:
+    """Start `bench PLAN --out RUN` whose one server takes 120 s to load; return the plan,
+    the run directory and the launcher (the caller stops it: SIGINT, then wait)."""
     plan = tmp_path / "plan.toml"
-    plan.write_text(stub_plan(tiny_model_dir, configs='[[configs]]\nname = "a"\n', concurrency="[1]",
+    plan.write_text(stub_plan(model, configs='[[configs]]\nname = "a"\n', concurrency="[1]",
                               server_args="start-delay-s = 120")
                     .replace("startup_timeout_s = 30", "startup_timeout_s = 300"))  # fmt: skip
     out = tmp_path / "run"
-    first = subprocess.Popen([*GD, "bench", str(plan), "--out", str(out)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    launcher = subprocess.Popen([*GD, "bench", str(plan), "--out", str(out)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    return plan, out, launcher
+
+
+def test_a_second_launcher_is_told_who_holds_the_run(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A second launcher on a run said only "run it again with --debug for the details"."""
+    plan, out, first = loading_bench(tmp_path, tiny_model_dir)
     try:
         deadline = time.monotonic() + 120
         state: dict = {}

@@ -14,6 +14,8 @@ is never replaced without a word. Each writer recognises what it writes by its s
 
 from __future__ import annotations
 
+import gzip
+import io
 import os
 import re
 import zlib
@@ -34,18 +36,17 @@ def check_report(head: bytes, tail: bytes) -> bool:
         return True
     if head.startswith(b"{") and b'"schema": "gpudoctor.' in head:
         return True
-    lines = tail.rstrip(b"\n").rsplit(b"\n", 1)
-    return bool(_HUMAN_SUMMARY.match(lines[-1]))
+    return bool(_HUMAN_SUMMARY.match(tail.rstrip(b"\n").rpartition(b"\n")[2]))
 
 
 def bundle_archive(head: bytes, tail: bytes) -> bool:
     """Return True when ``head`` is the start of a gzip'd tar whose first member is
     gpudoctor-bundle/ (what ``gpudoctor bundle`` writes)."""
+    top = BUNDLE_TOP + b"/"  # the first member's name: the directory, or a file in it
     try:
-        tar = zlib.decompressobj(wbits=31).decompress(head, 512)
-    except zlib.error:
+        return gzip.GzipFile(fileobj=io.BytesIO(head)).read(len(top)) == top
+    except (OSError, EOFError, zlib.error):
         return False
-    return tar[:100].split(b"\0", 1)[0].split(b"/", 1)[0] == BUNDLE_TOP
 
 
 def alert_rules(head: bytes, tail: bytes) -> bool:
@@ -57,14 +58,14 @@ def ends_of(path: str) -> tuple[bytes, bytes] | None:
     """Return the first and last :data:`HEAD` bytes of the regular file ``path`` (read
     without following a link), or None when there is no file there."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # no link, no wait
     except FileNotFoundError:
         return None
     with os.fdopen(fd, "rb") as fh:
         head = fh.read(HEAD)
         size = os.fstat(fd).st_size
         fh.seek(max(0, size - HEAD))
-        return head, fh.read(HEAD)
+        return head, fh.read()
 
 
 def foreign(path: str, recognise: Recogniser) -> str | None:
@@ -73,7 +74,8 @@ def foreign(path: str, recognise: Recogniser) -> str | None:
     try:
         ends = ends_of(path)
     except OSError as exc:
-        return f"it exists and cannot be read to tell whether gpudoctor wrote it ({exc.strerror})"
-    if ends is None or not ends[0] or recognise(*ends):
+        why = exc.strerror or type(exc).__name__
+        return f"it exists and cannot be read to tell whether gpudoctor wrote it ({why})"
+    if ends is None or not any(ends) or recognise(*ends):
         return None
     return "it exists and gpudoctor did not write it"

@@ -42,6 +42,11 @@ def test_other_files_are_not_check_reports() -> None:
     assert not owner.check_report(b"x", b"PASS  local: 1 PASS in 1 s")
     assert not owner.check_report(b"x", b"PASS  local 1 PASS in 0.01 s")
     assert not owner.check_report(b"x", b"my notes\n")
+    three = b"PASS  a  ok\nWARN  b  hm\nPASS  local: 2 PASS in 0.01 s\n"
+    assert owner.check_report(b"x", three)  # the last line of several
+    assert not owner.check_report(b"x", b"x\nPASS  local: 1 PASS in 0.01 s\nnotes\n")
+    assert not owner.check_report(b"x", b"PASS  local: 1 PASS in 0.01 s \n")  # a space after
+    assert not owner.check_report(b"x", b"PASS  local: 1 PASS in 0.01 sX\n")
 
 
 def test_a_bundle_is_a_gzip_tar_of_gpudoctor_bundle() -> None:
@@ -50,6 +55,12 @@ def test_a_bundle_is_a_gzip_tar_of_gpudoctor_bundle() -> None:
     assert not owner.bundle_archive(tar_gz("photos"), b"")
     assert not owner.bundle_archive(gzip.compress(b"gpudoctor-bundle but no tar"), b"")
     assert not owner.bundle_archive(b"not gzip at all", b"")
+    assert not owner.bundle_archive(tar_gz("gpudoctor-bundle")[:20], b"")  # cut short
+    member = io.BytesIO()
+    with tarfile.open(fileobj=member, mode="w") as tar:
+        info = tarfile.TarInfo("gpudoctor-bundle/check.json")
+        tar.addfile(info, io.BytesIO(b""))
+    assert owner.bundle_archive(gzip.compress(member.getvalue()), b"")  # a file first
 
 
 def test_the_rules_file_is_known_by_its_first_line() -> None:
@@ -66,6 +77,24 @@ def test_ends_of_reads_both_ends_and_none_for_a_missing_file(tmp_path: Path) -> 
     head, tail = owner.ends_of(str(path))  # type: ignore[misc]
     assert head == b"a" * owner.HEAD
     assert tail == b"a" * (owner.HEAD - 10) + b"b" * 10
+    path.write_bytes(b"abc")
+    assert owner.ends_of(str(path)) == (b"abc", b"abc")  # a small file: both ends whole
+
+
+def test_a_link_or_a_fifo_at_the_path_is_not_read_through(tmp_path: Path) -> None:
+    import os
+
+    mine = tmp_path / "mine"
+    mine.write_bytes(owner.RULES_FIRST_LINE + b"\n")
+    link = tmp_path / "link"
+    link.symlink_to(mine)
+    why = owner.foreign(str(link), owner.alert_rules)
+    assert why is not None and why.startswith("it exists and cannot be read to tell")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # opened without waiting for a writer (never hangs), then refused
+    why = owner.foreign(str(fifo), owner.alert_rules)
+    assert why == "it exists and cannot be read to tell whether gpudoctor wrote it" + (
+        " (UnsupportedOperation)")  # fmt: skip
 
 
 def test_foreign_says_why_and_spares_absent_empty_and_own_files(tmp_path: Path) -> None:

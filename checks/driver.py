@@ -232,7 +232,7 @@ def libs_mode(ctx: CheckContext) -> Iterator[Finding]:
             evidence=[
                 f"{target.config_path}: no bind of the host's driver files",
                 "host: no /proc/driver/nvidia/version",
-            ],  # fmt: skip
+            ],
         )
         return
     if not lib or lib == "None":

@@ -72,3 +72,30 @@ def test_latencies_unknown_read_as_a_dash() -> None:
                    measurement={"metrics": {"output_throughput": 5.0}})  # fmt: skip
     text = section(group_cells([c]))
     assert text.count("<td>–</td>") == 5 and "lowest TTFT" not in text
+
+
+def test_the_whole_section_as_the_page_gets_it() -> None:
+    """The exact HTML for two configurations (the second the best, its peak not its first
+    cell; the first the quickest at 0 ms) after one without any throughput."""
+    cells = [cell("none", 1, None),
+             cell("a", 1, 0.0, ttft=0.0, tpot=0.0), cell("a", 2, 0.0, ttft=1.0),
+             cell("b", 1, 50.0, ttft=0.5, tpot=4.0), cell("b", 2, 200.0, ttft=7.0, tpot=8.0)]  # fmt: skip
+    glance = headlines(group_cells(cells))
+    assert [h.config for h in glance] == ["a (TP1)", "b (TP1)"]
+    assert (glance[0].peak_tps, glance[1].peak_tps, glance[1].peak_load) == (0.0, 200.0, "c=2")
+    assert section(group_cells(cells)) == (
+        "<h2>At a glance: each configuration's throughput and the latency it costs</h2>"
+        "<p><b>Highest throughput: 200 output tok/s</b>, b (TP1) at c=2; <b>lowest TTFT p50:"
+        " 0 ms</b>, a (TP1) at c=1.</p>"
+        '<table class="glance"><tr><th>configuration</th><th>peak output tok/s</th><th>at</th>'
+        "<th>TTFT p50 there</th><th>TPOT p50 there</th><th>lightest load</th><th>TTFT p50</th>"
+        "<th>TPOT p50</th><th>one stream</th><th>cells measured</th></tr>"
+        '<tr><td>a (TP1)</td><td><span class="bar" style="width:0px"></span> 0</td><td>c=1</td>'
+        "<td>0 ms</td><td>0 ms</td><td>c=1</td><td>0 ms</td><td>0 ms</td><td>–</td>"
+        "<td>2 of 2</td></tr>"
+        '<tr class="best"><td>b (TP1)</td><td><span class="bar" style="width:100px"></span>'
+        " 200</td><td>c=2</td><td>7 ms</td><td>8 ms</td><td>c=1</td><td>0.5 ms</td><td>4 ms</td>"
+        "<td>250 tok/s</td><td>2 of 2</td></tr></table>"
+    )
+    zero = section(group_cells([cell("z", 1, 0.0)]))
+    assert '<span class="bar" style="width:0px"></span> 0<' in zero  # no division by zero

@@ -222,6 +222,19 @@ def libs_mode(ctx: CheckContext) -> Iterator[Finding]:
             evidence=evidence,
         )
         return
+    from gpudoctor.facts.driver_files import driver_version
+
+    if not driver_version(ctx.host):  # issue 47: fix --driver-libs bind would refuse
+        yield ctx.skip(
+            target.config_path,
+            "the host has no NVIDIA kernel module loaded: there is no host driver to bind"
+            " (driver.loaded says why); once the host's driver is loaded, bind it with: " + hint,
+            evidence=[
+                f"{target.config_path}: no bind of the host's driver files",
+                "host: no /proc/driver/nvidia/version",
+            ],
+        )
+        return
     if not lib or lib == "None":
         yield ctx.warn(
             target.config_path,

@@ -87,20 +87,16 @@ def judge_model_dir(ctx: CheckContext, directory: str) -> Finding:
     try:
         entries = ctx.host.list_dir(directory)
     except FileNotFoundError:
-        return ctx.fail(
-            directory,
-            f"{directory} does not exist (a tmpfs is emptied by every reboot).",
-            evidence=[f"ls {directory}: No such file or directory"],
-            remediation=ensure_hint(ctx, directory, None),
-        )
+        return missing_model_dir(ctx, directory)
     except NotADirectoryError:
         parent = directory.rsplit("/", 1)[0] or "/" if "/" in directory else "."
+        example = (f": --model-dir {parent}" if _holds_config(ctx, parent)
+                   else " (a model's own directory, such as /dev/shm/MODEL)")  # fmt: skip
         return ctx.fail(
             directory,
             f"{directory} is a file, not a directory: --model-dir names the model's directory.",
             evidence=[f"ls {directory}: Not a directory"],
-            remediation=f"Give the directory that holds config.json and the weights,"
-            f" e.g. --model-dir {parent}.",
+            remediation=f"Give the directory that holds config.json and the weights{example}.",
         )
     except OSError as exc:
         return ctx.fail(
@@ -117,6 +113,16 @@ def judge_model_dir(ctx: CheckContext, directory: str) -> Finding:
         if leftovers:
             names = ", ".join(p.path for p in leftovers[:5])
             problems.append(f"unfinished download files: {names}")
+    if problems and not manifest and "config.json" not in entries and _is_mount(ctx, directory):
+        return ctx.fail(
+            directory,
+            f"{directory} is a mount point, not a model's directory: --model-dir names the"
+            " directory that holds config.json and the weights.",
+            evidence=[*evidence, f"{directory} is a mount point (/proc/self/mounts)"],
+            remediation=f"Restore the model into a directory inside it and check that one:"
+            f" gpudoctor weights ensure <org/model> --to {directory.rstrip('/')}/MODEL, then"
+            f" --model-dir {directory.rstrip('/')}/MODEL",
+        )
     if problems:
         return ctx.fail(
             directory,
@@ -127,6 +133,62 @@ def judge_model_dir(ctx: CheckContext, directory: str) -> Finding:
     return ctx.passed(
         directory, f"{directory} is complete: " + evidence[0] + ".", evidence=evidence
     )
+
+
+def missing_model_dir(ctx: CheckContext, directory: str) -> Finding:
+    """Return the FAIL of a ``--model-dir`` that does not exist: an unfinished restore when
+    ``DIR.partial`` is there (ensure failed or was stopped), else an emptied tmpfs."""
+    partial = f"{directory}.partial"
+    try:
+        ctx.host.list_dir(partial)
+    except OSError:
+        return ctx.fail(
+            directory,
+            f"{directory} does not exist (a tmpfs is emptied by every reboot).",
+            evidence=[f"ls {directory}: No such file or directory"],
+            remediation=ensure_hint(ctx, directory, None),
+        )
+    repo = _partial_repo(ctx, partial)
+    hint = ensure_hint(ctx, directory, None)
+    if repo and "<org/model>" in hint:
+        hint = hint.replace("<org/model>", repo)
+    return ctx.fail(
+        directory,
+        f"{directory} does not exist, but {partial} does: a restore (gpudoctor weights"
+        " ensure) failed or was stopped before it finished.",
+        evidence=[f"ls {directory}: No such file or directory", f"ls {partial}: present"],
+        remediation=f"Run the restore again; it resumes from {partial}: {hint}",
+    )
+
+
+def _partial_repo(ctx: CheckContext, partial: str) -> str | None:
+    """Return the repo id an unfinished restore records in ``partial``, or None."""
+    import json
+
+    from gpudoctor.weights.localfs import PARTIAL_MARKER
+
+    try:
+        repo = json.loads(ctx.facts.read_optional(f"{partial}/{PARTIAL_MARKER}") or "{}")
+    except ValueError:
+        return None
+    value = repo.get("repo_id") if isinstance(repo, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _holds_config(ctx: CheckContext, directory: str) -> bool:
+    """Return True when ``directory`` holds a config.json (a model's directory)."""
+    try:
+        return "config.json" in ctx.host.list_dir(directory)
+    except OSError:
+        return False
+
+
+def _is_mount(ctx: CheckContext, directory: str) -> bool:
+    """Return True when ``directory`` is a mount point on the checked host."""
+    from gpudoctor.facts.procfs import parse_mounts
+
+    mounts = parse_mounts(ctx.facts.read_optional("/proc/self/mounts") or "")
+    return any((m.target.rstrip("/") or "/") == directory for m in mounts)
 
 
 def hf_partials(ctx: CheckContext, directory: str, every: bool = False) -> list[str]:

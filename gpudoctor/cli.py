@@ -51,6 +51,20 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(SUBCOMMANDS)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """Return click's resolution of ``args``; an unknown command name is a usage error
+        that names the nearest command (``chek``: did you mean 'check'?)."""
+        name = click.utils.make_str(args[0])
+        if name not in SUBCOMMANDS and not name.startswith("-"):
+            import difflib
+
+            near = difflib.get_close_matches(name, SUBCOMMANDS, n=1)
+            if near:
+                ctx.fail(f"No such command '{name}'. Did you mean '{near[0]}'?")
+        return super().resolve_command(ctx, args)
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in SUBCOMMANDS:
             return None
@@ -97,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the process exit code. Every failure becomes one line on stderr
     (:mod:`gpudoctor.errors`); a traceback only with ``--debug``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    errors.set_debug("--debug" in args[: args.index("--")] if "--" in args else "--debug" in args)
+    head = args[: args.index("--")] if "--" in args else args
+    errors.set_debug("--debug" in head)
+    if "--debug" in head[1:]:  # `gpudoctor check --debug`: the root's option, wherever it is
+        args = ["--debug", *(a for a in head if a != "--debug"), *args[len(head) :]]
     errors.quiet_library_loggers()
     errors.quiet_thread_tracebacks()
     enforce_plain_output()
@@ -111,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             what = "no command given"
             return errors.report(what, "pick one of the commands above", ExitCode.USAGE, args)
         path = exc.ctx.command_path if exc.ctx is not None else "gpudoctor"
-        hint = errors.USAGE_HINT.format(command=path)
+        hint = errors.USAGE_HINT.format(command=command_path(args) if path == "gpudoctor" else path)
         return errors.report(exc.format_message(), hint, ExitCode.USAGE, args)
     except click.ClickException as exc:
         code = exc.exit_code if exc.exit_code not in (None, 0) else ExitCode.ERROR
@@ -148,6 +165,21 @@ def main(argv: list[str] | None = None) -> int:
         what = f"cannot write to stdout: {exc.strerror}"
         return errors.report(what, "redirect the output somewhere it fits", ExitCode.ERROR, [])
     return code if isinstance(code, int) else ExitCode.OK
+
+
+def command_path(args: list[str]) -> str:
+    """Return the command ``args`` name (``gpudoctor bench report``): the leading words that
+    are (sub)command names, options skipped; for the help a parser's usage error points to."""
+    path: list[str] = ["gpudoctor"]
+    command: click.Command | None = cli
+    for word in (a for a in args if not a.startswith("-")):
+        if not isinstance(command, click.Group):
+            break
+        command = command.get_command(click.Context(command), word)
+        if command is None:
+            break
+        path.append(word)
+    return " ".join(path)
 
 
 def run() -> None:

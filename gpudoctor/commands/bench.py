@@ -43,9 +43,10 @@ def bench() -> None:
     gpudoctor bench merge D1 D2 ... --out runs/M   shards into one run, by cell key
     gpudoctor bench submit --slurm PLAN --out D    a Slurm job array + a merge job
 
-    A plan (TOML) names a model, an engine (sglang, vllm, transformers) with shared
-    server arguments, axes (tp, concurrency), configurations (each may sweep arguments),
-    a workload and SLOs; see docs/bench.md and docs/examples/. One server runs per
+    A plan (TOML) names a model, an engine (sglang, vllm, transformers, or command: any
+    OpenAI-compatible server from an argv you give) with shared server arguments, axes
+    (tp, concurrency), configurations (each may sweep arguments), a workload and SLOs;
+    see docs/bench.md and docs/examples/. One server runs per
     configuration; results.jsonl gets one fsync'ed line per cell, so a killed or
     rebooted campaign resumes where it stopped and never runs a finished cell twice.
 
@@ -156,7 +157,8 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
         raise click.ClickException(str(exc)) from exc
     from gpudoctor.bench.plan.advice import plan_warnings
 
-    for line in plan_warnings(plan):
+    advice = plan_warnings(plan)
+    for line in advice:
         click.echo(f"warning: {line}", err=True)
     out = out or Path("runs") / plan.name
     if not dry_run:
@@ -223,6 +225,8 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
             f"{summary.skipped} skipped now; {summary.server_starts} server start(s). "
             f"Next: gpudoctor bench report {options.out}"
         )
+    for line in advice:  # said again under the table its cells are in (issue 47)
+        click.echo(f"warning: {line}", err=True)
     if failed:
         for line in failed[:5]:
             click.echo(f"gpudoctor: FAILED: {line}", err=True)
@@ -252,7 +256,8 @@ def failed_cells(out: Path) -> tuple[list[str], int]:
     lines = []
     for label, group in by_config.items():
         failed = [c for c in group if c.status == "failed"]
-        records = [{"status": c.status, "verdict": {"first_error": c.first_error}} for c in group]
+        records = [{"status": c.status, "verdict": {"first_error": c.first_error},
+                    "measurement": c.measurement} for c in group]  # fmt: skip
         same = common_failure(records) if len(group) > 1 else None
         if same:
             lines.append(f"{label}, all {len(group)} cells: {same}")

@@ -103,6 +103,7 @@ def submit(plan_path: Path, slurm: bool, out: Path, shards: int | None, gpus_per
     from gpudoctor.bench.launch.slurm import (
         SlurmError,
         campaign_dir,
+        missing_dirs,
         read_submissions,
         require_clients,
     )
@@ -116,10 +117,11 @@ def submit(plan_path: Path, slurm: bool, out: Path, shards: int | None, gpus_per
         raise click.ClickException(str(exc)) from exc
     try:
         require_clients()  # no sbatch: nothing is made under --out
+        made = missing_dirs(out)  # removed again when sbatch refuses a first submit
         campaign_dir(out)  # DIR and slurm/ judged before anything in them is read
         earlier = read_submissions(out)
         n = shards or (int(earlier[-1]["shards"]) if earlier else len(plan.configs))
-        sub = do_submit(plan, plan_path, out, n, gpus_per_task, sbatch_args)
+        sub = do_submit(plan, plan_path, out, n, gpus_per_task, sbatch_args, made=made)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     except (SlurmError, RunDirError, OSError) as exc:

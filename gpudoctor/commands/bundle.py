@@ -9,14 +9,16 @@ from pathlib import Path
 
 import click
 
-from gpudoctor import fsio
+from gpudoctor.commands import output_owner
 from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
     CHECK_TIMEOUT,
     FLAVOR,
+    FORCE_OUTPUT,
     KNOWN_HOSTS,
     LXCPATH,
     require_writable_file,
+    write_named_output,
 )
 from gpudoctor.exit_codes import ExitCode
 
@@ -52,6 +54,7 @@ from gpudoctor.exit_codes import ExitCode
 @KNOWN_HOSTS
 @ACCEPT_NEW_HOST_KEY
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+@FORCE_OUTPUT
 @click.pass_context
 def bundle(
     ctx: click.Context,
@@ -66,6 +69,7 @@ def bundle(
     known_hosts: str | None,
     accept_new_host_key: bool,
     as_json: bool,
+    force: bool = False,
 ) -> None:
     """Gather what a supporter needs into one archive, redacted, to attach to an issue.
 
@@ -101,7 +105,7 @@ def bundle(
     if ct and flavor == "pve" and not ct.isdigit():
         raise click.UsageError(f"--ct {ct!r}: a Proxmox CT id is a number; add --flavor lxc")
     out = output or bundle_mod.default_name()
-    require_writable_file(out, "-o")
+    require_writable_file(out, "-o", output_owner.bundle_archive, force)
     environ = bundle_mod.environ_copy()
     say = _progress(as_json)
     from gpudoctor.commands.check import open_targets
@@ -133,7 +137,7 @@ def bundle(
     finally:
         for each in closers:
             each.close()
-    fsio.write_output(out, done.data, mode=0o600)
+    write_named_output(out, done.data, "-o", mode=0o600)
     kinds: dict[str, int] = {}
     for entry in done.ledger:
         kinds[str(entry["kind"])] = kinds.get(str(entry["kind"]), 0) + 1

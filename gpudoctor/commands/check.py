@@ -7,12 +7,14 @@ import sys
 
 import click
 
-from gpudoctor import errors, fsio
+from gpudoctor import errors
+from gpudoctor.commands import output_owner
 from gpudoctor.commands.options import (
     ACCEPT_NEW_HOST_KEY,
     CHECK_TIMEOUT,
     COUNT_MAX,
     FLAVOR,
+    FORCE_OUTPUT,
     KNOWN_HOSTS,
     LXCPATH,
     SECONDS,
@@ -22,6 +24,7 @@ from gpudoctor.commands.options import (
     inventory_option,
     non_empty_host,
     require_writable_file,
+    write_named_output,
 )
 from gpudoctor.context import CheckOptions, DeviceRequest
 from gpudoctor.exit_codes import ExitCode
@@ -45,8 +48,8 @@ def split_ids(values: tuple[str, ...]) -> tuple[str, ...]:
 def write_atomically(path: str, text: str) -> None:
     """Write ``text`` to ``path`` via a temp file + rename (node_exporter never reads half),
     mode 0644; a symlink, FIFO or device there is refused (:func:`gpudoctor.fsio.write_output`);
-    returns None."""
-    fsio.write_output(path, text)
+    returns None; OutputNotWritable naming the path when it cannot be written."""
+    write_named_output(path, text, "-o")
 
 
 def exit_code(reports: list[Report]) -> int:
@@ -109,6 +112,7 @@ def validate_selection(only: tuple[str, ...], ct: str | None, flavor: str, fleet
     help="Write the report to this "
     "file atomically (for node_exporter's textfile collector) instead of stdout.",
 )
+@FORCE_OUTPUT
 @click.option(
     "--device",
     "devices",
@@ -198,6 +202,7 @@ def check(
     inventory_file: str | None = None,
     parallel: int = 8,
     target_timeout: float = 120.0,
+    force: bool = False,
     **api: object,
 ) -> None:
     """Diagnose GPU access: driver, device nodes and their cgroup policy, CUDA, NVML, weights.
@@ -224,7 +229,7 @@ def check(
         raise click.UsageError("--host is for one machine; --cluster/--inventory name the nodes")
     validate_selection(split_ids(only), ct, flavor, fleet)
     validate_lxcpath(lxcpath, flavor, fleet)
-    require_writable_file(output, "-o")
+    require_writable_file(output, "-o", output_owner.check_report, force)
 
     options = CheckOptions(
         devices=parse_devices(devices),

@@ -184,28 +184,11 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
       gpudoctor fix --cluster pve1 --yes                  # every GPU CT, 2 restarts at a time
       gpudoctor fix --inventory hosts.toml --ct 'llm-*' --dry-run
 
-    It reads /proc/devices, /dev/nvidia* and pveversion on the host. On Proxmox VE >=
-    8.1 it proposes devN entries (the durable cure: Proxmox re-reads the node's major at
-    every start), replacing the NVIDIA bind mounts and major rules they make redundant,
-    and the boot unit that creates /dev/nvidia-uvm before guests start when it is
-    missing. Elsewhere it adds one `lxc.cgroup2.devices.allow: c MAJOR:* rwm` per major
-    that no rule covers and a bind mount per node not passed yet. Edits stay in the live
-    section (never after a [snapshot] header, no marker comments). It saves a backup
-    copy here first, then writes under Proxmox's own lock
-    (/run/lock/lxc/pve-config-ID.lock) only if the file is unchanged since the plan
-    (SHA-1), after a backup in /var/lib/gpudoctor/backups on the host. A running CT is
-    restarted and its devices (and /dev/null, /dev/zero, /dev/urandom, /dev/tty) are
-    opened inside it; if one that opened before no longer does, or the CT does not start,
-    the old config is put back. A running CT whose config is right but whose devices are
-    older (a placeholder file where /dev/nvidia-uvm belongs because the host had none at
-    its start, a stale node, a fix not restarted) gets a restart step with its reason:
-    run the same fix again to finish an interrupted one. A second run says "nothing to
-    change" and touches nothing.
-
-    --follow-driver does that for every CT of the node, for the nodes each already passes
-    (rules mode: no devN migration, no node added), one at a time under one lock, and
-    restarts only the CTs whose devices changed. --host-prep installs the unit that runs
-    it when an NVIDIA module is loaded or a moving node is re-created.
+    It plans from the host's /proc/devices, /dev/nvidia* and pveversion (devN entries on
+    Proxmox VE >= 8.1, else cgroup rules and bind mounts), shows the diff, saves backups,
+    writes under the config's own lock only if it is unchanged since the plan, restarts a
+    running CT and re-checks its devices inside, putting the old config back if they fail.
+    A second run says "nothing to change". How each step works: docs/fix.md.
 
     \b
     Exit codes:
@@ -305,7 +288,10 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
         raise click.ClickException(str(exc)) from None
     try:
         if host_prep:
-            code = _run_host_prep(host, dry_run, yes, as_json, devices)
+            follow = (("--flavor", "lxc") if flavor == "lxc" else ()) + (
+                ("--lxcpath", lxcpath) if lxcpath else ()
+            )  # the unit's own run: issue 47
+            code = _run_host_prep(host, dry_run, yes, as_json, devices, follow)
         elif follow_driver:
             from gpudoctor.commands.fix_follow import run_follow
 
@@ -392,7 +378,7 @@ def _run_fix(host: Any, options: Any, host_label: str, as_json: bool) -> int:
 
 
 def _run_host_prep(host: Any, dry_run: bool, yes: bool, as_json: bool,
-                   watch: tuple[str, ...] = ()) -> int:  # fmt: skip
+                   watch: tuple[str, ...] = (), follow: tuple[str, ...] = ()) -> int:  # fmt: skip
     from gpudoctor.pve.uvm_unit import run_host_prep
 
     def confirm(plan: Any) -> bool:
@@ -401,7 +387,8 @@ def _run_host_prep(host: Any, dry_run: bool, yes: bool, as_json: bool,
         return _confirm(plan)
 
     outcome = run_host_prep(host, dry_run=dry_run, yes=yes, confirm=confirm, progress=_say,
-                            watch=tuple(p.rstrip("/") for p in watch))  # fmt: skip
+                            watch=tuple(p.rstrip("/") for p in watch),
+                            follow_args=follow)  # fmt: skip
     if as_json:
         click.echo(json.dumps(outcome.to_dict(), indent=2))
     else:

@@ -9,6 +9,9 @@ from typing import Any
 
 import click
 
+from gpudoctor.commands import output_owner
+from gpudoctor.commands.output_owner import Recogniser
+
 Decorator = Callable[[Any], Any]
 
 
@@ -28,6 +31,11 @@ class Seconds(click.FloatRange):
         return number
 
 
+FORCE_OUTPUT = click.option(
+    "--force",
+    is_flag=True,
+    help="Replace the -o file even when gpudoctor did not write it.",
+)
 SECONDS = Seconds(min=0, min_open=True, max=86400)
 # A count option (GPUs, targets at once): at most this many.
 COUNT_MAX = 4096
@@ -116,11 +124,17 @@ def non_empty_host(ctx: click.Context, param: click.Parameter, value: str | None
     return value
 
 
-def require_writable_file(path: str | os.PathLike[str] | None, option: str) -> None:
+def require_writable_file(
+    path: str | os.PathLike[str] | None,
+    option: str,
+    recognise: Recogniser | None = None,
+    force: bool = False,
+) -> None:
     """Check, before any work starts, that the output file ``path`` can be written (its
-    directory exists and takes a new file; ``path`` itself is not a directory). Raise
-    :class:`OutputNotWritable` (exit 1) with one line naming ``option`` otherwise; returns
-    nothing."""
+    directory exists and takes a new file; ``path`` itself is not a directory) and, given
+    ``recognise`` and not ``force``, that a file there is gpudoctor's own output
+    (:mod:`gpudoctor.commands.output_owner`). Raise :class:`OutputNotWritable` (exit 1)
+    with one line naming ``option`` otherwise; returns nothing."""
 
     if path is None:
         return
@@ -137,6 +151,33 @@ def require_writable_file(path: str | os.PathLike[str] | None, option: str) -> N
         raise OutputNotWritable(
             f"cannot write {option} {text}: {why}; pick a writable path (nothing was done)"
         )
+    why = None if recognise is None or force else output_owner.foreign(text, recognise)
+    if why is not None:
+        raise OutputNotWritable(
+            f"cannot write {option} {text}: {why}; give --force to replace it, or pick"
+            " another path (nothing was done)"
+        )
+
+
+def write_named_output(
+    path: str | os.PathLike[str], data: bytes | str, option: str, mode: int = 0o644
+) -> None:
+    """Write the output file ``path`` (:func:`gpudoctor.fsio.write_output`); raise
+    :class:`OutputNotWritable` naming ``option`` and the path when that fails (a full
+    filesystem: issue 47); returns None. The file there, if any, is left as it was."""
+    import errno
+
+    from gpudoctor import fsio
+
+    try:
+        fsio.write_output(path, data, mode=mode)
+    except OSError as exc:
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        todo = "free space there or pick another path" if full else "pick a writable path"
+        raise OutputNotWritable(
+            f"cannot write {option} {os.fspath(path)}: {exc.strerror or exc}; {todo}"
+            " (a file already there is left as it was)"
+        ) from exc
 
 
 def _not_a_regular_file(path: str) -> str | None:

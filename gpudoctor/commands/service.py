@@ -9,6 +9,8 @@ import sys
 
 import click
 
+from gpudoctor.commands.options import FORCE_OUTPUT
+
 GPUDOCTOR_HELP = (
     "Command that runs gpudoctor in the units (default: this interpreter with -I -m "
     "gpudoctor; -I is added to a PYTHON -m gpudoctor command)."
@@ -104,11 +106,13 @@ def service() -> None:
               help="Install under this root (a CT's rootfs, an image) instead of /; PLAN, "
               "--out and the interpreter are then paths inside it (resolved like chroot).")  # fmt: skip
 @NOW
+@click.option("--force", is_flag=True, help="Replace gpudoctor-NAME.service even when it "
+              "serves another campaign (another --out) or gpudoctor did not write it.")  # fmt: skip
 def install(
     plan: str, out: str, name: str, repo: str | None, to: str | None, mirror: str | None,
     revision: str | None, devices: tuple[str, ...], only: tuple[str, ...],
     check_extra: tuple[str, ...], backoff: str, gpudoctor_cmd: str | None,
-    after_network: bool, root: str, now: bool,
+    after_network: bool, root: str, now: bool, force: bool = False,
 ) -> None:  # fmt: skip
     """Write the CT's boot unit: wait for the GPU, restore the weights, resume PLAN.
 
@@ -120,7 +124,8 @@ def install(
 
     The unit runs as root, so install refuses a plan, a directory above it, a program
     it names, the interpreter or --out that anyone but root can change. Run again with
-    the same options, it reports each file "unchanged".
+    the same options, it reports each file "unchanged". A unit of that --name that
+    serves another --out (another campaign) is never replaced unless --force is given.
     """
     from gpudoctor.service.campaign import (
         CampaignService,
@@ -167,6 +172,8 @@ def install(
     except ServiceError as exc:
         raise click.UsageError(str(exc)) from exc
     svc = _trusted_service(root, svc, loaded, gpudoctor_cmd is None)
+    if not force:
+        _refuse_another_campaign(root, svc)
     files = [
         UnitFile(svc.wrapper_path, render_wrapper(svc), 0o755),
         UnitFile(svc.unit_path, render_unit(svc), 0o644, "multi-user.target"),
@@ -180,15 +187,44 @@ def install(
     _report(done, root, svc.unit_name, now)
 
 
+def _refuse_another_campaign(root: str, svc) -> None:  # type: ignore[no-untyped-def]
+    """Raise ClickException (nothing written) when ``svc``'s unit is already installed
+    under ``root`` for another run directory, or is a unit gpudoctor did not write: a
+    second campaign must never silently take the first one's boot unit (issue 47.2)."""
+    from gpudoctor import fsio, fsio_root
+    from gpudoctor.service.campaign import campaign_of
+
+    try:
+        text = fsio_root.read_under_root(root, svc.unit_path).decode("utf-8", "replace")
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except fsio.FsioError as exc:
+        if exc.errno == 2:
+            return
+        raise click.ClickException(f"cannot read the installed unit: {exc}") from None
+    served = campaign_of(text)
+    if served is not None and served.rstrip("/") == svc.out.rstrip("/"):
+        return
+    what = (f"serves another campaign (--out {served})" if served is not None
+            else "was not written by gpudoctor service install")  # fmt: skip
+    raise click.ClickException(
+        f"{svc.unit_name} {what}; give --name NAME to install this campaign beside it,"
+        " or --force to replace it (nothing was written)"
+    )
+
+
 def _load_plan_in_root(root: str, plan: str):  # type: ignore[no-untyped-def]
     """Return the Plan at ``plan`` read inside ``root`` (links resolved within it)."""
     from pathlib import PurePosixPath
 
     from gpudoctor import fsio, fsio_root
-    from gpudoctor.bench.plan import PlanError, parse_plan
+    from gpudoctor.bench.plan import PlanError, decode_plan, parse_plan
 
+    shown = plan if root == "/" else f"{root.rstrip('/')}{plan}"
     try:
-        text = fsio_root.read_under_root(root, plan).decode("utf-8")
+        text = decode_plan(fsio_root.read_under_root(root, plan), shown)
+    except PlanError as exc:
+        raise click.ClickException(str(exc)) from None
     except FileNotFoundError as exc:
         raise click.BadParameter(
             f"no plan file at {exc.filename or plan}", param_hint="PLAN"
@@ -198,9 +234,8 @@ def _load_plan_in_root(root: str, plan: str):  # type: ignore[no-untyped-def]
             where = f"{plan} inside {root} ({exc})" if root != "/" else plan
             raise click.BadParameter(f"no plan file at {where}", param_hint="PLAN") from None
         raise click.ClickException(f"cannot read the plan: {exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise click.ClickException(f"cannot read the plan {plan}: {exc}") from None
-    shown = plan if root == "/" else f"{root.rstrip('/')}{plan}"
     try:
         return parse_plan(text, shown, base_dir=PurePosixPath(plan).parent)  # type: ignore[arg-type]
     except PlanError as exc:
@@ -319,7 +354,8 @@ def install_timer(
 @service.command()
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Write the rules to this file (e.g. /etc/prometheus/rules.d/gpudoctor.yml).")  # fmt: skip
-def rules(output: str | None) -> None:
+@FORCE_OUTPUT
+def rules(output: str | None, force: bool = False) -> None:
     """Print (or write) the Prometheus alerting rules over gpudoctor's metrics.
 
     Alerts: GpudoctorCtGpuUnusable, GpudoctorHostDriverMissing, GpudoctorResultStale,
@@ -327,20 +363,16 @@ def rules(output: str | None) -> None:
     GpudoctorNextKernelWithoutDriver. Add the file to `rule_files:` in prometheus.yml
     and reload Prometheus.
     """
+    from gpudoctor.commands import output_owner
     from gpudoctor.commands.options import require_writable_file
     from gpudoctor.service import alert_rules_text
 
-    require_writable_file(output, "-o")
+    require_writable_file(output, "-o", output_owner.alert_rules, force)
     text = alert_rules_text()
     if not output:
         click.echo(text, nl=False)
         return
-    from pathlib import Path
+    from gpudoctor.commands.options import write_named_output
 
-    from gpudoctor import fsio
-
-    try:
-        fsio.write_output(Path(os.path.abspath(output)), text)
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {output}: {exc}") from exc
+    write_named_output(os.path.abspath(output), text, "-o")
     click.echo(f"wrote {output}; add it to rule_files: in prometheus.yml, then reload Prometheus")

@@ -100,7 +100,7 @@ def weights() -> None:
     "target",
     required=True,
     type=click.Path(path_type=Path, file_okay=False),
-    help="Model directory to fill, e.g. /dev/shm/qwen3 (built in TARGET.partial, then renamed).",
+    help="Model directory to fill, e.g. /dev/shm/qwen3 (built in DIR.partial beside it, then renamed).",
 )
 @click.option(
     "--revision",
@@ -147,7 +147,7 @@ def ensure(
     as_json: bool,
     quiet: bool,
 ) -> None:
-    """Make TARGET hold the complete REPO_ID model; a no-op when it already does.
+    """Make the --to directory hold the complete REPO_ID model; a no-op when it already does.
 
     \b
     Order: check the manifest (done if complete) -> space precheck (filesystem free

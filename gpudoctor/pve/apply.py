@@ -156,8 +156,14 @@ def resolve_target(host: Host, flavor: str, ct: str, layout: Layout) -> Target:
     if flavor == LXC:
         lxcpath = layout.lxcpath or _default_lxcpath(host)
         path = f"{lxcpath.rstrip('/')}/{ct}/config"
-        if not host.exists(path):
-            raise ApplyError("unknown_ct", f"no LXC container {ct!r}: {path} does not exist")
+        try:
+            host.stat(path)
+        except PermissionError:  # issue 47: "does not exist" sent the user looking for the CT
+            raise ApplyError("io", f"cannot read {path}: {DENIED}") from None
+        except OSError:
+            raise ApplyError(
+                "unknown_ct", f"no LXC container {ct!r}: {path} does not exist"
+            ) from None
         return Target(LXC, ct, path, f"{layout.own_lock_dir}/lxc-{ct}.lock")
     if not ct.isdigit():
         raise ApplyError(
@@ -198,6 +204,7 @@ def _local_node(host: Host, layout: Layout) -> str:
     return result.stdout.strip().rsplit("/", 1)[-1] if result.ok else ""
 
 
+DENIED = "permission denied; run it as root (sudo) or as the user who owns that file"
 MAX_READ = 64 << 20  # far above pmxcfs's 1 MiB file limit
 
 
@@ -213,6 +220,8 @@ def read_bytes(host: Host, path: str, layout: Layout) -> tuple[bytes, str]:
         data = host.read_bytes(path, MAX_READ + 1)
     except FileNotFoundError:
         raise ApplyError("missing", f"{path} does not exist") from None
+    except PermissionError:
+        raise ApplyError("io", f"cannot read {path}: {DENIED}") from None
     except OSError as exc:
         raise ApplyError("io", f"cannot read {path}: {exc.strerror or exc}") from None
     if len(data) > MAX_READ:  # never a config: refused whole, not planned from its head

@@ -36,10 +36,12 @@ WATCHED = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-caps")
 MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset")
 
 
-def service_text(gpudoctor: str, nvidia_modprobe: str) -> str:
+def service_text(gpudoctor: str, nvidia_modprobe: str, args: tuple[str, ...] = ()) -> str:
     """Return the oneshot that follows the driver (``gpudoctor``: the command that runs
-    gpudoctor on the node; ``nvidia_modprobe``: its path, "" when not installed)."""
+    gpudoctor on the node; ``nvidia_modprobe``: its path, "" when not installed; ``args``:
+    ``--host-prep``'s own ``--flavor lxc`` / ``--lxcpath DIR``, which the node needs)."""
     pre = f"ExecStartPre=-{nvidia_modprobe} -u -c=0\n" if nvidia_modprobe else ""
+    own = f"{command_line(list(args))} " if args else ""
     return (
         "[Unit]\n"
         "Description=Follow the NVIDIA driver: the CTs' devices after a module reload (gpudoctor)\n"
@@ -49,7 +51,7 @@ def service_text(gpudoctor: str, nvidia_modprobe: str) -> str:
         "Type=oneshot\n"
         f"EnvironmentFile=-{ENV_FILE}\n"
         f"{pre}"
-        f"ExecStart={gpudoctor} fix --follow-driver --if-host-changed --yes $GPUDOCTOR_FOLLOW_ARGS\n"
+        f"ExecStart={gpudoctor} fix --follow-driver --if-host-changed --yes {own}$GPUDOCTOR_FOLLOW_ARGS\n"
     )
 
 

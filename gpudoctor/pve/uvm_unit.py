@@ -183,10 +183,12 @@ def untrusted(host: Host, paths: tuple[str, ...]) -> str:
     return ""
 
 
-def plan_host_prep(host: Host, root: str, layout: Layout, watch: tuple[str, ...] = ()) -> HostPrep:
+def plan_host_prep(host: Host, root: str, layout: Layout, watch: tuple[str, ...] = (),
+                   follow_args: tuple[str, ...] = ()) -> HostPrep:  # fmt: skip
     """Return the plan, read-only: ``command -v nvidia-modprobe``, ``cat`` of each managed
     file, ``test -L`` of the enable links, ``systemctl is-active`` of the path unit (real
-    root only). ``watch``: more paths for the path unit to watch (``--device``)."""
+    root only). ``watch``: more paths for the path unit to watch (``--device``);
+    ``follow_args``: what the follow-driver unit passes on (``--flavor lxc``)."""
     found = host.run(["sh", "-c", "command -v nvidia-modprobe"], timeout=15)
     modprobe = found.stdout.strip() if found.ok and found.stdout.strip() else ""
     warnings = []
@@ -212,7 +214,8 @@ def plan_host_prep(host: Host, root: str, layout: Layout, watch: tuple[str, ...]
         old_path, _ = _read(host, _unit_path(root, follow_units.PATH_UNIT), layout)
         watched = follow_units.watched_paths(old_path, watch)
         wanted += [
-            (_unit_path(root, follow_units.SERVICE), follow_units.service_text(gpudoctor, modprobe),
+            (_unit_path(root, follow_units.SERVICE),
+             follow_units.service_text(gpudoctor, modprobe, follow_args),
              "after a driver reload, runs `gpudoctor fix --follow-driver --yes`: every CT of "
              "this node against the host's devices now, restarting only those whose devices "
              "changed"),
@@ -262,12 +265,14 @@ def run_host_prep(
     layout: Layout | None = None,
     root: str | None = None,
     watch: tuple[str, ...] = (),
+    follow_args: tuple[str, ...] = (),
 ) -> HostPrepOutcome:
     """Plan and (unless dry run / declined) install the boot unit and the follow-driver
-    triggers, enable and start them; return the outcome."""
+    triggers (their ``fix --follow-driver`` given ``follow_args``), enable and start them;
+    return the outcome."""
     layout = layout or Layout.from_env()
     root = root if root is not None else systemd_root()
-    prep = plan_host_prep(host, root, layout, watch)
+    prep = plan_host_prep(host, root, layout, watch, follow_args)
     plan, unit_path = prep.plan, _unit_path(root, UNIT_NAME)
     if not plan.explanation:
         return HostPrepOutcome("nothing_to_change", 0, "nothing to change", plan, unit_path)

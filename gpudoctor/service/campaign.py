@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 WRAPPER_DIR = "/usr/local/sbin"
 DONE_MARKER = ".gpudoctor-service-done"
+UNIT_FIRST_LINE = "# Written by `gpudoctor service install`: run it again to change this unit."
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ def render_unit(svc: CampaignService) -> str:
         else "After=local-fs.target"
     )
     return f"""\
-# Written by `gpudoctor service install`: run it again to change this unit.
+{UNIT_FIRST_LINE}
 [Unit]
 Description={title}: wait for the GPU, restore the weights, resume the benchmark
 {order}
@@ -162,6 +163,19 @@ Environment=PYTHONUNBUFFERED=1
 [Install]
 WantedBy=multi-user.target
 """
+
+
+def campaign_of(unit_text: str) -> str | None:
+    """Return the run directory (``--out``) that an installed campaign unit serves, read
+    from its ``ConditionPathExists=!OUT/.gpudoctor-service-done`` line; None when
+    ``unit_text`` is not a unit ``service install`` wrote (issue 47.2)."""
+    if not unit_text.startswith(UNIT_FIRST_LINE + "\n"):
+        return None
+    suffix = f"/{DONE_MARKER}"
+    for line in unit_text.splitlines():
+        if line.startswith("ConditionPathExists=!") and line.endswith(suffix):
+            return line[len("ConditionPathExists=!") : -len(suffix)].replace("%%", "%")
+    return None
 
 
 def render_wrapper(svc: CampaignService) -> str:

@@ -285,6 +285,27 @@ def _ensure_locked(
     )
 
 
+def _refetch_warnings(
+    req: EnsureRequest, source: _Source, problems: list, copied_bad: list
+) -> list[str]:
+    """Return the warnings for the files fetched again: those the mirror gave with a wrong
+    sha256 named as the mirror's damage, which stays, with the command that re-makes it
+    from the restored copy (issue 47); the others as failing ``req.verify``."""
+    damaged = copied_bad if source.kind == "mirror" and req.mirror is not None else []
+    rest = [p for p in problems if p not in damaged]
+    warnings = (
+        [f"{len(rest)} file(s) failed {req.verify} verify and were re-fetched"] if rest else []
+    )
+    if damaged:
+        names = ", ".join(p.path for p in damaged[:3]) + (", ..." if len(damaged) > 3 else "")
+        warnings.append(
+            f"{len(damaged)} file(s) of the mirror {req.mirror} failed sha256 ({names}) and were"
+            f" fetched from the Hub instead; the mirror stays damaged: re-make it with"
+            f" gpudoctor weights mirror {req.repo_id} --to {req.mirror} --from {req.target}"
+        )
+    return warnings
+
+
 def _build(
     req: EnsureRequest,
     source: _Source,
@@ -316,7 +337,7 @@ def _build(
         bad_paths = {p.path for p in copied_bad}
         problems = copied_bad + [p for p in problems if p.path not in bad_paths]
     if problems:
-        warnings.append(f"{len(problems)} file(s) failed {req.verify} verify and were re-fetched")
+        warnings += _refetch_warnings(req, source, problems, copied_bad)
         if req.mirror_only:
             raise VerifyError(
                 f"--mirror-only: {problems[0].path} from the mirror failed verify"

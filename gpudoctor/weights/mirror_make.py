@@ -179,6 +179,11 @@ def verify_mirror(root: Path, progress: Progress, repo_id: str | None = None) ->
         raise WeightsError(f"mirror {root} does not exist or is not a directory")
     trust.check_ancestors(root, "--verify")
     paths = [localfs.mirror_dir(root, repo_id)] if repo_id else mirror_models(root)
+    if not paths and ((root / MANIFEST_NAME).is_file() or (root / "config.json").is_file()):
+        raise WeightsError(  # issue 47: a model directory is checked by `weights status`
+            f"{root} is a model directory, not a mirror root (M with ORG/NAME under it); check"
+            f" it with: gpudoctor weights status {root} --verify full"
+        )
     if not paths:
         raise WeightsError(f"mirror {root} holds no model with a gpudoctor manifest")
     copies = []

@@ -66,15 +66,65 @@ def test_an_output_option_never_replaces_what_is_not_a_regular_file(tmp_path, ki
 
 
 def test_an_output_option_writes_a_regular_file_and_a_new_path(tmp_path):
-    """The refusal is not a blanket one: a regular file is replaced, a new path created."""
+    """The refusal is not a blanket one: its own earlier file is replaced, a new path
+    created."""
     existing = tmp_path / "rules.yml"
-    existing.write_text("old\n")
+    assert gpudoctor("service", "rules", "-o", str(existing)).returncode == 0
+    existing.write_text(existing.read_text().replace("GpudoctorCtGpuUnusable", "Stale"))
     assert gpudoctor("service", "rules", "-o", str(existing)).returncode == 0
     assert "GpudoctorCtGpuUnusable" in existing.read_text()
     fresh = tmp_path / "new.prom"
     done = gpudoctor("check", "--only", "proc", "--format", "prometheus", "-o", str(fresh))
     assert done.returncode in (0, 3), done.stderr
     assert "gpudoctor_check" in fresh.read_text()
+
+
+WRITERS = {
+    "check": ["check", "--only", "proc", "-o"],
+    "check-json": ["check", "--only", "proc", "--json", "-o"],
+    "check-prometheus": ["check", "--only", "proc", "--format", "prometheus", "-o"],
+    "bundle": ["bundle", "-o"],
+    "service-rules": ["service", "rules", "-o"],
+}
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_an_output_option_never_replaces_a_file_gpudoctor_did_not_write(tmp_path, writer):
+    """Issue 47.1: `check -o`, `bundle -o` and `service rules -o` replaced the user's own
+    file at that name without a word. Now they refuse (exit 1, one line naming --force)
+    and leave it as it was; with --force they replace it."""
+    command = WRITERS[writer]
+    target = tmp_path / "notes.txt"
+    target.write_text("my own notes, not a report\n")
+    done = gpudoctor(*command, str(target))
+    assert done.returncode == 1, done.stderr
+    line = last_line(done.stderr)
+    assert ERROR_LINE.match(line), done.stderr
+    assert "exists and gpudoctor did not write it; give --force" in line
+    assert target.read_text() == "my own notes, not a report\n"
+
+    forced = gpudoctor(*command, str(target), "--force")
+    assert forced.returncode in (0, 3), forced.stderr
+    assert target.read_bytes() != b"my own notes, not a report\n"
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_an_output_option_replaces_its_own_earlier_file(tmp_path, writer):
+    """What gpudoctor wrote at the path (this writer's own output, in each format) is
+    replaced without --force, run after run."""
+    target = tmp_path / "out"
+    for _ in range(2):
+        done = gpudoctor(*WRITERS[writer], str(target))
+        assert done.returncode in (0, 3), done.stderr
+
+
+def test_check_o_takes_over_its_own_file_in_another_format(tmp_path):
+    """A check report written as JSON may be replaced by the same path in human form
+    (the user switched --format): both are gpudoctor's."""
+    target = tmp_path / "report"
+    assert gpudoctor("check", "--only", "proc", "--json", "-o", str(target)).returncode == 0
+    assert gpudoctor("check", "--only", "proc", "-o", str(target)).returncode == 0
+    assert target.read_text().startswith("PASS  proc.usable")
 
 
 def test_list_markdown_never_replaces_a_page_it_did_not_write(tmp_path):

@@ -58,3 +58,68 @@ def test_relative_out_with_root_is_refused(tmp_path: Path) -> None:
     assert "(--out /var/lib/runs/q)" in done.stderr
     assert not os.path.lexists(root / "usr/local/sbin/gpudoctor-campaign")
     assert not os.path.lexists(root / "etc/systemd")
+
+
+def test_a_second_campaign_never_takes_the_first_ones_unit(tmp_path: Path) -> None:
+    """47.2: a second `service install` with another --out (same default --name) replaced
+    the first campaign's boot unit without a word. Now it is refused (exit 1, nothing
+    written) naming the campaign it serves; --name installs beside it, --force replaces."""
+    root = _root(tmp_path, relative_paths=False)
+    unit = root / "etc/systemd/system/gpudoctor-campaign.service"
+    first = _install(
+        "/root/plan.toml", "--out", "/var/lib/runs/a", "--root", str(root), cwd=tmp_path
+    )
+    assert first.returncode == 0, first.stderr
+    before = unit.read_text()
+    again = _install(
+        "/root/plan.toml", "--out", "/var/lib/runs/a", "--root", str(root), cwd=tmp_path
+    )
+    assert again.returncode == 0, again.stderr  # the same campaign: "unchanged"
+
+    second = _install(
+        "/root/plan.toml", "--out", "/var/lib/runs/b", "--root", str(root), cwd=tmp_path
+    )
+    assert second.returncode == 1, second.stderr
+    assert second.stderr.strip().splitlines()[-1] == (
+        "gpudoctor: error: gpudoctor-campaign.service serves another campaign (--out"
+        " /var/lib/runs/a); give --name NAME to install this campaign beside it, or --force"
+        " to replace it (nothing was written)"
+    )
+    assert unit.read_text() == before
+    assert "--out /var/lib/runs/a" in (root / "usr/local/sbin/gpudoctor-campaign").read_text()
+
+    beside = _install("/root/plan.toml", "--out", "/var/lib/runs/b", "--name", "b",
+                      "--root", str(root), cwd=tmp_path)  # fmt: skip
+    assert beside.returncode == 0, beside.stderr
+    assert unit.read_text() == before
+    forced = _install("/root/plan.toml", "--out", "/var/lib/runs/b", "--force",
+                      "--root", str(root), cwd=tmp_path)  # fmt: skip
+    assert forced.returncode == 0, forced.stderr
+    assert "!/var/lib/runs/b/.gpudoctor-service-done" in unit.read_text()
+
+
+def test_a_unit_gpudoctor_did_not_write_is_never_replaced(tmp_path: Path) -> None:
+    """47.2 (and 47.1's rule): a gpudoctor-campaign.service someone wrote by hand stays."""
+    root = _root(tmp_path, relative_paths=False)
+    unit = root / "etc/systemd/system/gpudoctor-campaign.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text("[Service]\nExecStart=/usr/local/bin/mine\n")
+    done = _install(
+        "/root/plan.toml", "--out", "/var/lib/runs/a", "--root", str(root), cwd=tmp_path
+    )
+    assert done.returncode == 1, done.stderr
+    assert "gpudoctor-campaign.service was not written by gpudoctor service install" in done.stderr
+    assert unit.read_text() == "[Service]\nExecStart=/usr/local/bin/mine\n"
+
+
+def test_campaign_of_reads_the_run_directory_of_its_own_units_only() -> None:
+    from gpudoctor.service.campaign import UNIT_FIRST_LINE, campaign_of
+
+    head = UNIT_FIRST_LINE + "\n[Unit]\n"
+    marker = "/.gpudoctor-service-done"
+    assert campaign_of(head + f"ConditionPathExists=!/runs/100%%{marker}\n") == "/runs/100%"
+    assert campaign_of(head + f"ConditionPathExists=/runs/a{marker}\n") is None  # no "!"
+    assert campaign_of(head + "ConditionPathExists=!/runs/a/other\n") is None
+    assert campaign_of(head) is None
+    assert campaign_of(f"[Unit]\nConditionPathExists=!/runs/a{marker}\n") is None
+    assert campaign_of(UNIT_FIRST_LINE + f"ConditionPathExists=!/a{marker}") is None

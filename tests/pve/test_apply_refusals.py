@@ -447,3 +447,39 @@ def test_a_discarded_copy_takes_its_empty_folders_but_never_the_base(tmp_path: P
     outside.write_text("x")
     discard_client_copy(layout, str(outside))  # a path outside the base: no folder removed
     assert not outside.exists() and outside.parent.is_dir()
+
+
+class DeniedHost(LocalHost):
+    """This machine as a user who may not read the CT's directory: each stat and read of a
+    path under ``denied`` fails with EACCES, as the kernel answers such a user."""
+
+    def __init__(self, denied: str) -> None:
+        super().__init__()
+        self.denied = denied
+
+    def stat(self, path: str):  # type: ignore[no-untyped-def]
+        if path.startswith(self.denied):
+            raise PermissionError(13, "Permission denied", path)
+        return super().stat(path)
+
+    def read_bytes(self, path: str, limit: int) -> bytes:  # type: ignore[override]
+        if path.startswith(self.denied):
+            raise PermissionError(13, "Permission denied", path)
+        return super().read_bytes(path, limit)
+
+
+def test_a_config_the_user_may_not_read_is_not_called_missing(tmp_path: Path) -> None:
+    """Issue 47: `fix` as a user who cannot read the config said "does not exist"."""
+    (tmp_path / "web").mkdir()
+    (tmp_path / "web" / "config").write_text("lxc.uts.name = web\n")
+    layout = Layout(lxcpath=str(tmp_path), own_lock_dir="/run/gd")
+    host = DeniedHost(str(tmp_path / "web"))
+    with pytest.raises(ApplyError) as denied:
+        resolve_target(host, "lxc", "web", layout)
+    why = "permission denied; run it as root (sudo) or as the user who owns that file"
+    assert (denied.value.code, str(denied.value)) == (
+        "io", f"cannot read {tmp_path}/web/config: {why}")  # fmt: skip
+    with pytest.raises(ApplyError) as unreadable:
+        read_bytes(host, f"{tmp_path}/web/config", layout)
+    assert (unreadable.value.code, str(unreadable.value)) == (
+        "io", f"cannot read {tmp_path}/web/config: {why}")  # fmt: skip

@@ -35,6 +35,17 @@ def test_the_service_remakes_the_nodes_then_follows_the_driver() -> None:
     assert without == text.replace("ExecStartPre=-/usr/bin/nvidia-modprobe -u -c=0\n", "")
 
 
+def test_the_service_passes_on_host_preps_own_flavor_and_lxcpath() -> None:
+    """Issue 47: `--host-prep --flavor lxc` planned a unit running `fix --follow-driver`
+    without `--flavor lxc`, which fails on a plain LXC host ("not a Proxmox VE node")."""
+    text = service_text("/g", "", ("--flavor", "lxc", "--lxcpath", "/var/lib/my lxc"))
+    assert text.endswith(
+        "ExecStart=/g fix --follow-driver --if-host-changed --yes --flavor lxc"
+        " --lxcpath '/var/lib/my lxc' $GPUDOCTOR_FOLLOW_ARGS\n"
+    )
+    assert service_text("/g", "", ()) == service_text("/g", "")
+
+
 def test_the_path_unit_watches_each_path_and_starts_the_service() -> None:
     assert path_text(("/dev/nvidia-uvm", "/dev/fakegpu0")) == (
         "[Unit]\n"

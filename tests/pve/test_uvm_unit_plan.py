@@ -201,6 +201,18 @@ def test_the_plan_names_each_file_and_unit_with_its_reason(sysroot: Path, layout
         assert f"+++ b{unit.path}\n" in prep.plan.diff
 
 
+def test_the_follow_unit_runs_with_the_flavor_host_prep_was_given(
+    sysroot: Path, layout: Layout
+) -> None:
+    """Issue 47: the follow-driver unit of `--host-prep --flavor lxc` runs with it."""
+    follow = ("--flavor", "lxc", "--lxcpath", "/srv/lxc")
+    prep = uvm_unit.plan_host_prep(LocalHost(), f"{sysroot}/", layout, follow_args=follow)
+    assert "--yes --flavor lxc --lxcpath /srv/lxc $GPUDOCTOR_FOLLOW_ARGS\n" in prep.files[1].new
+    done = uvm_unit.run_host_prep(LocalHost(), dry_run=True, layout=layout, root=str(sysroot),
+                                  follow_args=follow)  # fmt: skip
+    assert "--yes --flavor lxc --lxcpath /srv/lxc $GPUDOCTOR_FOLLOW_ARGS\n" in done.plan.new_text
+
+
 def test_without_nvidia_modprobe_the_boot_unit_names_its_usual_path_and_says_to_install_it(
     tmp_path: Path, layout: Layout, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -466,7 +466,12 @@ def test_a_damaged_mirror_file_is_fetched_from_the_hub_instead(
     (mirror / "org" / "m" / "model.safetensors").write_bytes(b"Z" * 5000)  # same size
     hf.clear_log()
     result = _ensure(tmp_path / "second", mirror=mirror)
-    assert result.warnings == ("1 file(s) failed quick verify and were re-fetched",)
+    second = tmp_path / "second"
+    assert result.warnings == (  # issue 47: the mirror's damage, which stays, and its cure
+        f"1 file(s) of the mirror {mirror} failed sha256 (model.safetensors) and were fetched"
+        " from the Hub instead; the mirror stays damaged: re-make it with gpudoctor weights"
+        f" mirror org/m --to {mirror} --from {second}",
+    )
     assert [r.path.rsplit("/", 1)[-1] for r in hf.file_gets()] == ["model.safetensors"]
     assert model_part(dir_files(tmp_path / "second")) == MODEL
 
@@ -724,3 +729,30 @@ def test_a_full_mirror_still_serves_what_it_holds(hf: HubServer, tmp_path: Path,
     result = _ensure(tmp_path / "second", mirror=mirror)  # no room for a second copy there
     assert (result.action, result.source, result.revision) == ("restored", "mirror", sha)
     assert (tmp_path / "second" / "model.safetensors").read_bytes() == shard
+
+
+def test_refetch_warnings_tell_the_mirrors_damage_from_a_failed_verify(tmp_path: Path) -> None:
+    """Issue 47: only files the mirror gave with a wrong sha256 are called its damage."""
+    from gpudoctor.weights.complete import FileProblem
+    from gpudoctor.weights.ensure import EnsureRequest, _refetch_warnings, _Source
+
+    bad = [FileProblem(f"s{i}", "sha256", "x") for i in range(4)]
+    short = FileProblem("c.json", "size", "y")
+    req = EnsureRequest("org/m", tmp_path / "t", mirror=tmp_path / "m")
+    mirror, hub_source = _Source((), "r", "mirror"), _Source((), "r", "hub")
+    assert _refetch_warnings(req, mirror, [*bad, short], bad) == [
+        "1 file(s) failed quick verify and were re-fetched",
+        f"4 file(s) of the mirror {tmp_path / 'm'} failed sha256 (s0, s1, s2, ...) and were"
+        " fetched from the Hub instead; the mirror stays damaged: re-make it with gpudoctor"
+        f" weights mirror org/m --to {tmp_path / 'm'} --from {tmp_path / 't'}",
+    ]
+    assert _refetch_warnings(req, mirror, bad[:3], bad[:3])[0].startswith(
+        f"3 file(s) of the mirror {tmp_path / 'm'} failed sha256 (s0, s1, s2) and"
+    )
+    assert _refetch_warnings(req, hub_source, bad[:1], bad[:1]) == [
+        "1 file(s) failed quick verify and were re-fetched"
+    ]
+    no_mirror = EnsureRequest("org/m", tmp_path / "t")
+    assert _refetch_warnings(no_mirror, mirror, bad[:1], bad[:1]) == [
+        "1 file(s) failed quick verify and were re-fetched"
+    ]

@@ -375,3 +375,23 @@ def test_mirror_from_a_copy_on_another_filesystem_announces_the_copy(tmp_path: P
     assert copy.intact
     names = [name for name, _ in progress.phases]
     assert names == ["verify sha256", "copy to mirror", "hash"]
+
+
+def test_verify_of_a_model_directory_points_to_weights_status(tmp_path: Path) -> None:
+    """Issue 47: `weights mirror --verify DIR` on a model directory said "holds no model with
+    a gpudoctor manifest"; it is a model directory, which `weights status --verify full`
+    checks."""
+    for marker in ("config.json", MANIFEST_NAME):
+        model = tmp_path / marker.replace(".", "-")
+        model.mkdir()
+        (model / marker).write_text("{}")
+        with pytest.raises(WeightsError) as err:
+            verify_mirror(model, Progress())
+        assert str(err.value) == (
+            f"{model} is a model directory, not a mirror root (M with ORG/NAME under it); check"
+            f" it with: gpudoctor weights status {model} --verify full"
+        )
+    odd = tmp_path / "odd"
+    (odd / "config.json").mkdir(parents=True)  # a directory of that name: no model
+    with pytest.raises(WeightsError, match="holds no model with a gpudoctor manifest"):
+        verify_mirror(odd, Progress())

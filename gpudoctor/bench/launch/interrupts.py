@@ -11,6 +11,10 @@ So the handler also records the signal (:func:`handler`), and the launcher asks
 (:func:`raise_if_interrupted`) right after it forks a server and before each cell: a
 dropped KeyboardInterrupt is raised again there, the servers are stopped, exit 130.
 Python's "Exception ignored" report of it is left out (it is not lost; :func:`catching`).
+
+While the launcher starts a server (:func:`deferred`) a signal is only recorded: a
+KeyboardInterrupt raised inside ``subprocess.Popen`` after its fork would lose the
+``Popen`` object, leaving the server to the guardian (issue 47.3).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from collections.abc import Iterator
 
 _INTERRUPTED = threading.Event()
 _LAST: list[int] = []
+_DEFER: list[bool] = []  # non-empty while the main thread is inside deferred()
 
 
 def reset() -> None:
@@ -33,10 +38,32 @@ def reset() -> None:
 
 def handler(signum: int, frame: object) -> None:
     """The launcher's SIGINT/SIGTERM/SIGHUP handler: record the signal, then raise
-    KeyboardInterrupt (the cleanup path)."""
+    KeyboardInterrupt (the cleanup path), unless inside :func:`deferred`; returns None."""
     _LAST[:] = [signum]
     _INTERRUPTED.set()
+    if _DEFER:
+        return
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pending() -> bool:
+    """Return True when a signal was recorded since the campaign started."""
+    return _INTERRUPTED.is_set()
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """While inside, in the main thread: a signal is recorded, not raised (the caller asks
+    :func:`raise_if_interrupted` after); other threads never get one, so nothing changes
+    there."""
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        _DEFER.append(True)
+    try:
+        yield
+    finally:
+        if main:
+            _DEFER.pop()
 
 
 def raise_if_interrupted() -> None:

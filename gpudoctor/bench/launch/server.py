@@ -129,6 +129,18 @@ def _set_pdeathsig() -> None:  # runs in the child between fork and exec
         _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
+def _child_setup() -> None:  # runs in the child between fork and exec
+    """Give the child the default SIGINT/SIGTERM/SIGHUP (the launcher's handler only
+    records them while it forks: a stop's SIGTERM would be lost), leave at once when one
+    was already recorded (a Ctrl-C as it forked), and ask for SIGTERM at the launcher's
+    death; returns None."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    if interrupts.pending():
+        os._exit(128 + signal.SIGINT)
+    _set_pdeathsig()
+
+
 def tail_lines(path: Path, count: int = 50) -> list[str]:
     """Return the last ``count`` lines of a log file (``tail -n 50 LOG``)."""
     try:
@@ -169,12 +181,34 @@ def reap(prefix: str, grace_s: float = 10.0) -> int:
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    alive = wait_gone(procs, grace_s)
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(alive, timeout=5)
+    wait_gone(alive, 5.0)
     return len(procs)
+
+
+def _gone(proc) -> bool:  # type: ignore[no-untyped-def]
+    """Return True when ``proc`` has exited: gone, or a zombie its parent has not waited
+    for yet (it runs nothing; ``psutil.wait_procs`` would wait for it to the end)."""
+    import psutil
+
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def wait_gone(procs: list, timeout_s: float, interval_s: float = 0.05) -> list:
+    """Return those of ``procs`` still running after up to ``timeout_s`` (polled every
+    ``interval_s``); never reaps a child (its own ``Popen.wait`` gets the exit code)."""
+    deadline = time.monotonic() + timeout_s
+    alive = [p for p in procs if not _gone(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(interval_s)
+        alive = [p for p in alive if not _gone(p)]
+    return alive
 
 
 class ServerProcess:
@@ -192,16 +226,17 @@ class ServerProcess:
             # writes its first lines, the ready line too, before Popen returns)
             self._log_start = self._log_offset = os.fstat(log.fileno()).st_size
             self.started_at = time.monotonic()
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **env, TAG_VAR: tag},
-                start_new_session=True,
-                preexec_fn=_set_pdeathsig,
-            )
-        try:  # a Ctrl-C that landed in fork()'s at-fork callbacks was dropped: raised here
+            with interrupts.deferred():  # a Ctrl-C in Popen would lose the started server
+                self.proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, **env, TAG_VAR: tag},
+                    start_new_session=True,
+                    preexec_fn=_child_setup,
+                )
+        try:  # a Ctrl-C while it forked (recorded, or dropped by an at-fork callback)
             interrupts.raise_if_interrupted()
         except KeyboardInterrupt:
             self.stop(grace_s=5.0)

@@ -24,6 +24,7 @@ digits or are not used.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -184,17 +185,38 @@ def task_states(array_jobs: list[str]) -> dict[str, dict[int, str]]:
     return states
 
 
+def _remove_made(slurm_dir: Path, made: tuple[Path, ...]) -> None:
+    """Remove the scripts of a submission sbatch refused, then the directories of ``made``
+    (those this submit created) that are empty now, deepest first; returns None."""
+    for name in ("array.sh", "merge.sh"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(slurm_dir / name)
+    for path in reversed(made):
+        with contextlib.suppress(OSError):  # not empty: something else is in there; kept
+            os.rmdir(path)
+
+
 def _script(lines: list[str]) -> str:
     return "#!/bin/bash\nset -euo pipefail\n" + "\n".join(lines) + "\n"
 
 
+def missing_dirs(out: Path) -> tuple[Path, ...]:
+    """Return those of ``out``, ``out/slurm`` and ``out/slurm/logs`` that do not exist yet
+    (what a first submit makes, and removes again when sbatch refuses it)."""
+    return tuple(p for p in (out, out / "slurm", out / "slurm" / "logs") if not os.path.lexists(p))
+
+
 def submit(plan: Plan, plan_path: Path, out: Path, shards: int, gres: int | None = None,
-           sbatch_args: tuple[str, ...] = (), gpudoctor: str | None = None) -> Submission:  # fmt: skip
+           sbatch_args: tuple[str, ...] = (), gpudoctor: str | None = None,
+           made: tuple[Path, ...] | None = None) -> Submission:  # fmt: skip
     """Write the scripts and submit the array (only shards with missing cells and no live
     task) and the merge job; return what was submitted. ``gres``: GPUs per task (default:
-    the plan's largest tp). Raises SlurmError (sbatch failed) or ValueError (bad input)."""
+    the plan's largest tp; ``made``: the directories the caller found missing before it made
+    them, :func:`missing_dirs`). Raises SlurmError (sbatch failed: what this first submit
+    made is removed) or ValueError (bad input)."""
     if shards < 1:
         raise ValueError("--shards must be >= 1")
+    made = missing_dirs(out) if made is None else made
     slurm_dir = campaign_dir(out)
     earlier = read_submissions(out)
     if earlier and int(earlier[-1].get("shards", shards)) != shards:
@@ -234,10 +256,15 @@ def submit(plan: Plan, plan_path: Path, out: Path, shards: int, gres: int | None
         return Submission("", (), "", gres, skipped)
     logs = out_abs / "slurm" / "logs"
     # the scripts go to sbatch on stdin: a file swapped after it was written never runs
-    array_job = _run(["sbatch", "--parsable", f"--array={','.join(map(str, todo))}",
-                      f"--gres=gpu:{gres}", f"--job-name=gdb-{job_name(plan)}",
-                      f"--output={logs}/shard-%a-%A.log", *sbatch_args],
-                     stdin=array).strip().split(";")[0]  # fmt: skip
+    try:
+        array_job = _run(["sbatch", "--parsable", f"--array={','.join(map(str, todo))}",
+                          f"--gres=gpu:{gres}", f"--job-name=gdb-{job_name(plan)}",
+                          f"--output={logs}/shard-%a-%A.log", *sbatch_args],
+                         stdin=array).strip().split(";")[0]  # fmt: skip
+    except SlurmError:
+        if not earlier:  # nothing was ever submitted: leave no slurm/ behind (issue 47)
+            _remove_made(slurm_dir, made)
+        raise
     merge_job = _run(["sbatch", "--parsable", f"--dependency=afterany:{array_job}",
                       f"--job-name=gdb-{job_name(plan)}-merge", f"--output={logs}/merge-%j.log",
                       *sbatch_args], stdin=merge).strip().split(";")[0]  # fmt: skip

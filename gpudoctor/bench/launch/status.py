@@ -92,7 +92,8 @@ def run_status(run: Path, shard: tuple[int, int] | None = None) -> dict[str, Any
 
     def group(tp: int) -> dict[str, Any]:
         return groups.setdefault(tp, {"tp": tp, "total": 0, "done": 0, "running": [], "pending": 0,
-                                      "skipped": [], "crashed": [], "failed": []})  # fmt: skip
+                                      "skipped": [], "crashed": [], "failed": [],
+                                      "starting": []})  # fmt: skip
 
     measuring: set[str] = set()  # a server measures one cell at a time: its first unrecorded one
     for cell in cells:
@@ -123,6 +124,12 @@ def run_status(run: Path, shard: tuple[int, int] | None = None) -> dict[str, Any
             g["skipped"].append(
                 {"config": label, "concurrency": cell.concurrency, "reason": r.get("reason")}
             )
+    tps = {c.config.label: c.config.tp for c in cells}
+    for label, live in running.items():  # a server still loading: no cell measured yet
+        if "concurrency" not in live and label in tps:
+            group(tps[label])["starting"].append({"config": label, "slot": live.get("slot"),
+                                                  "gpu_indices": live.get("gpu_indices", []),
+                                                  "since": live.get("since")})  # fmt: skip
     if plan is None:  # plan.toml unreadable: the records alone
         for r in records.values():
             g = group(int(r.get("tp") or 1))
@@ -268,13 +275,18 @@ def _render(status: dict[str, Any]) -> str:
         )
     for g in status["groups"]:
         finished = g["done"] + len(g["failed"]) + len(g["skipped"]) + len(g["crashed"])
-        mark = "x" if finished == g["total"] else ">" if g["running"] or finished else " "
+        bad = g["failed"] or g["crashed"]  # finished is not fine: issue 47
+        mark = ("!" if bad else "x") if finished == g["total"] else (
+            ">" if g["running"] or g.get("starting") or finished else " ")  # fmt: skip
         lines.append(f"  [{mark}] TP{g['tp']}: {g['done']} done, {len(g['failed'])} failed, "
                      f"{len(g['running'])} running, {g['pending']} pending, "
                      f"{len(g['skipped'])} skipped, {len(g['crashed'])} crashed (of {g['total']})")  # fmt: skip
+        for r in g.get("starting", []):
+            lines.append(f"        starting server {r['config']}{_on_gpus(r)} (slot {r['slot']})"
+                         f" since {r['since']}")  # fmt: skip
         for r in g["running"]:
-            lines.append(f"        running {r['config']} c={r['concurrency']} on GPU "
-                         f"{','.join(map(str, r['gpu_indices'])) or '-'} (slot {r['slot']}) since {r['since']}")  # fmt: skip
+            lines.append(f"        running {r['config']} c={r['concurrency']}{_on_gpus(r)}"
+                         f" (slot {r['slot']}) since {r['since']}")  # fmt: skip
         for f in g["failed"]:
             lines.append(f"        FAILED {f['config']} c={f['concurrency']}: {f['reason']}")
         for s in g["skipped"]:
@@ -285,6 +297,12 @@ def _render(status: dict[str, Any]) -> str:
     if status.get("stopped") and not status["live"]:
         lines.append(f"  stopped: {status['stopped']}")
     return "\n".join(lines)
+
+
+def _on_gpus(entry: dict[str, Any]) -> str:
+    """Return `` on GPU 0,1`` for a server's GPU indices; "" without any (a CPU machine)."""
+    indices = entry.get("gpu_indices") or []
+    return f" on GPU {','.join(map(str, indices))}" if indices else ""
 
 
 def _eta_text(eta: float | None) -> str:

@@ -154,6 +154,14 @@ def model_problems(plan: Plan) -> list[str]:
                 f"{plan.source}: {key} {value} does not exist; fix the path "
                 "(relative paths are relative to the plan file)"
             )
+    path = plan.model.path
+    if path and Path(path).exists() and not Path(path).is_dir():  # issue 47: a Hub error later
+        parent = Path(path).parent
+        here = f" ({parent})" if (parent / "config.json").is_file() else ""
+        problems.append(
+            f"{plan.source}: model.path {path} is a file, not a model directory; give the"
+            f" directory that holds config.json and the weights{here}"
+        )
     if not problems and plan.workload.api == "chat":
         problems += _chat_template_problems(plan)
     return problems

@@ -47,6 +47,7 @@ __all__ = [
     "ServerConfig",
     "cell_key",
     "config_key",
+    "decode_plan",
     "load_fields",
     "load_plan",
     "parse_plan",
@@ -57,10 +58,33 @@ def load_plan(path: str | Path) -> Plan:
     """Read and validate the plan file at ``path``; return the Plan (PlanError if bad)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise PlanError(f"{path}: cannot read plan ({exc.strerror or exc})") from exc
-    return parse_plan(text, str(path), base_dir=path.resolve().parent)
+    return parse_plan(decode_plan(data, str(path)), str(path), base_dir=path.resolve().parent)
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def decode_plan(data: bytes, source: str) -> str:
+    """Return the plan file's bytes as text; PlanError naming ``source`` and the fix for a
+    UTF-8 byte order mark (TOML has none: tomllib says only "Invalid statement") or a
+    byte that is not UTF-8 (its line, column and value), issue 47."""
+    if data.startswith(_BOM):
+        raise PlanError(
+            f"{source}: starts with a UTF-8 byte order mark (BOM), which TOML does not allow;"
+            f" save it as UTF-8 without a BOM (sed -i '1s/^\\xEF\\xBB\\xBF//' {source})"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise PlanError(
+            f"{source}: not UTF-8: byte 0x{data[exc.start]:02x} at line {line}, column"
+            f" {column}; save the plan as UTF-8 (iconv -f LATIN1 -t UTF-8)"
+        ) from None
 
 
 def parse_plan(text: str, source: str = "plan.toml", base_dir: Path | None = None) -> Plan:

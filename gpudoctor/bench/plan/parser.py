@@ -349,12 +349,23 @@ def _parse_engine(r: _Reader, t: dict, base_dir: PurePath | None) -> EngineSpec:
             r.typed(t, "stop_timeout_s", "engine.stop_timeout_s", (int, float), 30)
         ),
         command=tuple(command),
-        ready_path=r.typed(t, "ready_path", "engine.ready_path", (str,), None),
+        ready_path=_ready_path(r, t),
         version=r.typed(t, "version", "engine.version", (str,), None),
         metrics_path=metrics_path,
         port_range=_port_range(r, t),
         server_url=_server_url(r, t),
     )
+
+
+def _ready_path(r: _Reader, t: dict) -> str | None:
+    """Return ``engine.ready_path``: a URL path (``/health``), never a bare name that would
+    fail as an invalid URL at the server's start (issue 47)."""
+    path = r.typed(t, "ready_path", "engine.ready_path", (str,), None)
+    if path is not None and (not path.startswith("/") or any(c.isspace() for c in path)):
+        raise r.error(
+            "engine.ready_path", f'a path such as "/health" (starting with /), got {path!r}'
+        )
+    return path
 
 
 _STARTS_A_SERVER = ("python", "args", "env", "command", "port_range")

@@ -22,7 +22,7 @@ from typing import Any
 
 from gpudoctor.bench.cell_spec import rate_to_json
 from gpudoctor.bench.results import noise
-from gpudoctor.bench.results.reader import CellResult, read_run
+from gpudoctor.bench.results.reader import CellResult, ResultsError, read_run
 from gpudoctor.bench.results.repeats import RepeatGroup, Spread, group_cells
 from gpudoctor.bench.results.signals_view import compare_lines
 
@@ -181,5 +181,17 @@ def compare_runs(dir_a: Path, dir_b: Path) -> Comparison:
     """Return the comparison of two run directories (raises ``ResultsError`` if unreadable)."""
     run_a, run_b = read_run(dir_a), read_run(dir_b)
     result = compare_cells(list(run_a.cells), list(run_b.cells), Path(dir_a), Path(dir_b))
+    if run_a.cells and run_b.cells and not result.cells and not result.not_measured:
+        raise ResultsError(  # issue 47: an empty table and hex keys, exit 0, said nothing
+            f"no cell in common: {dir_a} and {dir_b} ran different plans (A: {_configs(run_a)};"
+            f" B: {_configs(run_b)}); compare two runs of the same plan"
+        )
     warnings = tuple(w for w in (run_a.warning(), run_b.warning()) if w)
     return Comparison(result.cells, result.only_a, result.only_b, result.not_measured, warnings)
+
+
+def _configs(run: Any) -> str:
+    """Return the configuration names of a run's cells (``configs a, b``), for messages."""
+    names = list(dict.fromkeys(c.config for c in run.cells))
+    more = f" and {len(names) - 6} more" if len(names) > 6 else ""
+    return f"config{'s' if len(names) > 1 else ''} {', '.join(names[:6])}{more}"

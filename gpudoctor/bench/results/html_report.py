@@ -3,7 +3,8 @@
 Plots are inline SVG made here (:mod:`svg`); a few lines of inline script only toggle a
 series when its legend entry is clicked and mark the page as rendered
 (``<body data-rendered="N">``, N = charts; script errors are written into ``#errors``).
-Sections: throughput vs TPOT per configuration with the Pareto front across all of
+Sections: each configuration's headline (:mod:`headline`: throughput against latency at a
+glance); throughput vs TPOT per configuration with the Pareto front across all of
 them ringed; TTFT and TPOT percentiles vs load; goodput vs load; GPU telemetry over
 the campaign (one point per cell, in the order they ran); the searches' results;
 crashed and skipped cells with their log tails; the machine (run.json). Every string
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor import fsio
+from gpudoctor.bench.results import headline
 from gpudoctor.bench.results.reader import CellResult, RunResults, SearchLine
 from gpudoctor.bench.results.repeats import RepeatGroup, group_cells
 from gpudoctor.bench.results.report_facts import (
@@ -58,6 +60,8 @@ td, th { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
 td:first-child, th:first-child { text-align: left; }
 pre { background: #f6f6f6; padding: 6px; font-size: 11px; max-height: 16em; overflow: auto; }
 #errors { color: #b00; }
+.bar { display: inline-block; height: 9px; background: #1f77b4; vertical-align: middle; }
+tr.best td { font-weight: bold; background: #eef5fb; }
 """
 
 
@@ -94,6 +98,8 @@ def _by_config(groups: Sequence[RepeatGroup]) -> dict[str, list[RepeatGroup]]:
 
 def _metric_chart(title: str, xlabel: str, x_of: Any, configs: dict[str, list[RepeatGroup]],
                   metrics: Sequence[tuple[str, bool]], ylabel: str) -> str:  # fmt: skip
+    """Return one chart of ``metrics`` over load, a line per configuration; "" when no
+    configuration has a value (no empty "no data" chart: issue 47)."""
     series = []
     for color, (label, groups) in enumerate(configs.items()):
         for metric, dashed in metrics:
@@ -105,7 +111,7 @@ def _metric_chart(title: str, xlabel: str, x_of: Any, configs: dict[str, list[Re
             if pts:
                 name = label if not dashed else f"{label} {metric}"
                 series.append(Series(name, tuple(sorted(pts)), dashed, color))
-    return line_chart(title, xlabel, ylabel, series)
+    return line_chart(title, xlabel, ylabel, series) if series else ""
 
 
 def charts(run: RunResults, telemetry_rows: list[dict[str, Any]]) -> list[str]:
@@ -126,7 +132,7 @@ def charts(run: RunResults, telemetry_rows: list[dict[str, Any]]) -> list[str]:
             all_points += [(x, y) for x, y, _ in pts]
     front = pareto_front(all_points)
     out = [line_chart("Output throughput vs median TPOT (Pareto front ringed)", "median TPOT (ms)",
-                      "output tokens/s", series, marked=front, front=front)]  # fmt: skip
+                      "output tokens/s", series, marked=front, front=front)] if series else []  # fmt: skip
     out.append(_metric_chart("TTFT p50 (solid) / p99 (dashed)", xlabel, x_of, configs,
                              (("median_ttft_ms", False), ("p99_ttft_ms", True)), "ms"))  # fmt: skip
     out.append(_metric_chart("TPOT p50 (solid) / p99 (dashed)", xlabel, x_of, configs,
@@ -142,7 +148,7 @@ def charts(run: RunResults, telemetry_rows: list[dict[str, Any]]) -> list[str]:
     if tele:  # a panel only where there is telemetry (a CPU run has none)
         out.append(line_chart("GPU telemetry over the campaign (mean per cell, in run order)",
                               "cell (run order)", "value", tele))  # fmt: skip
-    return out
+    return [chart for chart in out if chart]
 
 
 def _telemetry_rows(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
@@ -244,7 +250,7 @@ def _signals_and_timeline(run_dir: Path, cells: Sequence[CellResult]) -> list[st
     panels = signals_view.html_panels(cells, x_of, xlabel)
     out = ["<h2>Server signals (from /metrics during each cell)</h2>",
            '<div class="charts">', *panels, "</div>"] if panels else []  # fmt: skip
-    timeline = timeline_html.section(run_dir)
+    timeline = timeline_html.section(run_dir, [g.first for g in group_cells(list(cells))])
     return [*out, timeline] if timeline else out
 
 
@@ -262,9 +268,11 @@ def render_html(run_dir: Path, run: RunResults, notes: Sequence[str] = ()) -> st
         f"<h1>Benchmark report: {name}</h1>", '<pre id="errors"></pre>', warn,
         f"<p>{html.escape(status_counts(cells))} Definitions: docs/bench-metrics.md. "
         "Click a line to fade it.</p>",
+        headline.section(groups),
         "<h2>Failed, suspect and client-bound cells</h2>", _attention(cells),
         "<h2>Workload and SLO</h2>", _workload(run_dir),
-        '<h2>Charts</h2><div class="charts">', *svgs, "</div>",
+        '<h2>Charts</h2><div class="charts">', *svgs, "</div>" if svgs else
+        "</div><p>No chart: no cell was measured.</p>",
         "<h2>Cells</h2>", _summary(groups),
         "<h2>Search: the highest load that met the SLO</h2>", _searches(run.searches),
         *_signals_and_timeline(run_dir, cells),

@@ -43,6 +43,24 @@ from gpudoctor import fsio
 
 RESULTS = "results.jsonl"
 PLAN = "plan.toml"
+# what --no-resume moves to previous-<time>/: every file a launch writes (issue 47: servers,
+# state and trace stayed, so the fresh run appended to the old servers.jsonl)
+ARCHIVED = (PLAN, RESULTS, "run.json", "preflight.jsonl", "logs", "raw", "servers.jsonl",
+            "gpus.jsonl", "superseded.jsonl", "state.json", "trace")  # fmt: skip
+
+
+def _launcher_pid(run: Path) -> int | None:
+    """Return the pid of the launcher that holds ``run`` (its state.json, while that
+    process runs), or None when it cannot be told."""
+    from gpudoctor.bench.launch.live_state import STATE, launcher_alive
+
+    try:
+        state = json.loads((read_run_file(run / STATE) or b"{}").decode("utf-8", "replace"))
+    except (OSError, ValueError, RunDirError):
+        return None
+    if not isinstance(state, dict) or not launcher_alive(state):
+        return None
+    return int(state["pid"])
 
 
 class RunDirError(RuntimeError):
@@ -235,8 +253,12 @@ class RunDir:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
             os.close(fd)
-            raise RunDirError(
-                f"{self.path}: another gpudoctor bench is running on this directory"
+            pid = _launcher_pid(self.path)
+            who = f" (launcher pid {pid})" if pid else ""
+            stop = f"kill -INT {pid}" if pid else "Ctrl-C in its terminal"
+            raise RunDirError(  # issue 47: said only "run it again with --debug"
+                f"{self.path}: another gpudoctor bench is running on this directory{who}; follow"
+                f" it with: gpudoctor bench status {self.path}, or stop it first ({stop})"
             ) from exc
         self._lock_fd = fd
         return self
@@ -275,9 +297,11 @@ class RunDir:
                       archived=archived, corrupt_lines=scan.corrupt_lines)  # fmt: skip
 
     def _archive(self) -> str:
+        """Move every file of the earlier launches (:data:`ARCHIVED`) into a new
+        ``previous-<time>/``; return its path."""
         dest = self.path / time.strftime("previous-%Y%m%dT%H%M%S")
         dest.mkdir()
-        for name in (PLAN, RESULTS, "run.json", "preflight.jsonl", "logs", "raw"):
+        for name in ARCHIVED:
             if os.path.lexists(self.path / name):  # a rename: moves a link, never follows it
                 os.rename(self.path / name, dest / name)
         fsio.fsync_dir(self.path)

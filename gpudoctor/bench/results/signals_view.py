@@ -109,6 +109,22 @@ def unavailable_reasons(cells: Sequence[CellResult]) -> dict[str, str]:
     return out
 
 
+def plain(why: str) -> str:
+    """Return a scrape failure as a reader reads it (issue 47: "RuntimeError: GET
+    http://127.0.0.1:41234/metrics: HTTP 404"): no exception class, no host and port."""
+    import re
+    from urllib.parse import urlsplit
+
+    text = re.sub(r"^\w*(Error|Exception): ", "", why)
+    found = re.fullmatch(r"GET (\S+): HTTP (\d{3})", text)
+    if found:
+        path = urlsplit(found.group(1)).path or "/"
+        return (
+            f"the server answered HTTP {found.group(2)} to GET {path}: it exports no metrics there"
+        )
+    return text
+
+
 def html_panels(cells: Sequence[CellResult], x_of: Callable[[CellResult], float | None],
                 xlabel: str) -> list[str]:  # fmt: skip
     """Return report.html's panels: one chart per signal over load, a line per
@@ -118,7 +134,7 @@ def html_panels(cells: Sequence[CellResult], x_of: Callable[[CellResult], float 
         return []
     if not _any_available(measured):  # one line, not a panel of "not available" per signal
         why = next(iter(unavailable_reasons(measured).values()), "no cell exported one")
-        return [f'<p class="na">Server signals: none available ({html.escape(why)})</p>']
+        return [f'<p class="na">Server signals: none collected ({html.escape(plain(why))})</p>']
     out = []
     configs: dict[str, list[CellResult]] = {}
     for c in measured:

@@ -57,7 +57,11 @@ def rate_text(cell: CellResult) -> str:
     asked = rate_label(cell.request_rate)
     audit = ((cell.measurement or {}).get("client") or {}).get("audit") or {}
     sent = audit.get("achieved_rate")
-    return f"{asked} (sent {sent:.4g})" if isinstance(sent, (int, float)) else asked
+    if not isinstance(sent, (int, float)):
+        return asked
+    if cell.request_rate is None:  # closed loop: no rate asked; what it reached (issue 47)
+        return f"closed loop, {sent:.3g}/s"
+    return f"{asked} (sent {sent:.4g})"
 
 
 def group_row(group: RepeatGroup) -> tuple[str, ...]:

@@ -46,7 +46,28 @@ def _widen(value: float) -> float:
 
 
 def _fmt(value: float) -> str:
-    return f"{value:.3g}" if abs(value) < 1e4 else f"{value:.0f}"
+    """Return a tick label: 3 significant digits below 1000, whole numbers above (never
+    ``4e+03``: issue 47)."""
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+LEGEND_ROW = 14  # px per legend row, below the chart's axis label
+
+
+def _legend(series: Sequence[Series]) -> tuple[list[str], int]:
+    """Return the legend's elements (the solid series, left to right, wrapped) placed below
+    the plot, where no data point is (issue 47), and the height they add to the chart."""
+    out, x, row = [], _PAD_L, 0
+    for s in (x for x in series if not x.dashed):
+        width = 22 + 6 * len(s.label) + 14
+        if x > _PAD_L and x + width > WIDTH - _PAD_R:
+            x, row = _PAD_L, row + 1
+        y = HEIGHT + 4 + row * LEGEND_ROW
+        color = COLORS[s.color % len(COLORS)]
+        out.append(f'<rect x="{x}" y="{y + 4}" width="10" height="3" fill="{color}"/>'
+                   f'<text x="{x + 14}" y="{y + 8}" font-size="10">{html.escape(s.label)}</text>')  # fmt: skip
+        x += width
+    return out, (row + 1) * LEGEND_ROW + 4 if out else 0
 
 
 def line_chart(
@@ -55,11 +76,13 @@ def line_chart(
 ) -> str:  # fmt: skip
     """Return an ``<svg class="chart">`` element: the series as lines with dots, the
     ``marked`` points ringed and ``front`` drawn as a thick grey line (a Pareto front);
-    a legend below the title. Empty series give a chart saying "no data"."""
+    a legend below the plot. Empty series give a chart saying "no data"."""
     points = [(x, y) for s in series for x, y, _ in s.points] + list(front)
     esc = html.escape
-    out = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
-           f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{esc(title)}">',
+    legend, extra = _legend(series) if points else ([], 0)
+    out = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} '
+           f'{HEIGHT + extra}" width="{WIDTH}" height="{HEIGHT + extra}" role="img" '
+           f'aria-label="{esc(title)}">',
            f'<text x="{WIDTH / 2}" y="16" text-anchor="middle" font-size="13" '
            f'font-weight="bold">{esc(title)}</text>']  # fmt: skip
     if not points:
@@ -116,12 +139,7 @@ def line_chart(
             f'<circle class="marked" cx="{px(x):.1f}" cy="{py(y):.1f}" r="7" fill="none" '
             'stroke="#000" stroke-width="1.5"/>'
         )
-    legend_y = _PAD_T + 12
-    for i, s in enumerate(x for x in series if not x.dashed):
-        color = COLORS[s.color % len(COLORS)]
-        out.append(f'<rect x="{_PAD_L + 8}" y="{legend_y + i * 13 - 8}" width="10" height="3" '
-                   f'fill="{color}"/><text x="{_PAD_L + 22}" y="{legend_y + i * 13 - 4}" '
-                   f'font-size="10">{esc(s.label)}</text>')  # fmt: skip
+    out += legend
     out.append("</svg>")
     return "".join(out)
 

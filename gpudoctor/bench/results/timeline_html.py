@@ -10,10 +10,12 @@ Everything read from the files is escaped; a file that is not a trace is named, 
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.bench.results.trace import read_trace
+from gpudoctor.bench.results.reader import CellResult
+from gpudoctor.bench.results.trace import cell_label, read_trace, trace_name
 
 WIDTH = 900
 ROW, PAD_L, PAD_T, PAD_B = 6, 56, 24, 30
@@ -28,11 +30,15 @@ function gpudoctorPickCell(sel) {
 """
 
 
-def section(run_dir: Path) -> str:
+def section(run_dir: Path, cells: Sequence[CellResult] = ()) -> str:
     """Return the "Request timeline" section of report.html ("" when the run has no
-    trace files)."""
+    trace files): the traces in the order of ``cells`` (the report's), so it opens on
+    the first cell (issue 47: file names sort c16 before c2), then any other."""
     folder = Path(run_dir) / "trace"
-    paths = sorted(folder.glob("*.json"))[:MAX_TRACES] if folder.is_dir() else []
+    found = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    rank = {trace_name(cell_label(f"{c.config}@tp{c.tp}", c.concurrency, c.request_rate,
+                                  c.repeat)): n for n, c in enumerate(cells)}  # fmt: skip
+    paths = sorted(found, key=lambda p: (rank.get(p.name, len(rank)), p.name))[:MAX_TRACES]
     if not paths:
         return ""
     options, panels = [], []

@@ -33,6 +33,11 @@ class ProcessStream(ByteStream):
                 start_new_session=True,
             )
         except OSError as exc:
+            if isinstance(exc, FileNotFoundError) and self.argv[0] == "pct":
+                raise HostError(  # issue 47: check said only "No such file or directory"
+                    "cannot start pct: this machine has no pct, it is not a Proxmox VE node;"
+                    " for a plain LXC container add --flavor lxc"
+                ) from exc
             raise HostError(f"cannot start {self.argv[0]}: {exc.strerror}") from exc
         self._stderr = bytearray()
         self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True)

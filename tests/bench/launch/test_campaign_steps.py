@@ -283,9 +283,10 @@ def test_a_busy_run_directory_is_one_campaign_error(tmp_path: Path) -> None:
     plan = _plan(tmp_path)
     with RunDir(tmp_path / "run"), pytest.raises(CampaignError) as caught:
         _run(plan, tmp_path, RecordedMeasure([]))
-    assert (
-        str(caught.value)
-        == f"{tmp_path / 'run'}: another gpudoctor bench is running on this directory"
+    run = tmp_path / "run"
+    assert str(caught.value) == (
+        f"{run}: another gpudoctor bench is running on this directory; follow it with:"
+        f" gpudoctor bench status {run}, or stop it first (Ctrl-C in its terminal)"
     )
     assert caught.value.__cause__ is not None
 

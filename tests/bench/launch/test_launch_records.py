@@ -302,3 +302,44 @@ def test_only_a_dropped_keyboard_interrupt_is_kept_quiet(monkeypatch: pytest.Mon
         empty.exc_type = None
         sys.unraisablehook(empty)
     assert [type(a.exc_value).__name__ for a in shown] == ["ValueError", "ValueError"]
+
+
+def test_a_signal_while_deferred_is_recorded_not_raised_until_asked() -> None:
+    """47.3: while the launcher forks a server, a Ctrl-C is recorded only (raised inside
+    Popen it lost the started server); asked after, it is raised."""
+    interrupts.reset()
+    try:
+        assert not interrupts.pending()
+        with interrupts.deferred():
+            with interrupts.deferred():  # nested: still deferred after the inner one
+                pass
+            assert interrupts.handler(signal.SIGINT, None) is None
+            assert interrupts.pending()
+        with pytest.raises(KeyboardInterrupt, match=f"^signal {signal.SIGINT}$"):
+            interrupts.raise_if_interrupted()
+        with pytest.raises(KeyboardInterrupt, match=f"^signal {signal.SIGTERM}$"):
+            interrupts.handler(signal.SIGTERM, None)  # outside: raised at once
+        assert interrupts._DEFER == []
+    finally:
+        interrupts.reset()
+    assert not interrupts.pending()
+
+
+def test_deferring_in_a_slot_thread_leaves_the_main_thread_raising() -> None:
+    """A slot thread's deferral changes nothing: it records no deferral, so the main
+    thread's handler still raises."""
+    seen: list[list[bool]] = []
+
+    def slot() -> None:
+        with interrupts.deferred():
+            seen.append(list(interrupts._DEFER))
+
+    worker = threading.Thread(target=slot)
+    worker.start()
+    worker.join()
+    try:
+        assert seen == [[]]
+        with pytest.raises(KeyboardInterrupt):
+            interrupts.handler(signal.SIGINT, None)
+    finally:
+        interrupts.reset()

@@ -188,7 +188,8 @@ def test_every_missing_local_path_is_named_with_its_key(tmp_path: Path) -> None:
         f"{plan.source}: model.{key} {tmp_path / name} does not exist; {fix}"
         for key, name in (("path", "gone"), ("tokenizer", "tok"))
     ] + [f"{plan.source}: workload.dataset_path {tmp_path / 'd.jsonl'} does not exist; {fix}"]
-    for name in ("gone", "tok", "d.jsonl"):
+    (tmp_path / "gone").mkdir()
+    for name in ("tok", "d.jsonl"):
         (tmp_path / name).touch()
     assert model_problems(load_plan(tmp_path / "plan.toml")) == []
 
@@ -240,6 +241,29 @@ def test_a_missing_transformers_is_a_problem_before_anything_starts(
         "the load generator needs transformers to read the model's tokenizer (prompt lengths,"
         " context clamping); install it: pip install 'gpudoctor[bench]'"
     ]
+
+
+def test_a_model_path_that_is_a_file_is_named_as_such(tmp_path: Path) -> None:
+    """Issue 47: `[model] path` = a file failed 9 s later with the Hub's "Repo id must be in
+    the form ..."; it is a file, not a repo id. The directory holding it is named when it
+    holds a config.json."""
+    _plan(tmp_path, '[[configs]]\nname = "a"\n')
+    text = (tmp_path / "plan.toml").read_text()
+    (tmp_path / "plan.toml").write_text(text.replace('path = "m"', 'path = "m/w.safetensors"'))
+    model = tmp_path / "m"
+    (model / "w.safetensors").write_bytes(b"")
+    plan = load_plan(tmp_path / "plan.toml")
+    start = f"{plan.source}: model.path {model / 'w.safetensors'} is a file, not a model directory"
+    assert model_problems(plan) == [
+        f"{start}; give the directory that holds config.json and the weights"
+    ]
+    (model / "config.json").write_text("{}")
+    assert model_problems(plan) == [
+        f"{start}; give the directory that holds config.json and the weights ({model})"
+    ]
+    (model / "config.json").unlink()
+    (model / "config.json").mkdir()  # not a file: not a model's config
+    assert model_problems(plan)[0].endswith("and the weights")
 
 
 def test_a_run_id_names_the_run_directory_wherever_it_is_named_from(

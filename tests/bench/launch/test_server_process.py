@@ -397,6 +397,74 @@ def test_a_ctrl_c_dropped_at_the_fork_stops_the_new_server(log: Path, tag: str) 
     assert tagged_processes(tag) == []
 
 
+def test_a_ctrl_c_recorded_as_it_forked_ends_the_child_before_its_exec(
+    log: Path, tag: str, tmp_path: Path
+) -> None:
+    """47.3: a Ctrl-C recorded while Popen forks: the child leaves before it runs the
+    server (exit 130); the launcher raises KeyboardInterrupt once Popen has returned."""
+    ran = tmp_path / "ran"
+    interrupts.reset()
+    try:
+        with interrupts.deferred():
+            interrupts.handler(signal.SIGINT, None)
+            child = subprocess.Popen(
+                ["sh", "-c", f"touch {ran}"], preexec_fn=server_mod._child_setup
+            )
+        assert child.wait(WAIT_S) == 128 + signal.SIGINT
+        assert not ran.exists()
+        with interrupts.deferred():
+            interrupts.handler(signal.SIGINT, None)
+            with pytest.raises(KeyboardInterrupt):  # asked right after its Popen returned
+                ServerProcess(["sleep", "600"], {}, log, tag)
+    finally:
+        interrupts.reset()
+    assert tagged_processes(tag) == []
+
+
+def test_a_server_starts_with_default_signal_handlers(
+    log: Path, tag: str, started: list[ServerProcess]
+) -> None:
+    """The launcher's handler (which only records while it forks) is not the child's:
+    SIGINT, SIGTERM and SIGHUP are SIG_DFL in the server before its exec too."""
+    code = ("import signal; print([signal.getsignal(s) == signal.SIG_DFL for s in "
+            "(signal.SIGTERM, signal.SIGHUP)])")  # fmt: skip
+    with interrupts.catching():
+        server = ServerProcess([sys.executable, "-c", code], {}, log, tag)
+        started.append(server)
+        server.wait_exit(WAIT_S)
+    assert "[True, True]" in server.tail()[-1]
+
+
+def test_a_zombie_counts_as_gone_and_the_living_are_returned(tag: str) -> None:
+    """47.3: the guardian waited its whole 10 s grace (then 5 s more) for a server that had
+    exited on its SIGTERM but that its parent, the launcher, had not waited for yet: a
+    zombie. It counts as gone now, and is never reaped by the waiter (its parent's wait
+    gets the exit code)."""
+    dead = subprocess.Popen(["sleep", "600"])
+    living = subprocess.Popen(["sleep", "600"])
+    server = subprocess.Popen(["sleep", "600"], env={**os.environ, TAG_VAR: tag})
+    try:
+        dead.kill()
+        zombie = psutil.Process(dead.pid)
+        assert _gone(dead.pid)  # a zombie now (not waited for)
+        assert server_mod.wait_gone([zombie], timeout_s=3600) == []
+        assert zombie.status() == psutil.STATUS_ZOMBIE  # not reaped by the waiter
+        alive = psutil.Process(living.pid)
+        assert server_mod.wait_gone([alive, zombie], timeout_s=0.0) == [alive]
+        assert server_mod.wait_gone([alive], timeout_s=0.2, interval_s=0.01) == [alive]
+        # the guardian's case: another process reaps our child, which its SIGTERM ends
+        reaper = ("from gpudoctor.bench.launch.server import reap\n"
+                  f"print(reap({tag!r}, grace_s=3600))")  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", reaper], capture_output=True, text=True,
+                              timeout=WAIT_S)  # fmt: skip
+        assert done.stdout == "1\n", done.stderr
+        assert server.wait(WAIT_S) == -signal.SIGTERM
+    finally:
+        for proc in (dead, living, server):
+            proc.kill()
+            proc.wait(WAIT_S)
+
+
 def test_a_server_dies_with_its_launcher(tmp_path: Path, tag: str) -> None:
     """The launcher SIGKILLed (no cleanup ran): its server gets SIGTERM from the kernel."""
     log = tmp_path / "server.log"

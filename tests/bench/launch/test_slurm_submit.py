@@ -251,6 +251,24 @@ def test_an_sbatch_refusal_is_one_line_and_records_nothing(tmp_path: Path, fake:
         " resource (gres) specification"
     )
     assert not (out / "slurm" / "submissions.jsonl").exists()
+    assert not out.exists()  # issue 47: --out/slurm/ was left behind
+
+
+def test_a_refused_first_submit_keeps_what_was_there_before(tmp_path: Path, fake: Slurm) -> None:
+    """Only what this submit made goes: an --out that existed stays, and a slurm/ holding
+    something else (not empty) too."""
+    plan, plan_path = _plan(tmp_path)
+    out = tmp_path / "campaign"
+    out.mkdir()
+    fake.answer("sbatch", err="sbatch: error: Invalid account\n", rc=1)
+    with pytest.raises(SlurmError):
+        submit(plan, plan_path, out, 1)
+    assert out.is_dir() and list(out.iterdir()) == []
+    (out / "slurm" / "logs").mkdir(parents=True)
+    (out / "slurm" / "logs" / "mine.log").write_text("x")
+    with pytest.raises(SlurmError):
+        submit(plan, plan_path, out, 1)
+    assert sorted(p.name for p in (out / "slurm").iterdir()) == ["logs"]
 
 
 def test_a_silent_failure_says_its_exit_code(tmp_path: Path, fake: Slurm) -> None:

@@ -104,14 +104,14 @@ def test_a_finished_run_is_counted_per_tp_with_each_cells_reason(tmp_path: Path)
                                    "at": "2026-12-04T08:30:00Z", "checks": 2}  # fmt: skip
     tp1, tp2 = status["groups"]
     assert tp1 == {
-        "tp": 1, "total": 3, "done": 1, "running": [], "pending": 0, "skipped": [],
+        "tp": 1, "total": 3, "done": 1, "running": [], "pending": 0, "skipped": [], "starting": [],
         "failed": [{"config": "a@tp1", "concurrency": 2, "reason": "2 of 4 requests failed"}],
         "crashed": [{"config": "a@tp1", "concurrency": 4, "reason": "server exited 1",
                      "log_line": "CUDA error: out of memory"}],
     }  # fmt: skip
     assert tp2 == {
         "tp": 2, "total": 3, "done": 0, "running": [], "pending": 2, "failed": [], "crashed": [],
-        "skipped": [{"config": "w@tp2", "concurrency": 1,
+        "starting": [], "skipped": [{"config": "w@tp2", "concurrency": 1,
                      "reason": "needs 2 GPU(s); the pool has 1 usable of 4"}],
     }  # fmt: skip
     assert status["gpus_out"] == [{"index": 3, "uuid": "GPU-3", "reason": "not listed by NVML"}]
@@ -147,7 +147,7 @@ def test_a_finished_run_reads_as_a_todo_list(tmp_path: Path) -> None:
         "  [x] preflight: WARN (before, 2026-12-04T08:30:00Z)",
         "  [x] weights: restored from s3://bucket/tiny into /srv/tiny (2026-12-04T09:00:00Z)",
         "  [!] GPU 3 GPU-3 out of the pool: not listed by NVML",
-        "  [x] TP1: 1 done, 1 failed, 0 running, 0 pending, 0 skipped, 1 crashed (of 3)",
+        "  [!] TP1: 1 done, 1 failed, 0 running, 0 pending, 0 skipped, 1 crashed (of 3)",
         "        FAILED a@tp1 c=2: 2 of 4 requests failed",
         "        crashed a@tp1 c=4: server exited 1 | CUDA error: out of memory",
         "  [>] TP2: 0 done, 0 failed, 0 running, 2 pending, 1 skipped, 0 crashed (of 3)",
@@ -205,7 +205,7 @@ def test_a_live_run_shows_the_one_cell_each_server_measures(tmp_path: Path) -> N
     running.update(cell_since=None, gpu_indices=[], concurrency=4)
     (run / "state.json").write_text(json.dumps(state))
     lines = render(run_status(run)).splitlines()
-    assert "        running w@tp2 c=4 on GPU - (slot 2) since 2026-12-04T10:00:00Z" in lines
+    assert "        running w@tp2 c=4 (slot 2) since 2026-12-04T10:00:00Z" in lines  # issue 47
     assert "  [>] TP2: 1 done, 0 failed, 1 running, 1 pending, 0 skipped, 0 crashed (of 3)" in lines
 
 
@@ -496,3 +496,39 @@ def test_every_file_that_is_a_link_is_listed_and_the_rest_still_shown(tmp_path: 
     assert all(name in listed for name in ("run.json", "merge.json", "results.jsonl",
                                            "preflight.jsonl"))  # fmt: skip
     assert status["progress"] == {"recorded": 0, "total": 6} and status["preflight"] is None
+
+
+def test_a_group_whose_cells_all_failed_is_not_ticked_as_done(tmp_path: Path) -> None:
+    """Issue 47: `bench status` of a run whose cells all FAILED showed the group box [x]:
+    done and fine. A finished group with a failed or crashed cell reads [!]."""
+    run = make_run(tmp_path)
+    jsonl(run / "results.jsonl", [record(run, "a@tp1", c, "failed", 1.0, reason="HTTP 500")
+                                  for c in (1, 2, 4)])  # fmt: skip
+    lines = render(run_status(run)).splitlines()
+    assert "  [!] TP1: 0 done, 3 failed, 0 running, 0 pending, 0 skipped, 0 crashed (of 3)" in lines
+    jsonl(run / "results.jsonl", [record(run, "a@tp1", 1, "crashed", 1.0, reason="exit 1"),
+                                  record(run, "a@tp1", 2, "ok", 1.0),
+                                  record(run, "a@tp1", 4, "ok", 1.0)])  # fmt: skip
+    lines = render(run_status(run)).splitlines()
+    assert "  [!] TP1: 2 done, 0 failed, 0 running, 0 pending, 0 skipped, 1 crashed (of 3)" in lines
+
+
+def test_a_server_still_loading_is_shown_starting(tmp_path: Path) -> None:
+    """Issue 47: while a server loads (no cell measured yet) `bench status` showed nothing;
+    "starting server X" is there now, on its GPUs when it has some."""
+    run = make_run(tmp_path)
+    entry = {"label": "w@tp2", "slot": 1, "gpu_indices": [2, 3], "since": "S"}
+    other = {"label": "gone@tp9", "slot": 2, "since": "S"}  # not in the plan: not shown
+    (run / "state.json").write_text(json.dumps({"pid": os.getpid(), "running": [entry, other]}))
+    status = run_status(run)
+    assert status["groups"][1]["starting"] == [
+        {"config": "w@tp2", "slot": 1, "gpu_indices": [2, 3], "since": "S"}
+    ]
+    assert status["groups"][0]["starting"] == []
+    lines = render(status).splitlines()
+    assert "  [>] TP2: 0 done, 0 failed, 0 running, 3 pending, 0 skipped, 0 crashed (of 3)" in lines
+    assert "        starting server w@tp2 on GPU 2,3 (slot 1) since S" in lines
+    assert "  [ ] TP1: 0 done, 0 failed, 0 running, 3 pending, 0 skipped, 0 crashed (of 3)" in lines
+    entry.pop("gpu_indices")
+    (run / "state.json").write_text(json.dumps({"pid": os.getpid(), "running": [entry]}))
+    assert "        starting server w@tp2 (slot 1) since S" in render(run_status(run)).splitlines()

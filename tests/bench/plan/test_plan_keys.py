@@ -421,3 +421,48 @@ def test_a_port_range_and_a_running_server_as_given() -> None:
     )
     sweep = running + '[[configs]]\nname = "a"\nsweep = { dtype = ["x"] }\n'
     assert _error(sweep).startswith("plan.toml: configs: with engine.server_url")
+
+
+@pytest.mark.parametrize(
+    ("ready_path", "message"),
+    [
+        ('"health"', """plan.toml:5: engine.ready_path: a path such as "/health" (starting with /), got 'health'"""),
+        ('"/he alth"', """plan.toml:5: engine.ready_path: a path such as "/health" (starting with /), got '/he alth'"""),
+        ('""', """plan.toml:5: engine.ready_path: a path such as "/health" (starting with /), got ''"""),
+    ],
+)  # fmt: skip
+def test_a_ready_path_that_is_no_url_path_is_a_plan_error(ready_path: str, message: str) -> None:
+    """Issue 47: `ready_path = "health"` failed at the server's start as "InvalidURL ...;
+    this is a gpudoctor bug"; it is the plan's mistake, told when the plan is read."""
+    assert _error(HEAD + f"ready_path = {ready_path}\n") == message
+    assert parse_plan(HEAD + 'ready_path = "/v1/models"\n').engine.ready_path == "/v1/models"
+
+
+def test_a_plan_with_a_bom_or_a_byte_that_is_not_utf8_names_the_file_and_the_fix(
+    tmp_path: Path,
+) -> None:
+    """Issue 47: a BOM gave "Invalid statement (at line 1, column 1)", a Latin-1 byte a raw
+    codec error without the file name."""
+    from gpudoctor.bench.plan import decode_plan, load_plan
+
+    plan = tmp_path / "plan.toml"
+    plan.write_bytes(b"\xef\xbb\xbf" + HEAD.encode())
+    with pytest.raises(PlanError) as info:
+        load_plan(plan)
+    assert str(info.value) == (
+        f"{plan}: starts with a UTF-8 byte order mark (BOM), which TOML does not allow; save it"
+        f" as UTF-8 without a BOM (sed -i '1s/^\\xEF\\xBB\\xBF//' {plan})"
+    )
+    plan.write_bytes(HEAD.encode() + b'version = "caf\xe9"\n')
+    with pytest.raises(PlanError) as info:
+        load_plan(plan)
+    assert str(info.value) == (
+        f"{plan}: not UTF-8: byte 0xe9 at line 5, column 15; save the plan as UTF-8"
+        " (iconv -f LATIN1 -t UTF-8)"
+    )
+    with pytest.raises(PlanError, match=r"^p: not UTF-8: byte 0xff at line 1, column 1;"):
+        decode_plan(b"\xff", "p")
+    with pytest.raises(PlanError, match=r"^p: not UTF-8: byte 0xfe at line 3, column 2;"):
+        decode_plan(b"a\n\nb\xfe", "p")
+    assert decode_plan('x = "é"\n'.encode(), "p") == 'x = "é"\n'
+    assert decode_plan(b"x\xef\xbb\xbf", "p") == "x\ufeff"  # only a leading BOM is refused

@@ -22,7 +22,7 @@ from gpudoctor.bench.results.compare import (
     compare_runs,
     ratio,
 )
-from gpudoctor.bench.results.reader import CellResult, read_run
+from gpudoctor.bench.results.reader import CellResult, ResultsError, read_run
 
 
 def _cell(key: str, status: str = "ok", repeat: int = 0, group: str = "", raw: str | None = None,
@@ -300,3 +300,43 @@ def test_lines_of_an_interrupted_earlier_attempt_do_not_count(tmp_path: Path) ->
     (cell,) = compare_runs(a, b).cells
     assert cell.within_noise["output_throughput"] is True
     assert cell.intervals["output_throughput"] is not None
+
+
+def _rename(run: Path, names: dict[str, str]) -> Path:
+    """Give the cells of ``run`` the configuration names ``names`` ({key: config})."""
+    lines = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+    for line in lines:
+        line["config"] = names[line["key"]]
+    (run / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return run
+
+
+def test_runs_of_different_plans_are_one_line_naming_their_configs(tmp_path: Path) -> None:
+    """Issue 47: `bench compare` of runs of different plans printed an empty table, then hex
+    keys only in A / only in B, exit 0. No cell in common: it says so, with config names."""
+    import pytest
+
+    keys = [f"k{i}" for i in range(8)]
+    a = _rename(_run(tmp_path / "a", 0.004, *keys), {k: f"cfg{k[1]}" for k in keys})
+    b = _rename(_run(tmp_path / "b", 0.004, "x"), {"x": "other"})
+    with pytest.raises(ResultsError) as info:
+        compare_runs(a, b)
+    assert str(info.value) == (
+        f"no cell in common: {a} and {b} ran different plans (A: configs cfg0, cfg1, cfg2, cfg3,"
+        " cfg4, cfg5 and 2 more; B: config other); compare two runs of the same plan"
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "results.jsonl").write_text("")
+    assert compare_runs(a, empty).only_a == tuple(keys)  # a run with no cell yet: no verdict
+    assert compare_runs(empty, b).only_b == ("x",)
+
+
+def test_a_common_cell_measured_on_one_side_only_is_no_different_plan(tmp_path: Path) -> None:
+    a = _run(tmp_path / "a", 0.004, "k")
+    b = tmp_path / "b"
+    b.mkdir()
+    (b / "results.jsonl").write_text(json.dumps({"key": "k", "config": "c", "tp": 1,
+                                                 "concurrency": 4, "status": "crashed"}) + "\n")  # fmt: skip
+    done = compare_runs(a, b)
+    assert done.cells == () and done.not_measured == {"k": "A ok, B crashed"}

@@ -69,22 +69,28 @@ def test_charts_draw_each_configuration_over_concurrency() -> None:
     assert dashed == [None, "5,3"]
 
 
+def _named(charts_out: list[str], title: str) -> str:
+    """Return the one chart whose title starts with ``title``."""
+    (chart,) = [c for c in charts_out if _title(c).startswith(title)]
+    return chart
+
+
 def test_a_rate_axis_is_the_load_when_rates_vary_or_concurrency_does_not() -> None:
     cells = [_cell("a", 4, rate=1.0, median_ttft_ms=5.0), _cell("a", 4, rate=4.0,
              median_ttft_ms=9.0), _cell("a", 4, rate=float("inf"), median_ttft_ms=20.0)]  # fmt: skip
-    ttft = charts(_run(cells), [])[1]
+    ttft = _named(charts(_run(cells), []), "TTFT")
     labels = [t.text for t in ET.fromstring(ttft).iter(f"{NS}text") if t.get("font-size") == "11"]
     assert labels == ["request rate (req/s)", "ms"]
     assert _series(ttft) == {"a (TP1)": ["a (TP1): c=4 r=1: median_ttft_ms 5",
                                          "a (TP1): c=4 r=4: median_ttft_ms 9"]}  # fmt: skip
     one_rate = [_cell("a", 4, rate=2.0, median_ttft_ms=5.0)]
-    assert "request rate (req/s)" in charts(_run(one_rate), [])[1]
+    assert "request rate (req/s)" in _named(charts(_run(one_rate), []), "TTFT")
     one_rate_two_c = [_cell("a", 4, rate=2.0, median_ttft_ms=5.0),
                       _cell("a", 8, rate=2.0, median_ttft_ms=6.0)]  # fmt: skip
-    assert ">concurrency<" in charts(_run(one_rate_two_c), [])[1]
+    assert ">concurrency<" in _named(charts(_run(one_rate_two_c), []), "TTFT")
     closed = [_cell("a", 4, median_ttft_ms=5.0), _cell("a", 4, rate=float("inf"),
               median_ttft_ms=6.0)]  # fmt: skip
-    assert ">concurrency<" in charts(_run(closed), [])[1]
+    assert ">concurrency<" in _named(charts(_run(closed), []), "TTFT")
 
 
 def test_repeats_are_drawn_as_their_mean() -> None:
@@ -98,14 +104,14 @@ def test_telemetry_is_one_point_per_cell_in_run_order() -> None:
     rows = [{"label": "a c=1", "util_pct": 50.0, "power_w": 300, "temp_c": 60.5},
             {"label": "a c=2", "util_pct": 90.0, "power_w": "n/a"}]  # fmt: skip
     out = charts(_run([_cell(output_throughput=1.0, median_tpot_ms=1.0)]), rows)
-    assert len(out) == 5
-    assert _title(out[4]) == "GPU telemetry over the campaign (mean per cell, in run order)"
-    assert _series(out[4]) == {
+    assert len(out) == 3  # throughput vs TPOT, TPOT, telemetry: no chart without data
+    assert _title(out[2]) == "GPU telemetry over the campaign (mean per cell, in run order)"
+    assert _series(out[2]) == {
         "GPU util %": ["GPU util %: a c=1: GPU util % 50", "GPU util %: a c=2: GPU util % 90"],
         "power W": ["power W: a c=1: power W 300"], "temp °C": ["temp °C: a c=1: temp °C 60.5"]}  # fmt: skip
-    strokes = [p.get("stroke") for p in ET.fromstring(out[4]).iter(f"{NS}polyline")]
+    strokes = [p.get("stroke") for p in ET.fromstring(out[2]).iter(f"{NS}polyline")]
     assert strokes == ["#1f77b4", "#ff7f0e", "#2ca02c"]
-    assert len(charts(_run([]), [{"label": "x"}])) == 4
+    assert charts(_run([]), [{"label": "x"}]) == []  # issue 47: no empty "no data" charts
 
 
 def _write_run(tmp_path: Path, rows: list[dict], run_json: object = None) -> Path:
@@ -135,10 +141,11 @@ def test_the_page_has_every_section_in_order_and_escapes_the_run_s_name(tmp_path
     assert ("<p>1 cells: 1 ok, 0 failed, 0 crashed, 0 skipped. Definitions: docs/bench-metrics.md."
             " Click a line to fade it.</p>") in page  # fmt: skip
     heads = re.findall(r"<h2>(.*?)</h2>", page)
-    assert heads == ["Failed, suspect and client-bound cells", "Workload and SLO", "Charts",
+    assert heads == ["At a glance: each configuration's throughput and the latency it costs",
+                     "Failed, suspect and client-bound cells", "Workload and SLO", "Charts",
                      "Cells", "Search: the highest load that met the SLO",
                      "Failed, crashed and skipped cells: server log tails", "Machine"]  # fmt: skip
-    assert page.count('<svg class="chart"') == 4 and page.endswith("</body></html>")
+    assert page.count('<svg class="chart"') == 3 and page.endswith("</body></html>")  # no SLO
     assert page.split("client-bound cells</h2>\n")[1].split("\n")[0] == (
         "<p>None: every cell is ok, its requests succeeded, no flag.</p>"
     )
@@ -233,7 +240,7 @@ def test_telemetry_of_measured_cells_feeds_the_campaign_chart(tmp_path: Path) ->
     rows[2]["measurement"]["telemetry"] = {}
     run = _write_run(tmp_path, rows)
     page = render_html(run, read_run(run))
-    assert page.count('<svg class="chart"') == 5
+    assert page.count('<svg class="chart"') == 4  # no goodput chart: no SLO (issue 47)
     assert "GPU util %: cfg c=4: GPU util % 75" in page
     assert "power W:" not in page and "temp °C:" not in page
 
@@ -251,11 +258,11 @@ def test_server_signals_and_the_timeline_appear_only_when_the_run_has_them(tmp_p
     (run / "trace" / "cfg-c4.json").write_text(json.dumps({"traceEvents": []}))
     page = render_html(run, read_run(run))
     heads = re.findall(r"<h2>(.*?)</h2>", page)
-    assert heads[5:7] == ["Server signals (from /metrics during each cell)", "Request timeline"]
+    assert heads[6:8] == ["Server signals (from /metrics during each cell)", "Request timeline"]
     del rows[0]["measurement"]["server_signals"]
     (run / "results.jsonl").write_text(json.dumps(rows[0]) + "\n")
     heads = re.findall(r"<h2>(.*?)</h2>", render_html(run, read_run(run)))
-    assert heads[5] == "Request timeline"
+    assert heads[6] == "Request timeline"
 
 
 def test_telemetry_of_failed_cells_or_of_the_wrong_shape_is_left_out(tmp_path: Path) -> None:
@@ -345,4 +352,4 @@ def test_two_rates_make_the_rate_the_load_axis() -> None:
         _cell("a", 4, rate=1.0, median_ttft_ms=5.0),
         _cell("a", 8, rate=2.0, median_ttft_ms=6.0),
     ]
-    assert _axis_labels(charts(_run(cells), [])[1])[0] == "request rate (req/s)"
+    assert _axis_labels(_named(charts(_run(cells), []), "TTFT"))[0] == "request rate (req/s)"

@@ -134,11 +134,19 @@ def test_no_resume_archives_every_earlier_file(tmp_path: Path) -> None:
         rd.log_path("a@tp1").write_text("log\n")
         rd.raw_path("k1").parent.mkdir(exist_ok=True)
         rd.raw_path("k1").write_text("{}\n")
+        rd.append_server({"label": "a@tp1"})
+        rd.append_gpu_out({"uuid": "GPU-0"})
+        rd.drop_records({"k1"})
+        rd.append({"key": "k1"})
+    (tmp_path / "state.json").write_text("{}")  # issue 47: these stayed behind
+    (tmp_path / "trace").mkdir()
+    (tmp_path / "trace" / "k1.json").write_text("{}")
     with RunDir(tmp_path) as rd:
         opened = rd.open(PLAN_A, False)
     archive = Path(opened.archived or "")
     assert archive.parent == tmp_path and archive.name.startswith("previous-")
-    names = ("plan.toml", "results.jsonl", "run.json", "preflight.jsonl", "logs", "raw")
+    names = ("plan.toml", "results.jsonl", "run.json", "preflight.jsonl", "logs", "raw",
+             "servers.jsonl", "gpus.jsonl", "superseded.jsonl", "state.json", "trace")  # fmt: skip
     assert sorted(p.name for p in archive.iterdir()) == sorted(names)
     assert (archive / "logs" / "a@tp1.log").read_text() == "log\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(

@@ -40,3 +40,44 @@ def test_a_refused_busy_run_dir_leaves_no_descriptor_open(tmp_path: Path) -> Non
         holder.wait(timeout=30)
     with RunDir(tmp_path):  # free again once the holder is gone
         pass
+
+
+def test_a_busy_run_dir_names_its_launcher_and_what_to_do(tmp_path: Path) -> None:
+    """Issue 47: a second launcher was told only "run it again with --debug". The holder's
+    pid comes from state.json while that process runs (here: this test's own process, as a
+    launcher writes it); a stale or unreadable state.json names none."""
+    import json
+
+    import psutil
+
+    with RunDir(tmp_path):
+        pass
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / ".lock")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    state = tmp_path / "state.json"
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = psutil.Process(holder.pid).create_time()
+        state.write_text(json.dumps({"pid": holder.pid, "pid_started": started}))
+        with pytest.raises(RunDirError) as named:
+            RunDir(tmp_path).__enter__()
+        assert str(named.value) == (
+            f"{tmp_path}: another gpudoctor bench is running on this directory (launcher pid"
+            f" {holder.pid}); follow it with: gpudoctor bench status {tmp_path}, or stop it"
+            f" first (kill -INT {holder.pid})"
+        )
+        for stale in ({"pid": holder.pid, "pid_started": started, "finished": True},
+                      {"pid": str(holder.pid)}, [holder.pid]):  # fmt: skip
+            state.write_text(json.dumps(stale))
+            with pytest.raises(RunDirError) as unnamed:
+                RunDir(tmp_path).__enter__()
+            assert str(unnamed.value).endswith(
+                "is running on this directory; follow it with: gpudoctor bench status"
+                f" {tmp_path}, or stop it first (Ctrl-C in its terminal)"
+            )
+        state.write_text("{not json")
+        with pytest.raises(RunDirError, match=r"\(Ctrl-C in its terminal\)$"):
+            RunDir(tmp_path).__enter__()
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)

@@ -15,6 +15,7 @@ from gpudoctor.bench.results.signals_view import (
     histogram_text,
     html_panels,
     markdown_section,
+    plain,
     table_columns,
     text,
     unavailable_reasons,
@@ -155,9 +156,23 @@ def test_report_html_says_why_a_signal_has_no_chart() -> None:
 def test_report_html_says_none_available_in_one_line_escaped() -> None:
     cells = [_cell({"running": {"available": False, "why": "<script>x</script>"}})]
     assert html_panels(cells, lambda c: 1.0, "c") == [
-        '<p class="na">Server signals: none available (&lt;script&gt;x&lt;/script&gt;)</p>']  # fmt: skip
+        '<p class="na">Server signals: none collected (&lt;script&gt;x&lt;/script&gt;)</p>']  # fmt: skip
     assert html_panels([_cell({})], lambda c: 1.0, "c") == [
-        '<p class="na">Server signals: none available (no cell exported one)</p>']  # fmt: skip
+        '<p class="na">Server signals: none collected (no cell exported one)</p>']  # fmt: skip
+
+
+def test_a_scrape_failure_reads_as_a_sentence_not_an_exception() -> None:
+    """Issue 47: the reader was shown "none available (RuntimeError: GET ...: HTTP 404)"."""
+    why = "RuntimeError: GET http://127.0.0.1:41234/metrics: HTTP 404"
+    cells = [_cell({"running": {"available": False, "why": why}})]
+    assert html_panels(cells, lambda c: 1.0, "c") == [
+        '<p class="na">Server signals: none collected (the server answered HTTP 404 to GET'
+        " /metrics: it exports no metrics there)</p>"]  # fmt: skip
+    assert plain("ValueError: bad reply") == "bad reply"
+    assert plain("GET http://h:1: HTTP 500") == (
+        "the server answered HTTP 500 to GET /: it exports no metrics there")  # fmt: skip
+    assert plain("GET http://h:1/m: reply over 8 bytes") == "GET http://h:1/m: reply over 8 bytes"
+    assert plain("Timeout: GET x: HTTP 404 later") == "Timeout: GET x: HTTP 404 later"
 
 
 def test_compare_shows_each_signal_a_to_b() -> None:

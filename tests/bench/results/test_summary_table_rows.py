@@ -71,6 +71,13 @@ def test_the_rate_reads_as_asked_and_as_sent() -> None:
     assert rate_text(_cell(measurement=bad, rate=3.0)) == "3"
 
 
+def test_a_closed_loop_cell_reads_as_closed_loop_with_the_rate_it_reached() -> None:
+    """Issue 47: the rate column of a closed-loop run read `- (sent 0.7166)`."""
+    sent = {"metrics": METRICS, "client": {"audit": {"achieved_rate": 0.71663}}}
+    assert rate_text(_cell(measurement=sent, rate=None)) == "closed loop, 0.717/s"
+    assert rate_text(_cell(measurement={"metrics": METRICS}, rate=None)) == "-"
+
+
 def test_a_repeated_cell_reads_its_means_repeats_and_spread() -> None:
     cells = (_cell(measurement={"metrics": {**METRICS, "output_throughput": 100.0},
                                 "errors": {"timeout": 1}}, key="k#0"),

@@ -32,8 +32,9 @@ def _texts(root: ET.Element) -> list[str]:
 
 def test_the_chart_element_has_its_size_title_and_class() -> None:
     root = _parse(line_chart("Throughput <b>", "c", "tok/s", [Series("a", ((1, 2, "h"),))]))
-    assert root.attrib == {"class": "chart", "viewBox": f"0 0 {WIDTH} {HEIGHT}",
-                           "width": str(WIDTH), "height": str(HEIGHT), "role": "img",
+    tall = HEIGHT + 14 + 4  # one legend row below the plot
+    assert root.attrib == {"class": "chart", "viewBox": f"0 0 {WIDTH} {tall}",
+                           "width": str(WIDTH), "height": str(tall), "role": "img",
                            "aria-label": "Throughput <b>"}  # fmt: skip
     title = _all(root, "text")[0]
     assert title.text == "Throughput <b>"
@@ -99,7 +100,7 @@ def test_axis_ticks_read_as_round_numbers() -> None:
     series = [Series("a", ((1.0, 0.0, ""), (64.0, 1234.0, "")))]
     root = _parse(line_chart("T", "c", "tok/s", series))
     assert _ticks(root, "middle") == ["20", "40", "60"]
-    assert _ticks(root, "end") == ["0", "500", "1e+03"]
+    assert _ticks(root, "end") == ["0", "500", "1000"]
     big = [Series("a", ((0.0, 0.0, ""), (1.0, 123456.0, "")))]
     assert _ticks(_parse(line_chart("T", "x", "y", big)), "end") == [
         "0", "50000", "100000"]  # fmt: skip
@@ -159,16 +160,30 @@ def test_series_get_their_colors_dashes_and_a_legend_of_the_solid_ones() -> None
     assert [c.get("fill") for c in _all(root, "circle")] == [COLORS[1]] * 2 + [COLORS[2]] * 2 + [
         COLORS[3]]  # fmt: skip
     assert all(c.get("r") == "3" for c in _all(root, "circle"))
-    legend = [t for t in _all(root, "text") if t.get("x") == str(LEFT + 22)]
+    # issue 47: the legend sits below the plot (never on a data point), left to right
+    legend = [t for t in _all(root, "text") if t.get("font-size") == "10" and
+              float(t.get("y", "0")) > HEIGHT]  # fmt: skip
     assert [t.text for t in legend] == ["measured", "wrapped"]
-    assert [t.get("y") for t in legend] == [str(TOP + 12 - 4), str(TOP + 12 + 13 - 4)]
+    first_w = 22 + 6 * len("measured") + 14
+    assert [(t.get("x"), t.get("y")) for t in legend] == [
+        (str(LEFT + 14), str(HEIGHT + 12)), (str(LEFT + first_w + 14), str(HEIGHT + 12))]  # fmt: skip
     swatches = [r for r in _all(root, "rect") if r.get("width") == "10"]
     assert [r.attrib for r in swatches] == [
-        {"x": str(LEFT + 8), "y": str(TOP + 12 - 8), "width": "10", "height": "3",
-         "fill": COLORS[1]},
-        {"x": str(LEFT + 8), "y": str(TOP + 12 + 13 - 8), "width": "10", "height": "3",
+        {"x": str(LEFT), "y": str(HEIGHT + 8), "width": "10", "height": "3", "fill": COLORS[1]},
+        {"x": str(LEFT + first_w), "y": str(HEIGHT + 8), "width": "10", "height": "3",
          "fill": COLORS[3]},
     ]  # fmt: skip
+    assert root.get("height") == str(HEIGHT + 14 + 4)
+
+
+def test_a_long_legend_wraps_onto_rows_below_the_plot() -> None:
+    series = [Series(f"configuration-{i}", ((0, i, ""),), color=i) for i in range(6)]
+    root = _parse(line_chart("T", "x", "y", series))
+    legend = [t for t in _all(root, "text") if float(t.get("y", "0")) > HEIGHT]
+    rows = sorted({t.get("y") for t in legend})
+    assert len(legend) == 6 and len(rows) > 1
+    assert all(float(t.get("x", "0")) + 6 * len(t.text or "") <= WIDTH for t in legend)
+    assert root.get("height") == str(HEIGHT + len(rows) * 14 + 4)
 
 
 def test_marked_points_are_ringed_and_the_front_is_a_thick_grey_line() -> None:
@@ -214,7 +229,10 @@ def test_ticks_step_by_one_two_or_five_times_a_power_of_ten() -> None:
     assert _x_ticks(0.0, 5.0) == ["0", "1", "2", "3", "4", "5"]
     assert _x_ticks(0.0, 5.5) == ["0", "2", "4"]
     assert _x_ticks(10.0, 20.0) == ["10", "12", "14", "16", "18", "20"]
-    assert _x_ticks(0.0, 10000.0) == ["0", "2e+03", "4e+03", "6e+03", "8e+03", "10000"]
+    # issue 47: never "4e+03" on an axis
+    assert _x_ticks(0.0, 10000.0) == ["0", "2000", "4000", "6000", "8000", "10000"]
+    assert _x_ticks(0.0, 999.0) == ["0", "200", "400", "600", "800"]
+    assert _x_ticks(-4000.0, 0.0) == ["-4000", "-3000", "-2000", "-1000", "0"]
 
 
 def test_an_axis_too_wide_for_floats_gets_its_two_ends() -> None:

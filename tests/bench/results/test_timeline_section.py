@@ -187,3 +187,25 @@ def test_a_timeline_holds_nothing_but_elements() -> None:
     root = ET.fromstring(svg(trace_document([_ok(0, 0.0), _bad(1, 0.5)], "c")))
     assert not (root.text or "").strip()
     assert all(not (el.tail or "").strip() for el in root.iter())
+
+
+def test_the_timeline_opens_on_the_reports_first_cell(tmp_path: Path) -> None:
+    """Issue 47: the timeline opened on another cell than the first (file names sort c16
+    before c2, and "broken" before "fast"): the traces follow the report's cells."""
+    from gpudoctor.bench.results.reader import CellResult
+    from gpudoctor.bench.results.trace import cell_label, trace_path
+
+    def cell(config: str, c: int, rate: float | None = None, repeat: int = 0) -> CellResult:
+        return CellResult(key=f"{config}{c}", config=config, tp=1, concurrency=c, status="ok",
+                          measurement=None, request_rate=rate, repeat=repeat)  # fmt: skip
+
+    cells = [cell("fast", 2), cell("fast", 16), cell("fast", 2, 30.0), cell("fast", 2, None, 1)]
+    for c in [*cells, cell("broken", 1)]:
+        label = cell_label(f"{c.config}@tp1", c.concurrency, c.request_rate, c.repeat)
+        write_trace(trace_path(tmp_path, label), label, [_ok(0, 0.0)], None)
+    text = section(tmp_path, cells)
+    picked = re.findall(r'<option value="([^"]+)">', text)
+    assert picked == ["fast_tp1-c2", "fast_tp1-c16", "fast_tp1-c2-r30", "fast_tp1-c2-rep1",
+                      "broken_tp1-c1"]  # fmt: skip
+    assert re.findall(r'data-cell="([^"]+)" style="display:block"', text) == ["fast_tp1-c2"]
+    assert re.findall(r'<option value="([^"]+)">', section(tmp_path))[0] == "broken_tp1-c1"

@@ -237,3 +237,19 @@ def test_sub_tables_of_the_wrong_shape_read_as_empty_not_a_crash() -> None:
     nested = {"client": {"warmup": "rejected", "audit": 7}, "completed": 1, "errors": {},
               "metrics": {"total_output_tokens": 4}}  # fmt: skip
     assert judge(nested).status == "ok" and client_bound(nested) is None
+
+
+def test_a_server_failing_now_and_then_is_not_called_a_plan_error() -> None:
+    """Issue 47: a server answering 500 to every 2nd request got "fix the plan, not the
+    load"; requests that succeeded in those cells say it fails intermittently."""
+    half = {**_failed("HTTP 500: boom"), "measurement": {"completed": 3}}
+    none = {**_failed("HTTP 500: boom"), "measurement": {"completed": 0}}
+    line = common_failure([half, none, {**half, "measurement": {"completed": 2}}])
+    assert line == ("every cell failed the same way: HTTP 500: boom; yet 5 request(s) succeeded:"
+                    " the server fails intermittently, not the plan: read its log (bench report"
+                    " shows its last lines)")  # fmt: skip
+    assert common_failure([none, none]) == (
+        "every cell failed the same way: HTTP 500: boom; fix the plan, not the load"
+    )
+    odd = {**_failed("HTTP 500: boom"), "measurement": {"completed": "3"}}
+    assert common_failure([odd]).endswith("fix the plan, not the load")  # type: ignore[union-attr]

@@ -230,9 +230,16 @@ class Engine(abc.ABC):
                 return cache.read_text(encoding="utf-8")
         proc = self._run(self.help_argv(), timeout=300)
         text = proc.stdout + proc.stderr
-        if proc.returncode != 0 or not flags_in_help(text):
-            tail = " | ".join(text.strip().splitlines()[-3:])
-            raise EngineError(f"{self.name}: `{' '.join(self.help_argv())}` failed: {tail}")
+        shown = " ".join(self.help_argv())
+        tail = " | ".join(text.strip().splitlines()[-3:])
+        if proc.returncode != 0:
+            raise EngineError(f"{self.name}: `{shown}` failed: {tail}")
+        if not flags_in_help(text):
+            raise EngineError(
+                f"{self.name}: `{shown}` printed no --flag, and the plan's args are checked"
+                f" against the flags a --help lists ({tail or 'no output'}); put those flags in"
+                " the command itself, or start a program whose --help lists them"
+            )
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
             fsio.atomic_replace(

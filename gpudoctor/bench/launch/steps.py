@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -205,7 +206,14 @@ def run_id(out: Path) -> str:
 
 def validate_flags(plan: Plan, engine: Engine, help_cache: Path | None) -> str:
     """Check every flag of every config against the engine's ``--help``; return the help text.
-    Raises CampaignError naming the offending flags."""
+    Raises CampaignError naming the offending flags. A ``command`` engine whose plan passes
+    no args has nothing to check: only its program must exist (a ``sh -c`` launcher,
+    whose ``--help`` lists no flag, is then fine)."""
+    if engine.name == "command" and not any(config.args for config in plan.configs):
+        program = engine.launcher()[0] if engine.launcher() else ""
+        if not shutil.which(program):
+            raise EngineMissing(f"command: {program} not found")
+        return ""
     try:
         help_text = engine.help_text(help_cache)
         problems = engine.check_flags(plan.configs, help_text)

@@ -332,11 +332,32 @@ def test_a_missing_engine_is_engine_missing_and_a_broken_one_a_campaign_error(
     with pytest.raises(EngineMissing, match=f"^command: {tmp_path / 'nowhere'} not found$"):
         validate_flags(plan, engine_for(plan.engine), None)
     _program(tmp_path / "server", "Traceback: ImportError\n", code=1)
-    plan = _plan(tmp_path, '[[configs]]\nname = "a"\n')
+    plan = _plan(tmp_path, '[[configs]]\nname = "a"\nargs = { threads = 2 }\n')
     with pytest.raises(CampaignError, match=r"--help` failed: Traceback: ImportError$") as caught:
         validate_flags(plan, engine_for(plan.engine), None)
     assert not isinstance(caught.value, EngineMissing)
     assert isinstance(caught.value.__cause__, Exception)
+
+
+def test_a_help_without_flags_is_named_as_such_and_needed_only_for_args(tmp_path: Path) -> None:
+    """Issue 47: a wrapper whose --help prints a usage line read "`--help` failed"; it did not
+    fail, it lists no --flag to check the plan's args against. Without args nothing is
+    checked (a `sh -c` launcher passes), but the program must exist."""
+    program = _program(tmp_path / "server", "usage: server MODEL PORT\n")
+    plan = _plan(tmp_path, '[[configs]]\nname = "a"\nargs = { threads = 2 }\n', program=program)
+    with pytest.raises(CampaignError) as caught:
+        validate_flags(plan, engine_for(plan.engine), None)
+    assert str(caught.value) == (
+        f"command: `{program} --help` printed no --flag, and the plan's args are checked against"
+        " the flags a --help lists (usage: server MODEL PORT); put those flags in the command"
+        " itself, or start a program whose --help lists them"
+    )
+    bare = _plan(tmp_path, '[[configs]]\nname = "a"\n', program=program)
+    assert validate_flags(bare, engine_for(bare.engine), None) == ""
+    assert _runs(program) == 1  # only the run with args asked for --help
+    gone = _plan(tmp_path, '[[configs]]\nname = "a"\n', program=tmp_path / "gone")
+    with pytest.raises(EngineMissing, match=f"^command: {tmp_path / 'gone'} not found$"):
+        validate_flags(gone, engine_for(gone.engine), None)
 
 
 # --- each cell's decision ----------------------------------------------------------------

@@ -122,7 +122,8 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
     A cell is ok only when its requests succeeded: none succeeded, zero output
     tokens, or more failed than [limits] max_failed_fraction (0.01) records it
     FAILED with the server's first error; a warmup answered HTTP 4xx fails it at
-    once. Exit 3 when a cell of the run failed (--retry-failed reruns them).
+    once. Exit 3 when a cell of the run failed (--retry-failed reruns them)
+    or crashed its server (a crash is named by the engine's own error line).
     Ctrl-C / SIGTERM stop every server; run the same command again to resume.
     At the end, a table per cell: output tok/s, TTFT and TPOT p50/p99, errors.
 
@@ -233,6 +234,32 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
             err=True,
         )
         click.get_current_context().exit(ExitCode.FAILED)
+    if summary.crashed:
+        for line in crashed_cells(options.out)[:5]:
+            click.echo(f"gpudoctor: CRASHED: {line}", err=True)
+        from gpudoctor.bench.plan.quirks import default_local_path
+
+        quirks = options.quirks_path or default_local_path()
+        click.echo(
+            f"gpudoctor: {summary.crashed} cell(s) crashed their server in this run (a crash is"
+            f" noted in the local quirks table {quirks}, and later runs skip it): fix the cause"
+            f" above, then: gpudoctor bench {plan_path} --out {options.out} --retry-crashed",
+            err=True,
+        )
+        click.get_current_context().exit(ExitCode.FAILED)
+
+
+def crashed_cells(out: Path) -> list[str]:
+    """Return one line per crashed cell of the run directory ``out`` (``label c=N: why``)."""
+    from gpudoctor.bench.results.reader import ResultsError, read_run
+
+    try:
+        cells = list(read_run(out).cells)
+    except ResultsError:
+        return []
+    return [
+        f"{c.config} (TP{c.tp}) {c.load_label}: {c.reason}" for c in cells if c.status == "crashed"
+    ]
 
 
 def failed_cells(out: Path) -> tuple[list[str], int]:

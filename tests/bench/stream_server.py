@@ -13,7 +13,7 @@ the real tokenizer of ``--model`` (``tokenizer.json``); a prompt + ``max_tokens`
         [--max-model-len 2048] [--token-delay-ms 2] [--start-delay-s 0]
         [--exit-after-requests N] [--fail-start] [--max-running N] [--request-log PATH]
         [--hold-gpus TP] [--reject-status CODE] [--stream-nothing] [--fail-every N]
-        [--metrics-file PATH ...]
+        [--metrics-file PATH ...] [--refuse-max-model-len N]
 
 Faults a benchmark must not call a success (issue 31): ``--reject-status 422`` answers
 every completion request with that status and ``transformers serve``'s own message
@@ -23,6 +23,9 @@ every N-th completion request with HTTP 500.
 
 ``--metrics-file`` (repeatable) serves ``GET /metrics`` as vLLM or SGLang would: the
 first file to the first scrape, the next to the next, the last from then on.
+
+``--refuse-max-model-len N`` dies at start with vLLM's own traceback for a max_model_len
+over the model's (``_refuse_max_model_len``).
 
 ``--exit-after-requests N`` crashes the server (exit 3) when request N+1 arrives; its
 clients see their connections closed only once the process is dead (``_crash``).
@@ -78,7 +81,33 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reject-status", type=int, default=0, help="answer every request with it")
     p.add_argument("--stream-nothing", action="store_true", help="200 with no content token")
     p.add_argument("--fail-every", type=int, default=0, help="HTTP 500 for every N-th request")
+    p.add_argument("--refuse-max-model-len", type=int, default=0,
+                   help="die at start as vLLM 0.32.0 does for a max_model_len over the model's")  # fmt: skip
     return p
+
+
+def _refuse_max_model_len(wanted: int, derived: int) -> None:
+    """Die as ``vllm serve --max-model-len`` over the model's length does: vLLM 0.32.0's
+    ``vllm/config/model.py`` (``_get_and_verify_max_len``) raises this ValueError inside
+    ``ModelConfig``, a pydantic dataclass (``vllm/config/utils.py``'s ``@config``), so the
+    real pydantic wraps it in its ValidationError and Python prints the traceback (exit 1)."""
+    from pydantic.dataclasses import dataclass
+
+    msg = (f"User-specified max_model_len ({wanted}) is greater than the derived max_model_len "
+           f"(max_position_embeddings={derived} or model_max_length=None in model's config.json). "
+           "To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
+           "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution.")  # fmt: skip
+
+    @dataclass
+    class ModelConfig:
+        max_model_len: int
+
+        def __post_init__(self) -> None:
+            raise ValueError(msg)
+
+    print(f"(APIServer pid={os.getpid()}) INFO 12-07 05:00:00 [utils.py:253] non-default args: "
+          f"{{'max_model_len': {wanted}}}", flush=True)  # fmt: skip
+    ModelConfig(max_model_len=wanted)
 
 
 def _hold_gpus(tp: int) -> list[str]:
@@ -122,6 +151,8 @@ def main() -> None:
     if args.fail_start:
         print("stream_server: fatal: --fail-start given, refusing to start", flush=True)
         sys.exit(1)
+    if args.refuse_max_model_len:
+        _refuse_max_model_len(args.refuse_max_model_len, args.max_model_len)
     held = _hold_gpus(args.hold_gpus) if args.hold_gpus else []
     held_since = time.time()
     if held:

@@ -79,7 +79,9 @@ def test_a_server_that_cannot_start_crashes_each_cell_and_is_quirked(tmp_path: P
         serve_and_sweep(servers, launch.runner(measure), plan.configs[0], plan.cells())
         assert measure.calls == []
         records = launch.records()
-        reason = "server failed to start: server exited with code 1 during startup"
+        reason = (
+            "server failed to start: server exited with code 1 during startup: fatal: out of memory"
+        )
         assert [(r["concurrency"], r["status"], r["reason"]) for r in records] == [
             (1, "crashed", reason), (2, "crashed", reason)
         ] * 2  # fmt: skip

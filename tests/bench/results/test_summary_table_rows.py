@@ -13,6 +13,7 @@ from gpudoctor.bench.results.summary_table import (
     format_table,
     group_row,
     rate_text,
+    reason_lines,
     results_table,
     row,
     search_lines,
@@ -190,3 +191,26 @@ def test_with_its_plan_the_table_follows_the_plan_then_the_search_probes_by_load
 def test_an_empty_last_column_leaves_no_trailing_spaces() -> None:
     assert format_table(("name", "note"), [("a", ""), ("b", "x")]).split("\n") == [
         "name  note", "----  ----", "a", "b        x"]  # fmt: skip
+
+
+def test_the_reasons_of_crashed_and_skipped_cells_follow_the_table() -> None:
+    """Issue 45.8: the closing table showed `crashed` and no reason; each configuration's
+    reason now follows it, one line per reason, its loads together."""
+    why = {"reason": "server exited with code 1 during startup: ValueError: bad len"}
+    cells = [
+        CellResult("k1", "cfg", 2, 1, "crashed", None, extra=why),
+        CellResult("k2", "cfg", 2, 4, "crashed", None, extra=why),
+        CellResult("k3", "cfg", 2, 8, "skipped", None, extra={"reason": "quirk x"}),
+        CellResult("k4", "other", 1, 1, "crashed", None, extra=why),
+        CellResult("k5", "cfg", 2, 2, "failed", None, extra={"reason": "all failed"}),
+        CellResult("k6", "cfg", 2, 3, "ok", None, extra={"reason": "1 request failed"}),
+        CellResult("k7", "cfg", 2, 9, "skipped", None, extra=None),
+        CellResult("k8", "cfg", 4, 1, "crashed", None, extra=why),
+    ]
+    assert reason_lines(cells) == [
+        f"why cfg (TP2) c=1, c=4 crashed: {why['reason']}",
+        "why cfg (TP2) c=8 skipped: quirk x",
+        f"why other (TP1) c=1 crashed: {why['reason']}",
+        f"why cfg (TP4) c=1 crashed: {why['reason']}",
+    ]
+    assert reason_lines([]) == []

@@ -24,6 +24,13 @@ every N-th completion request with HTTP 500.
 ``--metrics-file`` (repeatable) serves ``GET /metrics`` as vLLM or SGLang would: the
 first file to the first scrape, the next to the next, the last from then on.
 
+Streams that lie (issue 45.1), each claiming ``usage.completion_tokens = max_tokens``
+after ONE content token: ``--lie abort`` ends with ``finish_reason: "abort"`` (what vLLM
+and SGLang send for a request they aborted); ``--lie error-event`` sends
+``{"object": "error", "message": "CUDA out of memory...", "code": 500}`` (SGLang's
+unwrapped ErrorResponse, vLLM's before its ``error`` wrapper) and then a final chunk with
+``finish_reason: "length"``; ``--lie overclaim`` ends well (``length``) after one token.
+
 ``--refuse-max-model-len N`` dies at start with vLLM's own traceback for a max_model_len
 over the model's (``_refuse_max_model_len``).
 
@@ -81,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reject-status", type=int, default=0, help="answer every request with it")
     p.add_argument("--stream-nothing", action="store_true", help="200 with no content token")
     p.add_argument("--fail-every", type=int, default=0, help="HTTP 500 for every N-th request")
+    p.add_argument("--lie", choices=("abort", "error-event", "overclaim"), default="",
+                   help="stream one token and lie about it (see the module docstring)")  # fmt: skip
     p.add_argument("--refuse-max-model-len", type=int, default=0,
                    help="die at start as vLLM 0.32.0 does for a max_model_len over the model's")  # fmt: skip
     return p
@@ -258,6 +267,9 @@ def main() -> None:
                 served["ids"] = served.get("ids", 0) + 1
                 request_id = f"cmpl-stub-{served['ids']}"
             base = {"id": request_id, "model": args.model, "created": int(time.time())}
+            if args.lie:
+                self._lie(chat, base, prompt_tokens, max_tokens)
+                return
             for i in range(max_tokens):
                 time.sleep(args.token_delay_ms / 1000)
                 piece = {"delta": {"content": " tok"}} if chat else {"text": " tok"}
@@ -267,6 +279,24 @@ def main() -> None:
                     chunk["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
                                       "total_tokens": prompt_tokens + max_tokens}  # fmt: skip
                 self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+
+        def _lie(self, chat: bool, base: dict, prompt_tokens: int, max_tokens: int) -> None:
+            piece = {"delta": {"content": " tok"}} if chat else {"text": " tok"}
+            events: list[dict] = [{**base, "choices": [{"index": 0, **piece}]}]
+            if args.lie == "error-event":
+                events.append({"object": "error", "message": "CUDA out of memory. Tried to "
+                               "allocate 2.00 GiB", "type": "InternalServerError", "code": 500})  # fmt: skip
+            empty = {"delta": {}} if chat else {"text": ""}
+            finish = "abort" if args.lie == "abort" else "length"
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
+                     "total_tokens": prompt_tokens + max_tokens}  # fmt: skip
+            events.append({**base, "choices": [{"index": 0, **empty, "finish_reason": finish}],
+                           "usage": usage})  # fmt: skip
+            for event in events:
+                time.sleep(args.token_delay_ms / 1000)
+                self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")
 

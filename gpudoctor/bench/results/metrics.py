@@ -157,26 +157,29 @@ def max_in_flight(records: Sequence[RequestRecord]) -> int:
 
 
 def token_truth(records: Sequence[RequestRecord], forced: bool) -> dict[str, int | None]:
-    """Return ``{"token_count_mismatches", "empty_replies"}`` (as inference-perf's
-    ``token_count_mismatches``): with a forced output length (``forced``: ignore_eos), the
-    successful replies whose output tokens (the server's ``usage``, else the content
-    chunks) differ from the ``max_tokens`` asked, else None; and the replies that
-    streamed no content token (HTTP 200, kind ``empty``)."""
-    mismatches = None
-    if forced:
-        mismatches = sum(
-            1
-            for r in records
-            if r.ok
-            and (
-                r.usage_completion_tokens
-                if r.usage_completion_tokens is not None
-                else sum(r.chunk_tokens or (1,) * len(r.chunk_times_s))
-            )
-            != r.max_tokens
-        )
+    """Return the output tokens' truth (issue 45.1): the client counts what arrived, the
+    server's ``usage`` is only compared with it.
+
+    Keys: ``token_count_mismatches``: successful replies whose ``usage.completion_tokens``
+    differs from the tokens the client received (None when no reply carried ``usage``);
+    ``usage_overclaims`` and ``usage_overclaimed_tokens``: the replies whose ``usage``
+    claims more than arrived, and by how many tokens in all; ``short_replies``: with a
+    forced output length (``forced``: ignore_eos), the successful replies that received
+    fewer or more tokens than the ``max_tokens`` asked (else None); ``empty_replies``: the
+    replies that streamed no content token (HTTP 200, kind ``empty``)."""
+    ok = [r for r in records if r.ok]
+    counted = [r for r in ok if r.usage_completion_tokens is not None]
+    over = [int(r.usage_completion_tokens or 0) - r.output_tokens for r in counted]
+    over = [n for n in over if n > 0]
     return {
-        "token_count_mismatches": mismatches,
+        "token_count_mismatches": (
+            sum(1 for r in counted if r.usage_completion_tokens != r.output_tokens)
+            if counted
+            else None
+        ),
+        "usage_overclaims": len(over),
+        "usage_overclaimed_tokens": sum(over),
+        "short_replies": sum(1 for r in ok if r.output_tokens != r.max_tokens) if forced else None,
         "empty_replies": sum(1 for r in records if r.error_kind == "empty"),
     }
 

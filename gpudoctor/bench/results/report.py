@@ -88,7 +88,7 @@ def cell_text(cell: CellResult | None) -> str:
     failed = cell.failed_requests()
     metrics = (cell.measurement or {}).get("metrics") or {}
     marks = [f"⚠ {failed} failed" if failed else "",
-             f"⚠ {metrics['token_count_mismatches']} wrong length"
+             f"⚠ {metrics['token_count_mismatches']} usage mismatch"
              if metrics.get("token_count_mismatches") else "",
              "⚠ suspect" if cell.flag("suspect") else "",
              "⚠ client-bound" if cell.flag("client_bound") else ""]  # fmt: skip

@@ -47,7 +47,7 @@ def row(cell: CellResult) -> tuple[str, ...]:
     metrics = measurement.get("metrics") or {}
     wrong = metrics.get("token_count_mismatches")
     if wrong:
-        errors += f" ({wrong} wrong length)"
+        errors += f" ({wrong} usage mismatch)"
     return (*head, *(_num(cell.value(m), d) for m, d in _METRICS), errors)
 
 

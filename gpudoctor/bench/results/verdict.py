@@ -127,6 +127,18 @@ def client_bound(measurement: Mapping[str, Any]) -> str | None:
     return "; ".join(reasons) or None
 
 
+def usage_overclaim(measurement: Mapping[str, Any]) -> str | None:
+    """Return one line when the server's ``usage`` claimed more output tokens than its
+    replies streamed (``metrics.usage_overclaims``; the cell's numbers count what
+    arrived), else None."""
+    metrics = _table(measurement.get("metrics"))
+    replies, tokens = metrics.get("usage_overclaims"), metrics.get("usage_overclaimed_tokens")
+    if not isinstance(replies, int) or replies <= 0:
+        return None
+    return (f"the server's usage claims {tokens} output tokens more than it streamed in"
+            f" {replies} replies (the numbers count the tokens that arrived)")  # fmt: skip
+
+
 def suspect(measurement: Mapping[str, Any]) -> str | None:
     """Return why the GPU's numbers are suspect: a slowdown of ``SLOWDOWNS`` active in the
     cell's telemetry samples (NVML clock-event reasons, with the fraction of samples), or

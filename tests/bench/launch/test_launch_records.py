@@ -212,6 +212,20 @@ def test_the_client_bound_and_suspect_flags_are_noted_beside_the_status() -> Non
     assert "client_bound" not in failed
 
 
+def test_a_servers_usage_overclaim_is_named_after_the_tolerated_failures() -> None:
+    """Issue 45.1: a server claiming more tokens than it streamed is named in the reason."""
+    m = _measurement(99, {"timeout": 1})
+    m["metrics"].update(usage_overclaims=2, usage_overclaimed_tokens=14)
+    out = cell_outcome(m, Limits(max_failed_fraction=0.05))
+    assert out["status"] == "ok" and out["reason"] == (
+        "1 of 100 requests failed (timeout 1); the server's usage claims 14 output tokens more"
+        " than it streamed in 2 replies (the numbers count the tokens that arrived)"
+    )
+    alone = _measurement(10, {})
+    alone["metrics"]["usage_overclaims"] = 1
+    assert cell_outcome(alone, Limits())["reason"].startswith("the server's usage claims")
+
+
 # --- Ctrl-C never lost ------------------------------------------------------------------
 
 

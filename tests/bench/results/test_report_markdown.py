@@ -54,7 +54,7 @@ def test_a_cell_reads_its_numbers_and_each_warning() -> None:
     assert flagged.measurement is not None
     flagged.measurement["errors"] = {"timeout": 3}
     assert cell_text(flagged) == (
-        "1234 · 11/20 · 1.3 · 2.50 ⚠ 3 failed ⚠ 2 wrong length ⚠ suspect ⚠ client-bound"
+        "1234 · 11/20 · 1.3 · 2.50 ⚠ 3 failed ⚠ 2 usage mismatch ⚠ suspect ⚠ client-bound"
     )
     sparse = _cell(metrics={})
     assert sparse.measurement is not None

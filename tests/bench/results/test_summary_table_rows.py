@@ -39,7 +39,7 @@ def test_a_measured_cell_reads_its_numbers_rounded_and_no_errors() -> None:
 def test_failed_requests_of_an_ok_cell_read_as_a_fraction_with_wrong_lengths() -> None:
     m = {"metrics": {**METRICS, "token_count_mismatches": 3}, "num_prompts": 100,
          "errors": {"timeout": 1, "http_5xx": 1}}  # fmt: skip
-    assert row(_cell(measurement=m))[-1] == "2/100 (3 wrong length)"
+    assert row(_cell(measurement=m))[-1] == "2/100 (3 usage mismatch)"
     m = {"metrics": METRICS, "errors": {"timeout": 1}}
     assert row(_cell(measurement=m))[-1] == "1"
     m = {"metrics": {"output_throughput": 5.0, "token_count_mismatches": 0}, "num_prompts": 4}

@@ -247,6 +247,14 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
             err=True,
         )
         click.get_current_context().exit(ExitCode.FAILED)
+    if summary.skipped and not (summary.already_done or summary.ok or summary.failed):
+        click.echo(
+            f"gpudoctor: nothing was measured: all {summary.skipped} cell(s) were skipped (the"
+            f" reasons above name each quirk and its table); to run them anyway: gpudoctor"
+            f" bench {plan_path} --out {options.out} --retry-crashed",
+            err=True,
+        )
+        click.get_current_context().exit(ExitCode.FAILED)
 
 
 def crashed_cells(out: Path) -> list[str]:

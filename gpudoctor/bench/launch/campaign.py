@@ -50,6 +50,7 @@ from gpudoctor.bench.launch.steps import (
     model_problems,
     retried,
     run_id,
+    with_legacy_keys,
 )
 from gpudoctor.bench.plan import Cell, Plan, ServerConfig
 from gpudoctor.bench.plan import quirks as quirks_mod
@@ -186,7 +187,7 @@ def run_campaign(plan: Plan, options: LaunchOptions, reporter: PlainReporter | N
     try:
         with campaign.rundir as rundir, _signals_raise():
             opened = rundir.open(plan.text, options.resume)
-            done = dict(opened.done)
+            done = with_legacy_keys(plan, opened.done) if opened.same_plan else dict(opened.done)
             if opened.dropped_bytes:
                 campaign.reporter.note(
                     f"cut off a torn last line ({opened.dropped_bytes} bytes) of results.jsonl"

@@ -6,7 +6,8 @@ User-specified max_model_len (4096) is greater than the derived max_model_len ..
 pydantic wraps as ``pydantic_core._pydantic_core.ValidationError: 1 validation error for
 ModelConfig`` with the ``Value error, ...`` on the next line; transformers 5's
 ``modeling_utils.py`` raises ``ImportError: FlashAttention2 has been toggled on, but it
-cannot be used ...``), or a log line at level ERROR / CRITICAL / FATAL. :func:`engine_error`
+cannot be used ...``), or a log line at level ERROR / CRITICAL / FATAL, or an exception
+line printed without its traceback (``OSError: [Errno 98] Address already in use``). :func:`engine_error`
 finds that line, so a crashed start's one-line reason names the engine's cause instead of
 only "exited with code 1".
 """
@@ -23,7 +24,10 @@ _PROC_PREFIX = re.compile(r"^\((?:\w|[ -])+ pid=\d+\)\s?")
 _TRACEBACK = "Traceback (most recent call last):"
 # an exception line: a (dotted) class name, then ": message" or nothing
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)(?::\s?(.*))?$")
-_ERROR_WORDS = re.compile(r"(?:^|[\s\[(])(?:ERROR|CRITICAL|FATAL|[Ff]atal(?: error)?:|[Ee]rror:)")
+_ERROR_WORDS = re.compile(
+    r"(?:^|[\s\[(])(?:ERROR|CRITICAL|FATAL|[Ff]atal(?: error)?:|[Ee]rror:"
+    r"|(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): )"  # an exception line printed alone
+)
 # a logger's head before the message: "ERROR 12-07 05:00:00 [core.py:700] " (vLLM),
 # "[2026-12-07 05:00:00] ERROR " and "2026-12-07 05:00:00,123 - x - ERROR - " (others)
 _LOG_HEAD = re.compile(

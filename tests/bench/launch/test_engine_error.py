@@ -63,6 +63,8 @@ ImportError: FlashAttention2 has been toggled on, but it cannot be used due to t
         ("stream_server: fatal: --fail-start given, refusing to start\n",
          "stream_server: fatal: --fail-start given, refusing to start"),
         ("loading\nerror: weights not found\nINFO shutting down\n", "error: weights not found"),
+        ("OSError: [Errno 98] Address already in use\n", "OSError: [Errno 98] Address already in use"),
+        ("x torch.cuda.OutOfMemoryError: CUDA out of memory\n", "x torch.cuda.OutOfMemoryError: CUDA out of memory"),
         ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nKeyboardInterrupt\n",
          "KeyboardInterrupt"),
     ],
@@ -76,7 +78,7 @@ def test_the_engines_own_line_is_found(tail: str, expected: str) -> None:
     [
         "",
         "INFO: Uvicorn running on http://127.0.0.1:8000\nINFO: shutting down\n",
-        "NO_ERRORS_HERE=1\nerror_rate is 0\nterror: none\n",
+        "NO_ERRORS_HERE=1\nerror_rate is 0\nterror: none\nOSError:none\nvalueError: x\n",
         # a traceback cut by the tail's end names no exception; no level line either
         'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n',
         'Traceback (most recent call last):\n  File "x.py", line 1\nDuring handling of the above\n',

@@ -61,6 +61,9 @@ class RequestRecord:
             start (None in a closed loop).
         queued_s: seconds it waited for a concurrency slot (or its conversation's
             previous turn) between its dispatch and its send.
+        written_s: when its bytes were written to the connection (after the slot wait
+            and the connect), seconds after the cell's start: where a server sees it
+            arrive (None: not written, or the httpx transport, which does not say).
     """
 
     index: int
@@ -85,6 +88,7 @@ class RequestRecord:
     text_chunks: tuple[str, ...] = field(default=(), repr=False)
     intended_s: float | None = None
     queued_s: float | None = None
+    written_s: float | None = None
 
     @property
     def end_s(self) -> float:

@@ -218,11 +218,12 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
         from gpudoctor.bench.results.summary_table import results_table
 
         click.echo(results_table(options.out, plan))
+        bound = f", {summary.client_bound} client-bound" if summary.client_bound else ""
         click.echo(
             f"{options.out}: {summary.total} cells: {summary.already_done} done before, "
-            f"{summary.ok} ok, {summary.failed} failed, {summary.crashed} crashed, "
-            f"{summary.skipped} skipped now; {summary.server_starts} server start(s). "
-            f"Next: gpudoctor bench report {options.out}"
+            f"{summary.ok} ok{bound}, {summary.failed} failed, "
+            f"{summary.crashed} crashed, {summary.skipped} skipped now; "
+            f"{summary.server_starts} server start(s). Next: gpudoctor bench report {options.out}"
         )
     if failed:
         for line in failed[:5]:
@@ -244,6 +245,15 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
             f"gpudoctor: {summary.crashed} cell(s) crashed their server in this run (a crash is"
             f" noted in the local quirks table {quirks}, and later runs skip it): fix the cause"
             f" above, then: gpudoctor bench {plan_path} --out {options.out} --retry-crashed",
+            err=True,
+        )
+        click.get_current_context().exit(ExitCode.FAILED)
+    if summary.client_bound:
+        click.echo(
+            f"gpudoctor: {summary.client_bound} cell(s) client-bound: the load generator did not"
+            " send at the schedule's rate (the table's rate column says what it sent), so their"
+            " numbers measure the client, not the server: lower the rate, or run the load from"
+            " a less busy machine",
             err=True,
         )
         click.get_current_context().exit(ExitCode.FAILED)

@@ -135,8 +135,10 @@ class Campaign:
             preflight(f"config {config.label}")
             search_run.run(config, runnable, search)
         counts = self.writer.counts
-        return Summary(len(decisions), already, counts["ok"], counts["crashed"],
-                       counts["skipped"], servers.starts, failed=counts["failed"])  # fmt: skip
+        ok = counts["ok"] - counts["client_bound"]  # a client-bound cell is no result
+        return Summary(len(decisions), already, ok, counts["crashed"],
+                       counts["skipped"], servers.starts, failed=counts["failed"],
+                       client_bound=counts["client_bound"])  # fmt: skip
 
     def _plan_servers(
         self, decisions: list[Decision], runner: CellRunner, search_run: SearchRun

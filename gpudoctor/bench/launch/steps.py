@@ -71,6 +71,7 @@ class Summary:
     server_starts: int
     stopped: str | None = None
     failed: int = 0  # cells whose requests failed (issue 31): ``bench run`` exits 3
+    client_bound: int = 0  # measured, not in ``ok``: the client did not hold the schedule (exit 3)
 
 
 @dataclass(frozen=True)

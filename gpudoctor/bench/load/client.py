@@ -231,6 +231,7 @@ async def send_request(
     chat = options.api == "chat"
     stream = _Stream(prompt.output_len, options.keep_text)
     status: int | None = None
+    written: float | None = None
     kind: str | None = None
     message: str | None = None
     stream_errors: list[str] = []
@@ -258,7 +259,7 @@ async def send_request(
         else:
             result = await stream_post(options.url, body, on_event, options.timeout_s,
                                        deadline, options.caps)  # fmt: skip
-            status, error_body = result.status, result.error_body
+            status, error_body, written = result.status, result.error_body, result.written_at
         if status != 200:
             kind = classify_status(status, error_body)
             message = f"HTTP {status}: {_one_line(error_body)}"
@@ -299,6 +300,7 @@ async def send_request(
         error_kind=kind,
         error=message,
         text_chunks=tuple(stream.texts),
+        written_s=None if written is None else written - cell_t0,
     )
 
 

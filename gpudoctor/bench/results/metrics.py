@@ -187,18 +187,20 @@ def token_truth(records: Sequence[RequestRecord], forced: bool) -> dict[str, int
 def client_audit(
     records: Sequence[RequestRecord], duration_s: float, cpu_s: float
 ) -> dict[str, float | int | None]:
-    """Return the load generator's audit of its own pacing (issue 31, item 6).
+    """Return the load generator's audit of its own pacing (issue 31, item 6), measured
+    where the server sees each request: when its bytes were written (``written_s``; the
+    send stamp before the connect where the transport does not say), issue 45.9.
 
     Keys: ``target_rate`` (req/s the arrival schedule asked: requests - 1 over the
     schedule's span; None in a closed loop), ``achieved_rate`` (req/s actually sent:
-    requests - 1 over the span of the real sends), ``rate_ratio`` (the schedule's span /
-    the span of the pacer's dispatches: 1.0 = on time; below 1 the client fell behind;
-    waits for a concurrency slot are not counted here), ``schedule_delay_ms_{p50,p99,max}``
-    (actual send - intended send, minus the wait for a slot: the pacer's and event loop's
-    lag), ``slot_wait_ms_p99`` (waits for a concurrency slot: client-side queueing that
-    a latency figure would otherwise hide), ``cpu_busy`` (the client's CPU seconds / the
-    cell's wall time: near 1.0 the client, not the server, is the limit)."""
-    sent = sorted((r for r in records if r.wall_s), key=lambda r: r.send_s)
+    requests - 1 over the span of the writes), ``rate_ratio`` (the schedule's span / the
+    writes' span: 1.0 = on time; below 1 the client fell behind),
+    ``schedule_delay_ms_{p50,p99,max}`` (write - intended send: every wait counts, the
+    pacer's and event loop's lag, a concurrency slot, the connect), ``slot_wait_ms_p99``
+    (the waits for a concurrency slot alone: client-side queueing that a latency figure
+    would otherwise hide), ``cpu_busy`` (the client's CPU seconds / the cell's wall time:
+    near 1.0 the client, not the server, is the limit)."""
+    sent = sorted((r for r in records if r.wall_s), key=_written)
     paced = [r for r in sent if r.intended_s is not None]
     out: dict[str, float | int | None] = {
         "target_rate": None,
@@ -210,22 +212,27 @@ def client_audit(
         "slot_wait_ms_p99": None,
         "cpu_busy": cpu_s / duration_s if duration_s > 0 else None,
     }
-    if len(sent) >= 2 and sent[-1].send_s > sent[0].send_s:
-        out["achieved_rate"] = (len(sent) - 1) / (sent[-1].send_s - sent[0].send_s)
+    if len(sent) >= 2 and _written(sent[-1]) > _written(sent[0]):
+        out["achieved_rate"] = (len(sent) - 1) / (_written(sent[-1]) - _written(sent[0]))
     if not paced:  # a closed loop queues every request for a slot by design
         return out
     waits = [r.queued_s for r in paced if r.queued_s is not None]
     if waits:
         out["slot_wait_ms_p99"] = percentile(waits, 99) * 1000
-    delays = [max(r.send_s - r.intended_s - (r.queued_s or 0.0), 0.0) for r in paced]  # type: ignore[operator]
+    delays = [max(_written(r) - r.intended_s, 0.0) for r in paced]  # type: ignore[operator]
     out["schedule_delay_ms_p50"] = percentile(delays, 50) * 1000
     out["schedule_delay_ms_p99"] = percentile(delays, 99) * 1000
     out["schedule_delay_ms_max"] = max(delays) * 1000
     planned = [r.intended_s for r in paced]
     span = max(planned) - min(planned)  # type: ignore[type-var,operator]
-    dispatched = [r.send_s - (r.queued_s or 0.0) for r in paced]
-    real = max(dispatched) - min(dispatched)
+    writes = [_written(r) for r in paced]
+    real = max(writes) - min(writes)
     if span > 0 and len(paced) >= 2:
         out["target_rate"] = (len(paced) - 1) / span
         out["rate_ratio"] = span / real if real > 0 else None
     return out
+
+
+def _written(record: RequestRecord) -> float:
+    """Return when the server could first see ``record``: its bytes' write, else its send."""
+    return record.written_s if record.written_s is not None else record.send_s

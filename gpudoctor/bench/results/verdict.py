@@ -124,6 +124,11 @@ def client_bound(measurement: Mapping[str, Any]) -> str | None:
         reasons.append(f"sent {sent}, {ratio:.2f} of the schedule's rate")
     if isinstance(p99, (int, float)) and p99 > CLIENT_DELAY_P99_MS:
         reasons.append(f"schedule delay p99 {p99:.1f} ms")
+        slot = audit.get("slot_wait_ms_p99")
+        if isinstance(slot, (int, float)) and slot > CLIENT_DELAY_P99_MS:
+            reasons.append(
+                f"waits for a concurrency slot p99 {slot:.1f} ms (the cap, not the server)"
+            )
     return "; ".join(reasons) or None
 
 

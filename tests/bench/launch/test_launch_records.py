@@ -47,14 +47,42 @@ def test_the_writer_appends_each_record_once_and_counts_this_launchs_cells(
                             ("k5", "ok"), ("k6", "not-run")):  # fmt: skip
             assert writer.append_cell({"key": key, "status": status}) is True
         writer.append_result_line({"key": "search-1", "record": "search"})
-        assert writer.counts == {"ok": 2, "failed": 1, "crashed": 1, "skipped": 2}
-        assert set(writer.done) == {"k1", "k2", "k3", "k4", "k5", "k6", "search-1"}
+        assert writer.counts == {
+            "ok": 2,
+            "failed": 1,
+            "crashed": 1,
+            "skipped": 2,
+            "client_bound": 0,
+        }
+        # a client-bound ok cell is counted apart (issue 45.9); a flag on another status not
+        assert writer.append_cell({"key": "k8", "status": "ok", "client_bound": "late"})
+        assert writer.append_cell({"key": "k9", "status": "failed", "client_bound": "late"})
+        assert writer.append_cell({"key": "k10", "status": "ok", "client_bound": ""})
+        assert writer.counts == {
+            "ok": 4,
+            "failed": 2,
+            "crashed": 1,
+            "skipped": 2,
+            "client_bound": 1,
+        }
+        assert set(writer.done) == {
+            "k1",
+            "k2",
+            "k3",
+            "k4",
+            "k5",
+            "k6",
+            "k8",
+            "k9",
+            "k10",
+            "search-1",
+        }
         assert writer.done["k2"] == {"key": "k2", "status": "failed"}
         writer.stopping.set()  # interrupted: the cell that was cut short is not finished
         assert writer.append_cell({"key": "k7", "status": "ok"}) is False
-        assert "k7" not in writer.done and writer.counts["ok"] == 2
+        assert "k7" not in writer.done and writer.counts["ok"] == 4
     keys = [r["key"] for r in read_records(tmp_path / "run" / "results.jsonl")[0]]
-    assert keys == ["k1", "k2", "k3", "k4", "k5", "k6", "search-1"]
+    assert keys == ["k1", "k2", "k3", "k4", "k5", "k6", "search-1", "k8", "k9", "k10"]
 
 
 def test_servers_and_gpus_out_go_to_their_own_files_and_a_gpu_out_is_told(

@@ -3,6 +3,8 @@ the self-audit / token-truth numbers it reads, from real RequestRecords."""
 
 from __future__ import annotations
 
+import pytest
+
 from gpudoctor.bench.request_record import RequestRecord
 from gpudoctor.bench.results.metrics import client_audit, count_errors, token_truth
 from gpudoctor.bench.results.verdict import (
@@ -126,12 +128,16 @@ def test_the_client_audit_sees_a_late_pacer_and_flags_client_bound() -> None:
     assert why is not None and "0.50 of the schedule's rate" in why and "schedule delay p99" in why
 
 
-def test_waiting_for_a_concurrency_slot_is_not_client_lag() -> None:
+def test_waiting_for_a_concurrency_slot_counts_and_is_named() -> None:
+    """Issue 45.9: slot waits were left out of the delay the verdict uses, so a schedule
+    the client never held read as held; they count now, and the reason names them."""
     capped = [RequestRecord(index=i, prompt_len=1, max_tokens=1, send_s=i * 0.02, ok=True,
                             wall_s=0.001, intended_s=i * 0.01, queued_s=i * 0.01) for i in range(100)]  # fmt: skip
     audit = client_audit(capped, 2.0, 0.1)
-    assert audit["schedule_delay_ms_p99"] < 1e-6 and audit["rate_ratio"] == 1.0
+    assert audit["schedule_delay_ms_p99"] > 900 and audit["rate_ratio"] == pytest.approx(0.5)
     assert audit["slot_wait_ms_p99"] > 900
+    why = client_bound({"client": {"audit": audit}})
+    assert why is not None and "waits for a concurrency slot p99" in why
 
 
 def test_suspect_names_a_slowdown_but_not_an_ordinary_power_cap() -> None:

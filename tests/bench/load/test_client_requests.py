@@ -253,6 +253,11 @@ def test_the_servers_usage_is_compared_never_taken(transport):
         record = send(ClientOptions(srv.url, "m", transport=transport))
     assert record.ok and record.output_tokens == 2 and record.usage_completion_tokens == 4
     assert len(record.chunk_times_s) == 2
+    if transport == "fast":  # its bytes were written after the send began (issue 45.9)
+        assert record.written_s is not None and record.send_s <= record.written_s
+        assert record.written_s - record.send_s <= record.chunk_times_s[0]
+    else:  # httpx does not say when it wrote
+        assert record.written_s is None
 
 
 def test_output_tokens_without_usage():

@@ -225,45 +225,16 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
             f"{summary.crashed} crashed, {summary.skipped} skipped now; "
             f"{summary.server_starts} server start(s). Next: gpudoctor bench report {options.out}"
         )
-    if failed:
-        for line in failed[:5]:
-            click.echo(f"gpudoctor: FAILED: {line}", err=True)
-        click.echo(
-            f"gpudoctor: {failed_count} cell(s) failed: their requests failed, their numbers "
-            f"are not results; fix the cause above, then: gpudoctor bench {plan_path} --out "
-            f"{options.out} --retry-failed",
-            err=True,
-        )
-        click.get_current_context().exit(ExitCode.FAILED)
-    if summary.crashed:
-        for line in crashed_cells(options.out)[:5]:
-            click.echo(f"gpudoctor: CRASHED: {line}", err=True)
-        from gpudoctor.bench.plan.quirks import default_local_path
+    from gpudoctor.bench.launch.run_verdict import RunFacts, verdict_lines
+    from gpudoctor.bench.plan.quirks import default_local_path
 
-        quirks = options.quirks_path or default_local_path()
-        click.echo(
-            f"gpudoctor: {summary.crashed} cell(s) crashed their server in this run (a crash is"
-            f" noted in the local quirks table {quirks}, and later runs skip it): fix the cause"
-            f" above, then: gpudoctor bench {plan_path} --out {options.out} --retry-crashed",
-            err=True,
-        )
-        click.get_current_context().exit(ExitCode.FAILED)
-    if summary.client_bound:
-        click.echo(
-            f"gpudoctor: {summary.client_bound} cell(s) client-bound: the load generator did not"
-            " send at the schedule's rate (the table's rate column says what it sent), so their"
-            " numbers measure the client, not the server: lower the rate, or run the load from"
-            " a less busy machine",
-            err=True,
-        )
-        click.get_current_context().exit(ExitCode.FAILED)
-    if summary.skipped and not (summary.already_done or summary.ok or summary.failed):
-        click.echo(
-            f"gpudoctor: nothing was measured: all {summary.skipped} cell(s) were skipped (the"
-            f" reasons above name each quirk and its table); to run them anyway: gpudoctor"
-            f" bench {plan_path} --out {options.out} --retry-crashed",
-            err=True,
-        )
+    facts = RunFacts(f"gpudoctor bench {plan_path} --out {options.out}",
+                     str(options.quirks_path or default_local_path()), tuple(failed),
+                     failed_count, tuple(crashed_cells(options.out)))  # fmt: skip
+    lines = verdict_lines(summary, facts)
+    for line in lines:
+        click.echo(line, err=True)
+    if lines:
         click.get_current_context().exit(ExitCode.FAILED)
 
 

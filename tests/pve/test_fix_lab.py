@@ -40,6 +40,19 @@ def gpudoctor(args: list[str], env: dict[str, str]):
     return result
 
 
+def fix_lxc_yes(sshd, ct, tmp_path: Path) -> tuple[dict[str, str], list[str]]:
+    """Return the environment (backups and locks under ``tmp_path``) and the arguments of
+    ``fix --yes --json`` passing /dev/fakegpu into the plain LXC container ``ct``."""
+    env = {
+        "GPUDOCTOR_HOST_BACKUP_DIR": str(tmp_path / "host-backups"),
+        "GPUDOCTOR_CLIENT_BACKUP_DIR": str(tmp_path / "client-backups"),
+        "GPUDOCTOR_LOCK_DIR": str(tmp_path / "locks"),
+    }
+    args = [*ssh_args(sshd), "--ct", ct.name, "--flavor", "lxc", "--lxcpath", ct.lxcpath,
+            "--device", "/dev/fakegpu", "--yes", "--json"]  # fmt: skip
+    return env, args
+
+
 def mtime_ns(path: Path | str) -> int:
     return os.stat(path).st_mtime_ns
 
@@ -62,13 +75,7 @@ def test_lxc_flavor_fix_over_ssh_then_second_run_touches_nothing(
     assert "Operation not permitted" in opened_inside(ct)
     old_config = ct.config_path.read_bytes()
     old_pid = ct.init_pid()
-    env = {
-        "GPUDOCTOR_HOST_BACKUP_DIR": str(tmp_path / "host-backups"),
-        "GPUDOCTOR_CLIENT_BACKUP_DIR": str(tmp_path / "client-backups"),
-        "GPUDOCTOR_LOCK_DIR": str(tmp_path / "locks"),
-    }
-    args = [*ssh_args(lab_sshd), "--ct", ct.name, "--flavor", "lxc", "--lxcpath", ct.lxcpath,
-            "--device", "/dev/fakegpu", "--yes", "--json"]  # fmt: skip
+    env, args = fix_lxc_yes(lab_sshd, ct, tmp_path)
     result = gpudoctor(args, env)
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
@@ -125,11 +132,7 @@ def test_a_ct_of_an_old_guide_is_cured_and_its_legacy_keys_commented_out(
     legacy = f"lxc.cgroup.devices.allow = c {lab.fake_gpu_major}:{lab.fake_gpu_minor} rwm"
     ct = lab_container(devices={"/dev/fakegpu": str(lab.fake_gpu)}, extra_config=[legacy])
     assert "Operation not permitted" in opened_inside(ct)
-    env = {"GPUDOCTOR_HOST_BACKUP_DIR": str(tmp_path / "host-backups"),
-           "GPUDOCTOR_CLIENT_BACKUP_DIR": str(tmp_path / "client-backups"),
-           "GPUDOCTOR_LOCK_DIR": str(tmp_path / "locks")}  # fmt: skip
-    args = [*ssh_args(lab_sshd), "--ct", ct.name, "--flavor", "lxc", "--lxcpath", ct.lxcpath,
-            "--device", "/dev/fakegpu", "--yes", "--json"]  # fmt: skip
+    env, args = fix_lxc_yes(lab_sshd, ct, tmp_path)
     result = gpudoctor(args, env)
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)

@@ -7,17 +7,10 @@ run said "1 ok, 0 failed", exited 0, and report.md showed only the asked rate.""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.bench.campaign_support import stub_plan, write
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpudoctor", "bench", *args], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "COLUMNS": "300"})  # fmt: skip
+from tests.bench.launch.test_crash_named import _cli
 
 
 def test_a_client_bound_cell_is_not_ok_and_every_table_shows_the_rate_sent(

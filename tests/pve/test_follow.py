@@ -159,3 +159,13 @@ def test_a_relative_lxcpath_is_refused_as_check_refuses_it(tmp_path, args, monke
     assert refused.exit_code == 2, refused.output
     assert "--lxcpath 'lxc': give an absolute directory" in refused.output
     assert config.read_bytes() == before
+
+
+def test_an_lxcpath_for_a_proxmox_ct_is_refused_not_ignored(tmp_path) -> None:
+    """Beyond issue 45's list: `fix --ct 200 --lxcpath /srv/lxc` (Proxmox flavor) ignored
+    the path without a word and fixed /etc/pve's CT 200; check refuses the same line."""
+    env = {"GPUDOCTOR_LOCK_DIR": str(tmp_path / "own"),
+           "GPUDOCTOR_CLIENT_BACKUP_DIR": str(tmp_path / "copies")}  # fmt: skip
+    refused = fix_in_process(["--ct", "200", "--lxcpath", str(tmp_path), "--dry-run"], env)
+    assert refused.exit_code == 2, refused.output
+    assert "--lxcpath is for plain LXC containers: add --flavor lxc" in refused.output

@@ -122,8 +122,9 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
     A cell is ok only when its requests succeeded: none succeeded, zero output
     tokens, or more failed than [limits] max_failed_fraction (0.01) records it
     FAILED with the server's first error; a warmup answered HTTP 4xx fails it at
-    once. Exit 3 when a cell of the run failed (--retry-failed reruns them)
-    or crashed its server (a crash is named by the engine's own error line).
+    once. Exit 3 when a cell of the run failed (--retry-failed reruns them),
+    crashed its server (named by the engine's own error line), was client-bound
+    (the load generator did not hold the schedule), or every cell was skipped.
     Ctrl-C / SIGTERM stop every server; run the same command again to resume.
     At the end, a table per cell: output tok/s, TTFT and TPOT p50/p99, errors.
 

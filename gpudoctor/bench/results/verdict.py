@@ -116,6 +116,8 @@ def client_bound(measurement: Mapping[str, Any]) -> str | None:
     rate below 0.95 of its schedule, or its schedule delay p99 over 10 ms); None when
     it held its schedule or the cell was a closed loop."""
     audit = _table(_table(measurement.get("client")).get("audit"))
+    if audit.get("target_rate") is None:  # no schedule to hold: a closed loop, an infinite rate
+        return None
     ratio, p99 = audit.get("rate_ratio"), audit.get("schedule_delay_ms_p99")
     achieved = audit.get("achieved_rate")
     reasons = []

@@ -227,7 +227,7 @@ def test_a_cell_whose_requests_failed_is_failed_with_why() -> None:
 
 
 def test_the_client_bound_and_suspect_flags_are_noted_beside_the_status() -> None:
-    m = _measurement(10, {}, client={"audit": {"rate_ratio": 0.5, "achieved_rate": 5.0}},
+    m = _measurement(10, {}, client={"audit": {"rate_ratio": 0.5, "achieved_rate": 5.0, "target_rate": 10.0}},
                      telemetry={"xids": [{"xid": 79, "gpu": 0, "t": 1.5}]})  # fmt: skip
     out = cell_outcome(m, Limits())
     assert out["status"] == "ok"

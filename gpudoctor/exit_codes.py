@@ -28,7 +28,8 @@ class ExitCode(IntEnum):
     FAILED = 3
     """The job ran and the answer is no. check: at least one FAIL or ERROR; fix: not
     applied, failed, rolled back, or nothing to pass through; weights status: the directory
-    is not complete; weights mirror --verify: a file is missing or wrong; bench run: a preflight check FAILed, or a cell FAILED (its requests failed)."""
+    is not complete; weights mirror --verify: a file is missing or wrong; bench run: a preflight check FAILed, a cell FAILED (its requests failed), crashed its server in this
+    run or was client-bound, or every cell was skipped."""
 
     NOTHING_DONE = 4
     """The run proved or changed nothing, and must not read as success. check: nothing

@@ -187,6 +187,8 @@ class ServerConfig:
         key: stable hash of the resolved configuration (12 hex digits).
         request_rates: the request-rate sweep (req/s, ``inf`` allowed) run at each
             concurrency; ``(None,)`` = no rate axis (the workload's own rate).
+        legacy_key: the key as run directories written before issue 45 hold it (without
+            the program), "" when it is ``key``.
     """
 
     name: str
@@ -196,6 +198,7 @@ class ServerConfig:
     concurrencies: tuple[int, ...]
     key: str
     request_rates: tuple[float | None, ...] = (None,)
+    legacy_key: str = ""  # the key before it named the program (issue 45.2); "" = the same
 
     @property
     def label(self) -> str:
@@ -285,6 +288,16 @@ class Plan:
         key = cell_key(config, concurrency, self.workload, slo, rate, repeat)
         return Cell(config, concurrency, key, rate, repeat, group, search, self.repeats > 1)
 
+    def legacy_cell_key(self, cell: Cell) -> str | None:
+        """Return ``cell``'s key as a run directory written before issue 45 holds it (its
+        configuration's key without the program), None when it is the same key."""
+        if not cell.config.legacy_key:
+            return None
+        config = dataclasses.replace(cell.config, key=cell.config.legacy_key)
+        slo = self.search.slo or self.slo if cell.search and self.search else self.slo
+        return cell_key(config, cell.concurrency, self.workload, slo, cell.request_rate,
+                        cell.repeat)  # fmt: skip
+
     def probe(self, config: ServerConfig, value: float) -> Cell:
         """Return the search probe of ``config`` at load ``value`` (a request rate at the
         config's largest concurrency, or a concurrency): an ordinary cell, whose key is
@@ -311,20 +324,37 @@ def digest(obj: object, length: int) -> str:
 
 
 def config_key(
-    engine: str, model: ModelSpec, tp: int, args: tuple[tuple[str, ArgValue], ...], env: tuple
-) -> str:
-    """Return the 12-hex-digit key of a resolved server configuration (name-independent)."""
-    return digest(
-        {
-            "engine": engine,
-            "model": model.identity,
-            "served": model.served_name,
-            "tp": tp,
-            "args": sorted([k, v] for k, v in args),
-            "env": sorted([k, v] for k, v in env),
-        },
-        12,
-    )
+    engine: str, model: ModelSpec, tp: int, args: tuple[tuple[str, ArgValue], ...], env: tuple,
+    program: tuple[str, ...] = (),
+) -> str:  # fmt: skip
+    """Return the 12-hex-digit key of a resolved server configuration (name-independent).
+
+    ``program``: what the engine runs (:func:`program_identity`); hashed only when set, so
+    a plan on the default interpreter keeps the keys (and the runs) it had before."""
+    data: dict[str, object] = {
+        "engine": engine,
+        "model": model.identity,
+        "served": model.served_name,
+        "tp": tp,
+        "args": sorted([k, v] for k, v in args),
+        "env": sorted([k, v] for k, v in env),
+    }
+    if program:
+        data["program"] = list(program)
+    return digest(data, 12)
+
+
+def program_identity(engine: EngineSpec) -> tuple[str, ...]:
+    """Return what a configuration's server runs, as the plan names it (issue 45.2): the
+    ``command`` engine's argv template and declared version, else the plan's
+    ``engine.python`` (its interpreter); () for an engine on gpudoctor's own interpreter.
+    Two programs never share a configuration key (a crash quirk, ``--resume`` and
+    ``compare`` go by it). Host-independent: a shard on another host hashes the same."""
+    if engine.command:
+        return ("command", *engine.command, f"version={engine.version or ''}")
+    if engine.python:
+        return ("python", engine.python)
+    return ()
 
 
 # Workload fields added after keys were first recorded: left out of the key while unset,

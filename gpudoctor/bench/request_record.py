@@ -20,6 +20,8 @@ ERROR_KINDS = (
     "connect",  # the connection could not be opened (server down)
     "stream_error",  # HTTP 200, then an in-stream ``{"error": ...}`` event
     "empty",  # HTTP 200 but no content token arrived
+    "aborted",  # the stream's final finish_reason is not a success (vLLM/SGLang "abort", "error")
+    "unfinished",  # the stream ended without a final finish_reason (cut, or never finished)
     "oversize",  # a header, SSE line or chunk count over its cap (a broken/hostile server)
     "deadline",  # the cell's deadline passed before the request ended (or was sent)
     "other",  # anything else (bad JSON, client bug): see the raw record's message
@@ -41,8 +43,9 @@ class RequestRecord:
         wall_s: send -> the request was over (success or failure, response closed).
         chunk_times_s: arrival time of every content chunk, seconds after send.
         chunk_tokens: tokens in each content chunk (1 each unless re-tokenized).
-        output_tokens: completion tokens: server ``usage`` when sent; else ``max_tokens``
-            under ignore_eos (as bench_serving), else the content chunk count.
+        output_tokens: completion tokens the client received: the content chunks, or (text
+            kept) the model's tokenizer count of the streamed text, as bench_serving's
+            retokenized count; the server's ``usage`` is only compared with it.
         usage_completion_tokens: ``usage.completion_tokens`` as sent by the server.
         usage_prompt_tokens: ``usage.prompt_tokens`` as sent by the server.
         finish_reason: the server's ``finish_reason`` ("length", "stop"), if any.
@@ -58,6 +61,9 @@ class RequestRecord:
             start (None in a closed loop).
         queued_s: seconds it waited for a concurrency slot (or its conversation's
             previous turn) between its dispatch and its send.
+        written_s: when its bytes were written to the connection (after the slot wait
+            and the connect), seconds after the cell's start: where a server sees it
+            arrive (None: not written, or the httpx transport, which does not say).
     """
 
     index: int
@@ -82,6 +88,7 @@ class RequestRecord:
     text_chunks: tuple[str, ...] = field(default=(), repr=False)
     intended_s: float | None = None
     queued_s: float | None = None
+    written_s: float | None = None
 
     @property
     def end_s(self) -> float:

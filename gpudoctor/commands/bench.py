@@ -123,7 +123,9 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
     A cell is ok only when its requests succeeded: none succeeded, zero output
     tokens, or more failed than [limits] max_failed_fraction (0.01) records it
     FAILED with the server's first error; a warmup answered HTTP 4xx fails it at
-    once. Exit 3 when a cell of the run failed (--retry-failed reruns them).
+    once. Exit 3 when a cell of the run failed (--retry-failed reruns them),
+    crashed its server (named by the engine's own error line), was client-bound
+    (the load generator did not hold the schedule), or every cell was skipped.
     Ctrl-C / SIGTERM stop every server; run the same command again to resume.
     At the end, a table per cell: output tok/s, TTFT and TPOT p50/p99, errors.
 
@@ -219,24 +221,39 @@ def run(plan_path: Path, out: Path | None, dry_run: bool, no_validate: bool, res
         from gpudoctor.bench.results.summary_table import results_table
 
         click.echo(results_table(options.out, plan))
+        bound = f", {summary.client_bound} client-bound" if summary.client_bound else ""
         click.echo(
             f"{options.out}: {summary.total} cells: {summary.already_done} done before, "
-            f"{summary.ok} ok, {summary.failed} failed, {summary.crashed} crashed, "
-            f"{summary.skipped} skipped now; {summary.server_starts} server start(s). "
-            f"Next: gpudoctor bench report {options.out}"
+            f"{summary.ok} ok{bound}, {summary.failed} failed, "
+            f"{summary.crashed} crashed, {summary.skipped} skipped now; "
+            f"{summary.server_starts} server start(s). Next: gpudoctor bench report {options.out}"
         )
     for line in advice:  # said again under the table its cells are in (issue 47)
         click.echo(f"warning: {line}", err=True)
-    if failed:
-        for line in failed[:5]:
-            click.echo(f"gpudoctor: FAILED: {line}", err=True)
-        click.echo(
-            f"gpudoctor: {failed_count} cell(s) failed: their requests failed, their numbers "
-            f"are not results; fix the cause above, then: gpudoctor bench {plan_path} --out "
-            f"{options.out} --retry-failed",
-            err=True,
-        )
+    from gpudoctor.bench.launch.run_verdict import RunFacts, verdict_lines
+    from gpudoctor.bench.plan.quirks import default_local_path
+
+    facts = RunFacts(f"gpudoctor bench {plan_path} --out {options.out}",
+                     str(options.quirks_path or default_local_path()), tuple(failed),
+                     failed_count, tuple(crashed_cells(options.out)))  # fmt: skip
+    lines = verdict_lines(summary, facts)
+    for line in lines:
+        click.echo(line, err=True)
+    if lines:
         click.get_current_context().exit(ExitCode.FAILED)
+
+
+def crashed_cells(out: Path) -> list[str]:
+    """Return one line per crashed cell of the run directory ``out`` (``label c=N: why``)."""
+    from gpudoctor.bench.results.reader import ResultsError, read_run
+
+    try:
+        cells = list(read_run(out).cells)
+    except ResultsError:
+        return []
+    return [
+        f"{c.config} (TP{c.tp}) {c.load_label}: {c.reason}" for c in cells if c.status == "crashed"
+    ]
 
 
 def failed_cells(out: Path) -> tuple[list[str], int]:

@@ -223,6 +223,9 @@ def fix(ctx: click.Context, host_spec: str | None, ct: str | None, flavor: str,
             " --mode rules (or auto)"
         )
     fleet = bool(cluster or inventory_file)
+    from gpudoctor.commands.check import validate_lxcpath
+
+    validate_lxcpath(lxcpath, flavor, fleet)  # as check: absolute, plain LXC, one host
     if not dry_run and (not host_prep or fleet):  # the local backup copy: before any work
         require_writable_dir(Layout.from_env().client_backup_dir, "GPUDOCTOR_CLIENT_BACKUP_DIR")
     _check_device_paths(devices)

@@ -128,6 +128,8 @@ class FollowResult:
         """Return the one-line summary (``2 CTs looked at, 1 changed ...``)."""
         if self.unchanged_since_last:
             return "nothing changed: the host's devices are as the last follow left them"
+        if not self.cts:
+            return "no CT found on this node: nothing to follow (is --lxcpath right?)"
         if not self.changed:
             return (
                 f"nothing changed: the {len(self.cts)} CT(s) of this node have the host's devices"
@@ -151,6 +153,10 @@ def list_cts(host: Host, flavor: str, layout: Layout) -> tuple[str, ...]:
     is this one (``cat /etc/pve/.vmlist``; ``readlink /etc/pve/local``); plain LXC,
     ``lxc-ls -1 [-P LXCPATH]``. Raise ApplyError when they cannot be listed."""
     if flavor == LXC:
+        if layout.lxcpath and not host.run(["test", "-d", layout.lxcpath], timeout=15).ok:
+            # lxc-ls lists nothing for a directory that does not exist, and says nothing
+            raise ApplyError("missing", f"--lxcpath {layout.lxcpath}: no such directory on"
+                             " this host: no CT can be followed there")  # fmt: skip
         argv = ["lxc-ls", "-1", *(["-P", layout.lxcpath] if layout.lxcpath else [])]
         listed = host.run(argv, timeout=60)
         if not listed.ok:

@@ -24,9 +24,10 @@ nothing is appended after a ``[section]`` header and no marker comment is writte
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
-from gpudoctor.facts.nodes import a_kind, driver_name_for_major
+from gpudoctor.facts.nodes import a_kind, driver_name_for_major, family_of
 from gpudoctor.pve.audit import config_warnings, device_refusal, is_dynamic_major, stale_rules
 from gpudoctor.pve.config import LXC, Config, Kind, Line, classify, unified_diff
 from gpudoctor.pve.devn import (
@@ -213,7 +214,7 @@ def plan(config: Config, facts: HostFacts, options: PlanOptions) -> FixPlan:
     if ALIASES.get(options.mode, options.mode) == DEVN and parse_version(facts.pve_version) is None:
         build.warnings.append("Proxmox VE version unknown (pveversion): devN entries need >= 8.1")
     build.warnings.extend(config_warnings(config, entries))
-    wanted = _wanted_nodes(entries, facts, options, build)
+    wanted = _wanted_nodes(entries, facts, options, build, mode == RULES)
     cure = plan_hooks(facts, options.devices, mode == DEVN, config.flavor != LXC)
     build.warnings.extend(cure.warnings)
     for index, reason in cure.comment_out:
@@ -238,6 +239,10 @@ def plan(config: Config, facts: HostFacts, options: PlanOptions) -> FixPlan:
         else:
             build.warnings.append(f"stale rule `{rule_text}`: {why} (remove it with --prune)")
     nothing_to_pass = options.include_host_nvidia and not options.devices and not facts.nvidia
+    if build.edits:  # in the same write, never a write of its own (issue 45.7)
+        for index, line in entries.legacy:
+            build.comment(index, f"legacy `{line.text.strip()}` is ignored on cgroup v2 hosts"
+                          " (PVE >= 7) and rejected by PVE 9 (ct.device_rules)")  # fmt: skip
     new_config = config.edit(build.inserts, build.removes)
     return FixPlan(
         old_text=config.text,
@@ -291,14 +296,19 @@ def _plan_create(config: Config, entries: Entries, facts: HostFacts, build: _Bui
 
 
 def _wanted_nodes(
-    entries: Entries, facts: HostFacts, options: PlanOptions, build: _Builder
+    entries: Entries, facts: HostFacts, options: PlanOptions, build: _Builder, rules: bool
 ) -> list[HostNode]:
+    """Return the host nodes to pass: ``--device``'s and the host's NVIDIA nodes; in rules
+    mode, only :func:`check_needs`'s when the CT already passes check's node findings
+    (devN mode migrates every NVIDIA node it passes: the cure of ct.device_rules' WARN)."""
     requested = [(p, host_path(entries, p)) for p in options.devices]
     for asked, path in requested:
         why = device_refusal(asked, path, facts.node(path))
         if why:
             raise FixPlanError(why, "usage")
     found = [(p, p) for p in (facts.nvidia if options.include_host_nvidia else ())]
+    if rules and found and not requested and _check_passes(entries, facts):
+        found = [(p, q) for p, q in found if check_needs(p)]  # nothing unasked beyond them
     wanted = []
     for _, path in dict.fromkeys([*found, *requested]):
         node = facts.node(path)
@@ -309,6 +319,37 @@ def _wanted_nodes(
         elif node not in wanted:
             wanted.append(node)
     return wanted
+
+
+def check_needs(path: str) -> bool:
+    """Return True for a host NVIDIA node whose absence in a GPU CT is a finding of
+    ``device.nodes`` (a required node: nvidiactl, nvidia-uvm; a GPU node nvidiaN): the
+    nodes a CT needs. The others (/dev/nvidia-caps for MIG, nvidia-uvm-tools,
+    nvidia-modeset, NVSwitch and IMEX nodes) no check asks for: they are passed with the
+    rest when a CT needs a fix anyway, never alone (issue 45.6); ``--device`` asks for them."""
+    family = family_of(path)
+    if family is None:
+        return False
+    name = path.rpartition("/")[2]
+    return name in family.required or bool(
+        family.at_least_one and re.fullmatch(family.at_least_one, name)
+    )
+
+
+def _check_passes(entries: Entries, facts: HostFacts) -> bool:
+    """Return True when the config already passes every node ``device.nodes`` asks for
+    (:func:`check_needs`) and allows every char node it passes (``ct.device_rules``): then
+    no finding justifies passing the host's other NVIDIA nodes too (issue 45.6: a healthy
+    CT was planned /dev/nvidia-caps, and ``fix --yes`` would have restarted it for that)."""
+    chars = [c for n in facts.nodes if n.exists for c in n.char_nodes]
+    needed = [c for c in chars if check_needs(c.path)]
+    passed = [c for c in chars if _is_passed(entries, c)]
+    return (
+        bool(needed)
+        and len(passed) >= len(needed)
+        and all(c in passed for c in needed)
+        and (not _missing_rules(entries, facts, passed))
+    )
 
 
 def _passed_nodes(entries: Entries, facts: HostFacts) -> list[HostNode]:

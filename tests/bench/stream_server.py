@@ -13,7 +13,7 @@ the real tokenizer of ``--model`` (``tokenizer.json``); a prompt + ``max_tokens`
         [--max-model-len 2048] [--token-delay-ms 2] [--start-delay-s 0]
         [--exit-after-requests N] [--fail-start] [--max-running N] [--request-log PATH]
         [--hold-gpus TP] [--reject-status CODE] [--stream-nothing] [--fail-every N]
-        [--metrics-file PATH ...]
+        [--metrics-file PATH ...] [--refuse-max-model-len N]
 
 Faults a benchmark must not call a success (issue 31): ``--reject-status 422`` answers
 every completion request with that status and ``transformers serve``'s own message
@@ -23,6 +23,16 @@ every N-th completion request with HTTP 500.
 
 ``--metrics-file`` (repeatable) serves ``GET /metrics`` as vLLM or SGLang would: the
 first file to the first scrape, the next to the next, the last from then on.
+
+Streams that lie (issue 45.1), each claiming ``usage.completion_tokens = max_tokens``
+after ONE content token: ``--lie abort`` ends with ``finish_reason: "abort"`` (what vLLM
+and SGLang send for a request they aborted); ``--lie error-event`` sends
+``{"object": "error", "message": "CUDA out of memory...", "code": 500}`` (SGLang's
+unwrapped ErrorResponse, vLLM's before its ``error`` wrapper) and then a final chunk with
+``finish_reason: "length"``; ``--lie overclaim`` ends well (``length``) after one token.
+
+``--refuse-max-model-len N`` dies at start with vLLM's own traceback for a max_model_len
+over the model's (``_refuse_max_model_len``).
 
 ``--exit-after-requests N`` crashes the server (exit 3) when request N+1 arrives; its
 clients see their connections closed only once the process is dead (``_crash``).
@@ -78,7 +88,35 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reject-status", type=int, default=0, help="answer every request with it")
     p.add_argument("--stream-nothing", action="store_true", help="200 with no content token")
     p.add_argument("--fail-every", type=int, default=0, help="HTTP 500 for every N-th request")
+    p.add_argument("--lie", choices=("abort", "error-event", "overclaim"), default="",
+                   help="stream one token and lie about it (see the module docstring)")  # fmt: skip
+    p.add_argument("--refuse-max-model-len", type=int, default=0,
+                   help="die at start as vLLM 0.32.0 does for a max_model_len over the model's")  # fmt: skip
     return p
+
+
+def _refuse_max_model_len(wanted: int, derived: int) -> None:
+    """Die as ``vllm serve --max-model-len`` over the model's length does: vLLM 0.32.0's
+    ``vllm/config/model.py`` (``_get_and_verify_max_len``) raises this ValueError inside
+    ``ModelConfig``, a pydantic dataclass (``vllm/config/utils.py``'s ``@config``), so the
+    real pydantic wraps it in its ValidationError and Python prints the traceback (exit 1)."""
+    from pydantic.dataclasses import dataclass
+
+    msg = (f"User-specified max_model_len ({wanted}) is greater than the derived max_model_len "
+           f"(max_position_embeddings={derived} or model_max_length=None in model's config.json). "
+           "To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
+           "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution.")  # fmt: skip
+
+    @dataclass
+    class ModelConfig:
+        max_model_len: int
+
+        def __post_init__(self) -> None:
+            raise ValueError(msg)
+
+    print(f"(APIServer pid={os.getpid()}) INFO 12-07 05:00:00 [utils.py:253] non-default args: "
+          f"{{'max_model_len': {wanted}}}", flush=True)  # fmt: skip
+    ModelConfig(max_model_len=wanted)
 
 
 def _hold_gpus(tp: int) -> list[str]:
@@ -122,6 +160,8 @@ def main() -> None:
     if args.fail_start:
         print("stream_server: fatal: --fail-start given, refusing to start", flush=True)
         sys.exit(1)
+    if args.refuse_max_model_len:
+        _refuse_max_model_len(args.refuse_max_model_len, args.max_model_len)
     held = _hold_gpus(args.hold_gpus) if args.hold_gpus else []
     held_since = time.time()
     if held:
@@ -227,6 +267,9 @@ def main() -> None:
                 served["ids"] = served.get("ids", 0) + 1
                 request_id = f"cmpl-stub-{served['ids']}"
             base = {"id": request_id, "model": args.model, "created": int(time.time())}
+            if args.lie:
+                self._lie(chat, base, prompt_tokens, max_tokens)
+                return
             for i in range(max_tokens):
                 time.sleep(args.token_delay_ms / 1000)
                 piece = {"delta": {"content": " tok"}} if chat else {"text": " tok"}
@@ -236,6 +279,24 @@ def main() -> None:
                     chunk["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
                                       "total_tokens": prompt_tokens + max_tokens}  # fmt: skip
                 self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+
+        def _lie(self, chat: bool, base: dict, prompt_tokens: int, max_tokens: int) -> None:
+            piece = {"delta": {"content": " tok"}} if chat else {"text": " tok"}
+            events: list[dict] = [{**base, "choices": [{"index": 0, **piece}]}]
+            if args.lie == "error-event":
+                events.append({"object": "error", "message": "CUDA out of memory. Tried to "
+                               "allocate 2.00 GiB", "type": "InternalServerError", "code": 500})  # fmt: skip
+            empty = {"delta": {}} if chat else {"text": ""}
+            finish = "abort" if args.lie == "abort" else "length"
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
+                     "total_tokens": prompt_tokens + max_tokens}  # fmt: skip
+            events.append({**base, "choices": [{"index": 0, **empty, "finish_reason": finish}],
+                           "usage": usage})  # fmt: skip
+            for event in events:
+                time.sleep(args.token_delay_ms / 1000)
+                self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")
 

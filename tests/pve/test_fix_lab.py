@@ -40,6 +40,19 @@ def gpudoctor(args: list[str], env: dict[str, str]):
     return result
 
 
+def fix_lxc_yes(sshd, ct, tmp_path: Path) -> tuple[dict[str, str], list[str]]:
+    """Return the environment (backups and locks under ``tmp_path``) and the arguments of
+    ``fix --yes --json`` passing /dev/fakegpu into the plain LXC container ``ct``."""
+    env = {
+        "GPUDOCTOR_HOST_BACKUP_DIR": str(tmp_path / "host-backups"),
+        "GPUDOCTOR_CLIENT_BACKUP_DIR": str(tmp_path / "client-backups"),
+        "GPUDOCTOR_LOCK_DIR": str(tmp_path / "locks"),
+    }
+    args = [*ssh_args(sshd), "--ct", ct.name, "--flavor", "lxc", "--lxcpath", ct.lxcpath,
+            "--device", "/dev/fakegpu", "--yes", "--json"]  # fmt: skip
+    return env, args
+
+
 def mtime_ns(path: Path | str) -> int:
     return os.stat(path).st_mtime_ns
 
@@ -62,13 +75,7 @@ def test_lxc_flavor_fix_over_ssh_then_second_run_touches_nothing(
     assert "Operation not permitted" in opened_inside(ct)
     old_config = ct.config_path.read_bytes()
     old_pid = ct.init_pid()
-    env = {
-        "GPUDOCTOR_HOST_BACKUP_DIR": str(tmp_path / "host-backups"),
-        "GPUDOCTOR_CLIENT_BACKUP_DIR": str(tmp_path / "client-backups"),
-        "GPUDOCTOR_LOCK_DIR": str(tmp_path / "locks"),
-    }
-    args = [*ssh_args(lab_sshd), "--ct", ct.name, "--flavor", "lxc", "--lxcpath", ct.lxcpath,
-            "--device", "/dev/fakegpu", "--yes", "--json"]  # fmt: skip
+    env, args = fix_lxc_yes(lab_sshd, ct, tmp_path)
     result = gpudoctor(args, env)
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
@@ -113,6 +120,30 @@ def test_dry_run_shows_the_diff_and_changes_nothing(lab, lab_sshd, denied_contai
     )
     assert "dry run" in result.stdout
     assert ct.config_path.read_bytes() == before and ct.init_pid() == pid
+
+
+def test_a_ct_of_an_old_guide_is_cured_and_its_legacy_keys_commented_out(
+    lab, lab_sshd, lab_container, tmp_path
+) -> None:
+    """Issue 45.7: a CT configured with `lxc.cgroup.devices.allow` (cgroup v1) only: its
+    node fails with EPERM on cgroup v2 (as on the H200); fix adds the cgroup2 rule and
+    cured it, but left the legacy line check calls "rejected by PVE 9". It is commented
+    out, with its reason, in the same write; a second run has nothing to change."""
+    legacy = f"lxc.cgroup.devices.allow = c {lab.fake_gpu_major}:{lab.fake_gpu_minor} rwm"
+    ct = lab_container(devices={"/dev/fakegpu": str(lab.fake_gpu)}, extra_config=[legacy])
+    assert "Operation not permitted" in opened_inside(ct)
+    env, args = fix_lxc_yes(lab_sshd, ct, tmp_path)
+    result = gpudoctor(args, env)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["status"] == "applied", out
+    lines = ct.config_path.read_text().splitlines()
+    assert "#" + legacy in lines and legacy not in lines
+    [comment] = [e for e in out["edits"] if e["action"] == "comment"]
+    assert comment["line"] == legacy and "rejected by PVE 9" in comment["reason"]
+    assert opened_inside(ct) == "OK"
+    again = gpudoctor(args, env)
+    assert again.exit_code == 0 and json.loads(again.stdout)["status"] == "nothing_to_change"
 
 
 def test_unknown_host_key_is_refused_and_nothing_changes(

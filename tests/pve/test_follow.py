@@ -121,3 +121,51 @@ def test_cts_are_followed_and_reported_in_numeric_order(tmp_path) -> None:
     env = tree.env(GPUDOCTOR_PCT=stopped_pct(tmp_path))
     done = fix_in_process(["--follow-driver", "--dry-run", "--json"], env)
     assert [c["ct"] for c in json.loads(done.stdout)["cts"]] == ["99", "101", "1000"]
+
+
+def test_a_follow_on_an_lxcpath_that_does_not_exist_is_an_error(tmp_path) -> None:
+    """Issue 45.3: `fix --follow-driver --flavor lxc --lxcpath /does/not/exist` said
+    "nothing changed: the 0 CT(s) of this node have the host's devices", exit 0: a unit
+    installed with that typo would never do anything and never say so."""
+    env = {"GPUDOCTOR_LOCK_DIR": str(tmp_path / "own"),
+           "GPUDOCTOR_CLIENT_BACKUP_DIR": str(tmp_path / "copies")}  # fmt: skip
+    missing = str(tmp_path / "does" / "not" / "exist")
+    done = fix_in_process(
+        ["--follow-driver", "--flavor", "lxc", "--lxcpath", missing, "--yes"], env
+    )
+    assert done.exit_code == 1, done.output
+    assert f"--lxcpath {missing}: no such directory on this host" in done.output
+    empty = tmp_path / "empty"  # a directory with no CT: said in words, not "nothing changed"
+    empty.mkdir()
+    none = fix_in_process(
+        ["--follow-driver", "--flavor", "lxc", "--lxcpath", str(empty), "--yes"], env
+    )
+    assert none.exit_code == 0, none.output
+    assert "follow-driver: no CT found on this node: nothing to follow" in none.stdout
+
+
+@pytest.mark.parametrize("args", [["--ct", "web"], ["--follow-driver", "--yes"]])
+def test_a_relative_lxcpath_is_refused_as_check_refuses_it(tmp_path, args, monkeypatch) -> None:
+    """Issue 45.4: `fix --flavor lxc --lxcpath lxc` on a running CT wrote the config, said
+    "the CT is stopped" (the state was asked elsewhere) and exited 0; check refuses it."""
+    (tmp_path / "lxc" / "web").mkdir(parents=True)
+    config = tmp_path / "lxc" / "web" / "config"
+    config.write_text("lxc.uts.name = web\nlxc.mount.entry = /dev/null dev/fakegpu none bind\n")
+    before = config.read_bytes()
+    env = {"GPUDOCTOR_LOCK_DIR": str(tmp_path / "own"),
+           "GPUDOCTOR_CLIENT_BACKUP_DIR": str(tmp_path / "copies")}  # fmt: skip
+    monkeypatch.chdir(tmp_path)  # "lxc" names tmp_path/lxc from here
+    refused = fix_in_process([*args, "--flavor", "lxc", "--lxcpath", "lxc"], env)
+    assert refused.exit_code == 2, refused.output
+    assert "--lxcpath 'lxc': give an absolute directory" in refused.output
+    assert config.read_bytes() == before
+
+
+def test_an_lxcpath_for_a_proxmox_ct_is_refused_not_ignored(tmp_path) -> None:
+    """Beyond issue 45's list: `fix --ct 200 --lxcpath /srv/lxc` (Proxmox flavor) ignored
+    the path without a word and fixed /etc/pve's CT 200; check refuses the same line."""
+    env = {"GPUDOCTOR_LOCK_DIR": str(tmp_path / "own"),
+           "GPUDOCTOR_CLIENT_BACKUP_DIR": str(tmp_path / "copies")}  # fmt: skip
+    refused = fix_in_process(["--ct", "200", "--lxcpath", str(tmp_path), "--dry-run"], env)
+    assert refused.exit_code == 2, refused.output
+    assert "--lxcpath is for plain LXC containers: add --flavor lxc" in refused.output

@@ -230,8 +230,9 @@ def test_plain_lxc_containers_come_from_lxc_ls() -> None:
     node = Node(stdout="web\ndb\nweb\n")
     assert follow.list_cts(node, "lxc", Layout(lxcpath="/srv/lxc")) == ("db", "web")
     assert follow.list_cts(node, "lxc", Layout(lxcpath="")) == ("db", "web")
-    assert node.ran == [["lxc-ls", "-1", "-P", "/srv/lxc"], ["lxc-ls", "-1"]]
-    assert node.timeouts == [60, 60]  # a hung lxc-ls cannot hang the follow
+    assert node.ran == [["test", "-d", "/srv/lxc"], ["lxc-ls", "-1", "-P", "/srv/lxc"],
+                        ["lxc-ls", "-1"]]  # fmt: skip
+    assert node.timeouts == [15, 60, 60]  # a hung lxc-ls cannot hang the follow
     broken = Node(stderr="x" * 400 + "lxc-ls: permission denied\n")
     with pytest.raises(ApplyError) as failed:
         follow.list_cts(broken, "lxc", Layout(lxcpath=""))
@@ -241,13 +242,34 @@ def test_plain_lxc_containers_come_from_lxc_ls() -> None:
     )
 
 
+def test_an_lxcpath_that_is_no_directory_is_an_error_not_an_empty_node() -> None:
+    """Issue 45.3: ``lxc-ls -P /does/not/exist`` lists nothing and succeeds; the follow then
+    said "nothing changed: the 0 CT(s) of this node have the host's devices", exit 0."""
+    missing = Node(stderr="")
+    missing.run = lambda argv, timeout=30.0, input=None: (  # type: ignore[method-assign]
+        missing.ran.append(list(argv)) or CommandResult(tuple(argv), 1, "", "")
+    )
+    with pytest.raises(ApplyError) as failed:
+        follow.list_cts(missing, "lxc", Layout(lxcpath="/does/not/exist"))
+    assert failed.value.code == "missing" and missing.ran == [["test", "-d", "/does/not/exist"]]
+    assert str(failed.value) == (
+        "--lxcpath /does/not/exist: no such directory on this host: no CT can be followed there"
+    )
+
+
+def test_a_node_with_no_ct_says_so_in_words() -> None:
+    assert FollowResult((), 1).summary() == (
+        "no CT found on this node: nothing to follow (is --lxcpath right?)"
+    )
+
+
 def test_a_plain_lxc_node_is_followed_through_lxc_ls(tmp_path: Path) -> None:
     node = Node(stdout="web\n")  # its config is not there: nothing to follow
     layout = Layout(lxcpath="/srv/lxc", own_lock_dir=str(tmp_path / "own"),
                     client_backup_dir=str(tmp_path / "copies"))  # fmt: skip
     done = follow_driver(node, "lxc", layout)
     assert [(c.ct, c.status) for c in done.cts] == [("web", "no_devices")]
-    assert node.ran[0] == ["lxc-ls", "-1", "-P", "/srv/lxc"]
+    assert node.ran[:2] == [["test", "-d", "/srv/lxc"], ["lxc-ls", "-1", "-P", "/srv/lxc"]]
 
 
 def test_a_plain_lxc_containers_passed_nodes_are_watched(tmp_path: Path) -> None:

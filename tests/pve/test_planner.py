@@ -10,7 +10,7 @@ from gpudoctor.facts.procfs import parse_proc_devices
 from gpudoctor.pve.config import LXC, Kind, parse
 from gpudoctor.pve.entries import read_entries
 from gpudoctor.pve.facts import HostFacts, HostNode
-from gpudoctor.pve.planner import DEVN, FixPlanError, PlanOptions, plan
+from gpudoctor.pve.planner import DEVN, FixPlanError, PlanOptions, _check_passes, check_needs, plan
 from tests.pve.captures import DATA, h200_facts
 
 INCIDENT = """#LLM bench box
@@ -113,10 +113,13 @@ def test_legacy_cgroup_v1_lines_are_flagged_and_not_counted() -> None:
     assert "lxc.cgroup2.devices.allow: c 195:* rwm" in added(p)
     assert "lxc.cgroup2.devices.allow: c 238:* rwm" in added(p)
     lines = p.new_text.splitlines()
-    assert (
+    assert (  # the legacy lines are commented out in the same write (issue 45.7)
         lines.index("lxc.cgroup2.devices.allow: c 195:* rwm")
-        == lines.index("lxc.cgroup.devices.allow: c 243:* rwm") + 1
+        == lines.index("#lxc.cgroup.devices.allow: c 243:* rwm") + 1
     )
+    legacy = [ln.text for ln in cfg.lines if ln.key.startswith("lxc.cgroup.")]
+    assert [e.line for e in p.edits if e.action == "comment"] == legacy and len(legacy) == 2
+    assert all("#" + line in lines and line not in lines for line in legacy)
 
 
 def test_inline_comment_rule_still_counts_and_is_flagged() -> None:
@@ -240,12 +243,18 @@ def test_every_community_config_plans_and_replans_to_a_fixed_point(path: Path) -
     new_cfg = parse(first.new_text)
     assert new_cfg.lines[new_cfg.main_end :] == old_sections
     old_desc = [ln for ln in cfg.lines if ln.kind is Kind.DESCRIPTION]
-    assert [ln for ln in new_cfg.lines if ln.kind is Kind.DESCRIPTION] == old_desc
-    # every NVIDIA node of the host is passed and allowed read-write afterwards
+    commented = {"#" + e.line for e in first.edits if e.action == "comment"}  # legacy keys
+    new_desc = [ln for ln in new_cfg.lines if ln.kind is Kind.DESCRIPTION]
+    assert [ln for ln in new_desc if ln.text not in commented] == old_desc
+    # every NVIDIA node check asks for is passed and allowed read-write afterwards, and so
+    # is every other one when the CT needed a fix (a healthy CT is left alone: issue 45.6)
     entries = read_entries(new_cfg)
     for node in facts.nodes:
         for char in node.char_nodes:
-            assert entries.dev_for(char.path) or entries.covered(char.major, char.minor), char.path
+            if check_needs(char.path) or not _check_passes(read_entries(cfg), facts):
+                assert entries.dev_for(char.path) or entries.covered(char.major, char.minor), (
+                    char.path
+                )
 
 
 def test_new_rule_goes_after_a_trailing_deny_all_which_would_wipe_it() -> None:
@@ -295,7 +304,8 @@ def test_fuzz_any_config_plans_to_a_fixed_point(lines: list[str], prune: bool, m
     first = plan(cfg, facts, options)
     new = parse(first.new_text)
     assert new.lines[new.main_end :] == cfg.lines[cfg.main_end :]  # sections byte-identical
-    assert [ln for ln in new.lines if ln.kind is Kind.DESCRIPTION] == [
+    commented = {"#" + e.line for e in first.edits if e.action == "comment"}  # legacy keys
+    assert [ln for ln in new.lines if ln.kind is Kind.DESCRIPTION and ln.text not in commented] == [
         ln for ln in cfg.lines if ln.kind is Kind.DESCRIPTION
     ]
     again = plan(new, facts, options)
@@ -337,3 +347,81 @@ def test_prune_keeps_the_rule_of_a_passed_non_nvidia_device_with_a_dynamic_major
         "lxc.cgroup2.devices.allow: c 509:* rwm",
         "lxc.cgroup2.devices.allow: c 234:* rwm",
     ]
+
+
+# --- fix proposes only what a finding justifies (issue 45.6, 45.7) ----------------------
+
+FOUR_MOUNTS = "".join(
+    f"lxc.mount.entry = /dev/{n} dev/{n} none bind,optional,create=file\n"
+    for n in ("nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+)
+
+
+@pytest.mark.parametrize(
+    "rules",
+    ["lxc.cgroup2.devices.allow = a\n",
+     "lxc.cgroup2.devices.allow = c 195:* rwm\nlxc.cgroup2.devices.allow = c 238:* rwm\n"],
+)  # fmt: skip
+def test_a_ct_that_check_passes_gets_an_empty_plan(rules: str) -> None:
+    """On the H200 a CT with `allow = a` (or the two majors) and the four usual mounts runs
+    CUDA and check passes; fix planned "add /dev/nvidia-caps ... is not passed into the CT"
+    (exit 4) and `fix --yes` would have restarted it for that."""
+    cfg = parse("lxc.uts.name = gpu\n" + rules + FOUR_MOUNTS, LXC)
+    assert _check_passes(read_entries(cfg), h200_facts())
+    p = plan(cfg, h200_facts(), PlanOptions())
+    assert (p.changed, p.edits, p.diff, p.missing) == (False, (), "", ())
+    asked = plan(cfg, h200_facts(), PlanOptions(devices=("/dev/nvidia-caps",)))
+    assert any("/dev/nvidia-caps" in e.line for e in asked.edits)  # --device still passes it
+
+
+def test_a_ct_that_needs_a_fix_gets_every_node_of_the_host() -> None:
+    without_uvm = FOUR_MOUNTS.replace("/dev/nvidia-uvm dev/nvidia-uvm none", "/dev/null dev/x none")
+    cfg = parse("lxc.uts.name = gpu\nlxc.cgroup2.devices.allow = a\n" + without_uvm, LXC)
+    assert not _check_passes(read_entries(cfg), h200_facts())
+    p = plan(cfg, h200_facts(), PlanOptions())
+    lines = [e.line for e in p.edits]
+    assert any("/dev/nvidia-uvm dev/nvidia-uvm" in line for line in lines)
+    assert any("/dev/nvidia-caps" in line for line in lines)  # passed with the rest
+    unallowed = parse(
+        "lxc.uts.name = gpu\nlxc.cgroup2.devices.allow = c 195:* rwm\n" + FOUR_MOUNTS, LXC
+    )
+    assert not _check_passes(read_entries(unallowed), h200_facts())  # 238 not allowed
+    assert not _check_passes(read_entries(parse("lxc.uts.name = a\n", LXC)), h200_facts())
+    assert not _check_passes(read_entries(cfg), HostFacts(h200_facts().devices, (), (), None))
+
+
+@pytest.mark.parametrize(
+    ("path", "needed"),
+    [("/dev/nvidiactl", True), ("/dev/nvidia-uvm", True), ("/dev/nvidia0", True),
+     ("/dev/nvidia7", True), ("/dev/nvidia-uvm-tools", False), ("/dev/nvidia-modeset", False),
+     ("/dev/nvidia-caps", False), ("/dev/nvidia-caps/nvidia-cap1", False),
+     ("/dev/nvidia-nvswitch0", False), ("/dev/dri/card0", False), ("/dev/nvidia", False)],
+)  # fmt: skip
+def test_the_nodes_check_asks_for(path: str, needed: bool) -> None:
+    assert check_needs(path) is needed
+
+
+def test_legacy_keys_are_commented_out_in_the_same_write_only() -> None:
+    """Issue 45.7: fix cured a CT of an old guide (`lxc.cgroup.devices.allow` only) but
+    left the keys check calls "rejected by PVE 9"; they go, with the reason, in that write."""
+    mounts = FOUR_MOUNTS.replace("lxc.mount.entry = ", "lxc.mount.entry: ")
+    legacy = "lxc.cgroup.devices.allow: c 195:* rwm\nlxc.cgroup.devices.allow: c 238:* rwm\n"
+    p = plan(parse("arch: amd64\n" + legacy + mounts), h200_facts(), PlanOptions())
+    assert "lxc.cgroup2.devices.allow: c 195:* rwm" in [e.line for e in p.edits]
+    assert "#lxc.cgroup.devices.allow: c 195:* rwm\n#lxc.cgroup.devices.allow: c 238:* rwm\n" in (
+        p.new_text
+    )
+    assert "\nlxc.cgroup.devices.allow" not in p.new_text
+    comments = [e for e in p.edits if e.action == "comment"]
+    assert [c.line for c in comments] == legacy.splitlines()
+    assert comments[0].reason == (
+        "legacy `lxc.cgroup.devices.allow: c 195:* rwm` is ignored on cgroup v2 hosts (PVE >= 7)"
+        " and rejected by PVE 9 (ct.device_rules)"
+    )
+    assert f"comment out `{comments[0].line}`: {comments[0].reason}" in p.explanation
+    again = plan(parse(p.new_text), h200_facts(), PlanOptions())
+    assert not again.changed, again.diff
+    # nothing else to write: the legacy line stays (a warning), no write of its own
+    healthy = "arch: amd64\nlxc.cgroup2.devices.allow: a\nlxc.cgroup.devices.allow: a\n"
+    q = plan(parse(healthy + mounts), h200_facts(), PlanOptions())
+    assert not q.changed and any("legacy" in w for w in q.warnings)

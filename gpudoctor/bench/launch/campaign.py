@@ -50,6 +50,7 @@ from gpudoctor.bench.launch.steps import (
     model_problems,
     retried,
     run_id,
+    with_legacy_keys,
 )
 from gpudoctor.bench.plan import Cell, Plan, ServerConfig
 from gpudoctor.bench.plan import quirks as quirks_mod
@@ -134,8 +135,10 @@ class Campaign:
             preflight(f"config {config.label}")
             search_run.run(config, runnable, search)
         counts = self.writer.counts
-        return Summary(len(decisions), already, counts["ok"], counts["crashed"],
-                       counts["skipped"], servers.starts, failed=counts["failed"])  # fmt: skip
+        ok = counts["ok"] - counts["client_bound"]  # a client-bound cell is no result
+        return Summary(len(decisions), already, ok, counts["crashed"],
+                       counts["skipped"], servers.starts, failed=counts["failed"],
+                       client_bound=counts["client_bound"])  # fmt: skip
 
     def _plan_servers(
         self, decisions: list[Decision], runner: CellRunner, search_run: SearchRun
@@ -186,7 +189,7 @@ def run_campaign(plan: Plan, options: LaunchOptions, reporter: PlainReporter | N
     try:
         with campaign.rundir as rundir, _signals_raise():
             opened = rundir.open(plan.text, options.resume)
-            done = dict(opened.done)
+            done = with_legacy_keys(plan, opened.done) if opened.same_plan else dict(opened.done)
             if opened.dropped_bytes:
                 campaign.reporter.note(
                     f"cut off a torn last line ({opened.dropped_bytes} bytes) of results.jsonl"

@@ -19,6 +19,7 @@ from typing import Any
 from gpudoctor.bench.cell_spec import CellTarget
 from gpudoctor.bench.engines import Engine
 from gpudoctor.bench.launch import interrupts
+from gpudoctor.bench.launch.engine_error import with_engine_error
 from gpudoctor.bench.launch.live_state import LiveState
 from gpudoctor.bench.launch.outcome import cell_outcome
 from gpudoctor.bench.launch.progress import PlainReporter
@@ -163,8 +164,11 @@ class CellRunner:
             # (a server that answered, 4xx or 5xx, is alive: no wait for it)
             process.wait_exit(EXIT_GRACE_S)
         if not process.alive():
-            reason = f"server exited with code {process.returncode} during the cell"
-            self.record(cell, "crashed", reason=reason, server_log_tail=process.tail(), **common)
+            tail = process.tail()
+            reason = with_engine_error(
+                f"server exited with code {process.returncode} during the cell", tail
+            )
+            self.record(cell, "crashed", reason=reason, server_log_tail=tail, **common)
             return reason
         self.record(cell, **outcome, **common)
         return None

@@ -30,7 +30,8 @@ def serving(servers: ServerLifecycle, runner: CellRunner, config: ServerConfig,
                 cell, "crashed", reason=failed.reason, server=failed.facts,
                 server_log_tail=failed.tail,
             )  # fmt: skip
-        servers.record_crash(config, failed.reason)
+        if failed.exited:  # a server that only missed its readiness deadline is no quirk
+            servers.record_crash(config, failed.reason)
         yield failed
         return
     facts = server.facts

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.bench.plan import Limits
-from gpudoctor.bench.results.verdict import client_bound, judge, suspect
+from gpudoctor.bench.results.verdict import client_bound, judge, suspect, usage_overclaim
 
 
 def cell_outcome(measurement: dict[str, Any], limits: Limits) -> dict[str, Any]:
@@ -19,6 +19,9 @@ def cell_outcome(measurement: dict[str, Any], limits: Limits) -> dict[str, Any]:
     flags = {"client_bound": client_bound(measurement), "suspect": suspect(measurement)}
     flags = {k: v for k, v in flags.items() if v}
     notes = [verdict.reason] if verdict.reason else []
+    overclaim = usage_overclaim(measurement)
+    if overclaim:
+        notes.append(overclaim)
     notes += [f"{name.replace('_', '-')}: {why}" for name, why in flags.items()]
     return {"status": verdict.status, "reason": "; ".join(notes), "verdict": verdict.to_json(),
             **flags}  # fmt: skip

@@ -26,7 +26,7 @@ class RunWriter:
         self.rundir = rundir
         self.reporter = reporter
         self.done: dict[str, dict] = {}
-        self.counts = {"ok": 0, "failed": 0, "crashed": 0, "skipped": 0}
+        self.counts = {"ok": 0, "failed": 0, "crashed": 0, "skipped": 0, "client_bound": 0}
         self.stopping = threading.Event()  # set when interrupted: nothing more is recorded
         self._lock = threading.Lock()
 
@@ -40,6 +40,8 @@ class RunWriter:
             self.rundir.append(record)
             self.done[record["key"]] = record
             self.counts[status if status in self.counts else "skipped"] += 1
+            if status == "ok" and record.get("client_bound"):  # not a result (issue 45.9)
+                self.counts["client_bound"] += 1
         return True
 
     def append_result_line(self, line: dict[str, Any]) -> None:

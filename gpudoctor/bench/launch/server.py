@@ -31,6 +31,7 @@ from pathlib import Path
 
 from gpudoctor import fsio
 from gpudoctor.bench.launch import interrupts
+from gpudoctor.bench.launch.engine_error import with_engine_error
 
 TAG_VAR = "GPUDOCTOR_BENCH_TAG"
 _PR_SET_PDEATHSIG = 1
@@ -296,10 +297,9 @@ class ServerProcess:
             if pattern is not None:
                 self._scan_log(pattern)
             if not self.alive():
-                code = self.proc.returncode
-                raise ServerCrashed(
-                    f"server exited with code {code} during startup", self.tail(), code
-                )
+                code, tail = self.proc.returncode, self.tail()
+                reason = with_engine_error(f"server exited with code {code} during startup", tail)
+                raise ServerCrashed(reason, tail, code)
             if probe():
                 if pattern is not None:
                     self._scan_log(pattern, chunk=64 << 20)  # catch up with the log
@@ -307,7 +307,8 @@ class ServerProcess:
             if time.monotonic() > deadline:
                 tail = self.tail()
                 self.stop(grace_s=10)
-                raise ServerCrashed(f"server not ready after {timeout_s:.0f} s", tail, None)
+                reason = with_engine_error(f"server not ready after {timeout_s:.0f} s", tail)
+                raise ServerCrashed(reason, tail, None)
             time.sleep(interval_s)
 
     def wait_exit(self, timeout_s: float) -> None:

@@ -41,11 +41,13 @@ _PORT_TAKEN = re.compile(r"address already in use|Errno 98|EADDRINUSE", re.IGNOR
 class StartFailed(Exception):
     """A configuration's server did not become ready (after the port retry); it is stopped."""
 
-    def __init__(self, reason: str, facts: dict[str, Any], tail: list[str]) -> None:
+    def __init__(self, reason: str, facts: dict[str, Any], tail: list[str],
+                 exited: bool = True) -> None:  # fmt: skip
         super().__init__(reason)
         self.reason = reason
         self.facts = facts  # the last attempt's (argv, port, log...)
         self.tail = tail  # the last lines of its log
+        self.exited = exited  # False: it only missed its readiness deadline (not a crash)
 
 
 class ServerLifecycle:
@@ -90,7 +92,8 @@ class ServerLifecycle:
                         config.label, "port was taken meanwhile; retrying on another"
                     )
                     continue
-                raise StartFailed(f"server failed to start: {exc}", facts, exc.tail) from exc
+                raise StartFailed(f"server failed to start: {exc}", facts, exc.tail,
+                                  exc.returncode is not None) from exc  # fmt: skip
             except BaseException:
                 self.stop(server)
                 raise

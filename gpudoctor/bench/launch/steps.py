@@ -72,6 +72,7 @@ class Summary:
     server_starts: int
     stopped: str | None = None
     failed: int = 0  # cells whose requests failed (issue 31): ``bench run`` exits 3
+    client_bound: int = 0  # measured, not in ``ok``: the client did not hold the schedule (exit 3)
 
 
 @dataclass(frozen=True)
@@ -229,6 +230,27 @@ def validate_flags(plan: Plan, engine: Engine, help_cache: Path | None) -> str:
     return help_text
 
 
+def with_legacy_keys(plan: Plan, done: dict[str, dict]) -> dict[str, dict]:
+    """Return ``done`` (a run directory's records by key, written for this very plan) with
+    each record written under a cell's key of before issue 45 (its configuration's key
+    without the program) also found under the cell's key now: such a run resumes instead
+    of running every cell again. Only for the same plan: the old key does not name the
+    program, so another plan's record under it may be another program's."""
+    found = dict(done)
+    for cell in plan.cells():
+        legacy = plan.legacy_cell_key(cell)
+        if legacy is not None and legacy in done and cell.key not in done:
+            found[cell.key] = done[legacy]
+    return found
+
+
+def skip_reason(quirk: quirks_mod.Quirk) -> str:
+    """Return why a cell is skipped for ``quirk``: its id, the table it is in (gpudoctor's
+    shipped one, or the local file a crash was written to) and how to run it anyway."""
+    table = "the shipped quirks table" if quirk.source == "shipped" else quirk.source
+    return f"quirk {quirk.id} (in {table}; --retry-crashed runs it anyway): {quirk.reason}"
+
+
 def decide(
     plan: Plan, done: dict[str, dict], quirk_list: list, arch: str, version: str | None, retry: bool
 ) -> list[Decision]:
@@ -244,7 +266,7 @@ def decide(
             else quirks_mod.find_quirk(quirk_list, arch, plan.engine.name, version, cell.config)
         )
         if quirk:
-            out.append(Decision(cell, "skip", f"quirk {quirk.id}: {quirk.reason}"))
+            out.append(Decision(cell, "skip", skip_reason(quirk)))
         else:
             out.append(Decision(cell, "run"))
     return out

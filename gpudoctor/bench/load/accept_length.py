@@ -30,10 +30,16 @@ MAX_INFO_BYTES = 4 * 1024 * 1024  # a server_info body is a few KiB
 
 
 def from_records(records: Sequence[RequestRecord]) -> float | None:
-    """Return sum(output tokens) / sum(spec_verify_ct) over successful requests, or None."""
+    """Return sum(output tokens) / sum(spec_verify_ct) over successful requests, or None.
+    The tokens are the server's own count (``usage``, when it sent one) as its verify steps
+    are: SGLang's meta_info ratio; else the tokens that arrived."""
     rows = [r for r in records if r.ok and r.spec_verify_ct]
     steps = sum(r.spec_verify_ct or 0 for r in rows)
-    return sum(r.output_tokens for r in rows) / steps if steps else None
+    tokens = sum(
+        r.usage_completion_tokens if r.usage_completion_tokens is not None else r.output_tokens
+        for r in rows
+    )
+    return tokens / steps if steps else None
 
 
 def from_server_info(info: dict[str, Any]) -> float | None:

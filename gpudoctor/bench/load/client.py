@@ -90,8 +90,8 @@ REQUEST_ID_MAX = 128  # characters of the server's request id kept (a hostile on
 class _Stream:
     """Mutable per-request state while it streams (becomes a frozen RequestRecord)."""
 
-    __slots__ = ("chunk_times", "finish", "keep_text", "last_event", "max_chunks", "request_id",
-                 "spec_verify_ct", "text_left", "texts", "usage")  # fmt: skip
+    __slots__ = ("chunk_times", "done", "finish", "keep_text", "last_event", "max_chunks",
+                 "request_id", "spec_verify_ct", "text_left", "texts", "usage")  # fmt: skip
 
     def __init__(self, max_tokens: int = 1 << 30, keep_text: bool = False) -> None:
         self.chunk_times: list[float] = []
@@ -102,6 +102,7 @@ class _Stream:
         self.last_event: float | None = None
         self.usage: dict[str, Any] | None = None
         self.finish: str | None = None
+        self.done = False  # ``[DONE]`` arrived
         self.spec_verify_ct: int | None = None
         self.request_id: str | None = None
 
@@ -109,11 +110,12 @@ class _Stream:
         """Consume one ``data:`` payload; return an in-stream error message, else None."""
         self.last_event = now
         if payload == b"[DONE]":
+            self.done = True
             return None
         event = json.loads(payload)
-        error = event.get("error")
-        if error:
-            return error.get("message", str(error)) if isinstance(error, dict) else str(error)
+        error = stream_error(event)
+        if error is not None:
+            return error
         if self.request_id is None and isinstance(event.get("id"), str):
             self.request_id = event["id"][:REQUEST_ID_MAX]  # the server's id (OpenAI "id")
         choices = event.get("choices")
@@ -132,13 +134,54 @@ class _Stream:
                         raise TransportFailure("oversize", "streamed text over the cap")
                     self.texts.append(text)
             if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
+                self.finish = str(choice["finish_reason"])
         if event.get("usage"):
             self.usage = event["usage"]
         meta = event.get("meta_info")
         if isinstance(meta, dict) and "spec_verify_ct" in meta:
             self.spec_verify_ct = meta["spec_verify_ct"]
         return None
+
+
+# A request ends well only with one of these final finish reasons (OpenAI's API: "stop",
+# "length", "tool_calls", the older "function_call"; vLLM and SGLang send "abort" for a
+# request they aborted, vLLM "error" for one that failed inside the engine).
+GOOD_FINISH = frozenset({"stop", "length", "tool_calls", "function_call"})
+
+
+def stream_error(event: object) -> str | None:
+    """Return the message of an in-stream error event, in each shape the engines send, or
+    None when ``event`` is no error:
+
+    - ``{"error": {"message": ..., "type": ..., "code": ...}}``: OpenAI and TGI; vLLM
+      0.32.0 (``vllm/entrypoints/serve/engine/protocol.py``: ``ErrorResponse(error=
+      ErrorInfo(...))``, streamed by ``create_streaming_error_response``); SGLang 0.5.23
+      (``sglang/srt/entrypoints/openai/serving_base.py``: ``{"error": ErrorResponse}``);
+    - ``{"error": "message"}``: transformers 5.24.0 ``transformers serve``
+      (``transformers/cli/serving/completion.py``, ``chat_completion.py``);
+    - ``{"object": "error", "message": ..., "code": ...}``: the unwrapped ``ErrorResponse``
+      of SGLang 0.5.23 (``protocol.py``) and of vLLM before the ``error`` wrapper."""
+    if not isinstance(event, dict):
+        return None
+    error = event.get("error")
+    if error:
+        if isinstance(error, dict):
+            return str(error.get("message") or error)
+        return str(error)
+    if event.get("object") == "error":
+        return str(event.get("message") or event)
+    return None
+
+
+def stream_ending(stream: _Stream) -> tuple[str, str] | None:
+    """Return (kind, message) when a stream that sent content did not end as the API defines
+    success (a final ``finish_reason`` in :data:`GOOD_FINISH`), else None."""
+    if stream.finish is None:
+        cut = "" if stream.done else " and without [DONE]"
+        return "unfinished", f"the stream ended without a finish_reason{cut}"
+    if stream.finish not in GOOD_FINISH:
+        return "aborted", f"the stream ended with finish_reason {_one_line(stream.finish, 40)!r}"
+    return None
 
 
 def classify_status(status: int, body: str) -> str:
@@ -188,6 +231,7 @@ async def send_request(
     chat = options.api == "chat"
     stream = _Stream(prompt.output_len, options.keep_text)
     status: int | None = None
+    written: float | None = None
     kind: str | None = None
     message: str | None = None
     stream_errors: list[str] = []
@@ -215,7 +259,7 @@ async def send_request(
         else:
             result = await stream_post(options.url, body, on_event, options.timeout_s,
                                        deadline, options.caps)  # fmt: skip
-            status, error_body = result.status, result.error_body
+            status, error_body, written = result.status, result.error_body, result.written_at
         if status != 200:
             kind = classify_status(status, error_body)
             message = f"HTTP {status}: {_one_line(error_body)}"
@@ -230,6 +274,8 @@ async def send_request(
         kind = "context_overflow" if _CONTEXT_OVERFLOW.search(message) else "stream_error"
     if kind is None and not stream.chunk_times:
         kind, message = "empty", "the stream ended without any content token"
+    if kind is None:
+        kind, message = stream_ending(stream) or (None, None)
     wall = time.perf_counter() - start
     usage = stream.usage or {}
     completion = usage.get("completion_tokens")
@@ -244,7 +290,7 @@ async def send_request(
         wall_s=wall,
         chunk_times_s=tuple(t - start for t in stream.chunk_times),
         chunk_tokens=(1,) * len(stream.chunk_times),
-        output_tokens=_output_tokens(completion, options.ignore_eos, prompt, stream),
+        output_tokens=len(stream.chunk_times),  # what arrived; ``usage`` is only compared
         usage_completion_tokens=completion,
         usage_prompt_tokens=usage.get("prompt_tokens"),
         finish_reason=stream.finish,
@@ -254,6 +300,7 @@ async def send_request(
         error_kind=kind,
         error=message,
         text_chunks=tuple(stream.texts),
+        written_s=None if written is None else written - cell_t0,
     )
 
 
@@ -262,16 +309,6 @@ def not_sent(prompt: Prompt, index: int, cell_t0: float) -> RequestRecord:
     return RequestRecord(index=index, prompt_len=prompt.prompt_len, max_tokens=prompt.output_len,
                          send_s=time.perf_counter() - cell_t0, ok=False, wall_s=0.0,
                          error_kind="deadline", error="not sent: the cell's deadline passed")  # fmt: skip
-
-
-def _output_tokens(
-    completion: int | None, ignore_eos: bool, prompt: Prompt, stream: _Stream
-) -> int:
-    """Return the server's count; without ``usage``, max_tokens under ignore_eos (as
-    bench_serving) else the content chunks seen (a lower bound)."""
-    if completion is not None:
-        return int(completion)
-    return prompt.output_len if ignore_eos and stream.chunk_times else len(stream.chunk_times)
 
 
 async def _httpx_post(

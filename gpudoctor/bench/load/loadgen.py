@@ -54,7 +54,17 @@ def retokenize_chunks(record: RequestRecord, tokenizer: Any) -> RequestRecord:
     counts = tuple(
         max(len(tokenizer.encode(text, add_special_tokens=False)), 1) for text in record.text_chunks
     )
-    return replace(record, chunk_tokens=counts)
+    return replace(record, chunk_tokens=counts, output_tokens=sum(counts))
+
+
+def count_text_tokens(record: RequestRecord, tokenizer: Any) -> RequestRecord:
+    """Return ``record`` with its output tokens counted by the model's tokenizer on the
+    text that arrived (bench_serving's retokenized output length); unchanged when it failed
+    or kept no text."""
+    if not record.ok or not record.text_chunks:
+        return record
+    text = "".join(record.text_chunks)
+    return replace(record, output_tokens=len(tokenizer.encode(text, add_special_tokens=False)))
 
 
 def _trace_offsets(prompts: Sequence[Prompt]) -> list[float] | None:
@@ -241,6 +251,8 @@ def measure_cell(
     split_itl = bool(result["accept_length"]) and keep_text
     if split_itl:  # outside the timed loop: tokenizing costs CPU per chunk
         records = [retokenize_chunks(r, tokenizer) for r in records]
+    elif keep_text:  # the text arrived: count its tokens (a chunk may hold several)
+        records = [count_text_tokens(r, tokenizer) for r in records]
     metrics = compute_metrics(records, max(result["duration_s"], 1e-9), slo)
     metrics["itl_split_by_tokens"] = split_itl
     chunks = sum(len(r.chunk_times_s) for r in records)

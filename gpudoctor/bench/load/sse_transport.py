@@ -20,6 +20,7 @@ one that passed).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import ssl
 import time
@@ -75,6 +76,7 @@ class HttpResult:
 
     status: int
     error_body: str = ""
+    written_at: float | None = None  # perf_counter() when the request's bytes were written
 
 
 class _SseProtocol(asyncio.Protocol):
@@ -99,11 +101,13 @@ class _SseProtocol(asyncio.Protocol):
         self.error_body = b""
         self.last_read = time.perf_counter()
         self.watchdog: asyncio.TimerHandle | None = None
+        self.written_at: float | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        transport.write(self.request)
+        transport.write(self.request)  # on an idle socket: send() at once, as a server sees it
+        self.written_at = time.perf_counter()
 
     def _finish(self, result: HttpResult | BaseException) -> None:
         if not self.done.done():
@@ -292,7 +296,7 @@ async def stream_post(
     protocol.watchdog = loop.call_later(min(timeout_s, max(deadline.at - time.perf_counter(), 0)),
                                         _watch, protocol, timeout_s, deadline)  # fmt: skip
     try:
-        return await done
+        return dataclasses.replace(await done, written_at=protocol.written_at)
     finally:
         if protocol.watchdog is not None:
             protocol.watchdog.cancel()

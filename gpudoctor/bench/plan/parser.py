@@ -29,6 +29,7 @@ from gpudoctor.bench.plan_model import (
     PreflightSpec,
     ServerConfig,
     config_key,
+    program_identity,
 )
 
 try:  # Python 3.11+
@@ -528,6 +529,7 @@ def _expand_configs(
         raise r.error("configs", "expected one or more [[configs]] tables")
     out: list[ServerConfig] = []
     seen: dict[tuple[str, int], str] = {}
+    program = program_identity(engine)
     for i, cfg in enumerate(raw):
         path = f"configs[{i}]"
         r.check_keys(cfg, {"name", "args", "env", "tp", "concurrency", "request_rate", "sweep"},
@@ -566,7 +568,9 @@ def _expand_configs(
                 conc_src = cfg.get("concurrency", axis_conc)
                 conc_path = f"{path}.concurrency" if "concurrency" in cfg else "axes.concurrency"
                 concs = tuple(sorted(_concurrency_for(r, conc_src, conc_path, tp)))
-                key = config_key(engine.name, model, tp, resolved_args, resolved_env)
+                key = config_key(engine.name, model, tp, resolved_args, resolved_env, program)
+                legacy = (config_key(engine.name, model, tp, resolved_args, resolved_env)
+                          if program else "")  # fmt: skip
                 if (cname, tp) in seen:
                     raise r.error(f"{path}.name", f"configuration {cname}@tp{tp} appears twice")
                 twin = next((f"{n}@tp{t}" for (n, t), k in seen.items() if k == key), None)
@@ -575,7 +579,8 @@ def _expand_configs(
                         f"{path}.name", f"{cname}@tp{tp} is the same server configuration as {twin}"
                     )
                 seen[(cname, tp)] = key
-                out.append(ServerConfig(cname, tp, resolved_args, resolved_env, concs, key, rates))
+                out.append(ServerConfig(cname, tp, resolved_args, resolved_env, concs, key, rates,
+                                        legacy))  # fmt: skip
     return tuple(out)
 
 

@@ -157,26 +157,29 @@ def max_in_flight(records: Sequence[RequestRecord]) -> int:
 
 
 def token_truth(records: Sequence[RequestRecord], forced: bool) -> dict[str, int | None]:
-    """Return ``{"token_count_mismatches", "empty_replies"}`` (as inference-perf's
-    ``token_count_mismatches``): with a forced output length (``forced``: ignore_eos), the
-    successful replies whose output tokens (the server's ``usage``, else the content
-    chunks) differ from the ``max_tokens`` asked, else None; and the replies that
-    streamed no content token (HTTP 200, kind ``empty``)."""
-    mismatches = None
-    if forced:
-        mismatches = sum(
-            1
-            for r in records
-            if r.ok
-            and (
-                r.usage_completion_tokens
-                if r.usage_completion_tokens is not None
-                else sum(r.chunk_tokens or (1,) * len(r.chunk_times_s))
-            )
-            != r.max_tokens
-        )
+    """Return the output tokens' truth (issue 45.1): the client counts what arrived, the
+    server's ``usage`` is only compared with it.
+
+    Keys: ``token_count_mismatches``: successful replies whose ``usage.completion_tokens``
+    differs from the tokens the client received (None when no reply carried ``usage``);
+    ``usage_overclaims`` and ``usage_overclaimed_tokens``: the replies whose ``usage``
+    claims more than arrived, and by how many tokens in all; ``short_replies``: with a
+    forced output length (``forced``: ignore_eos), the successful replies that received
+    fewer or more tokens than the ``max_tokens`` asked (else None); ``empty_replies``: the
+    replies that streamed no content token (HTTP 200, kind ``empty``)."""
+    ok = [r for r in records if r.ok]
+    counted = [r for r in ok if r.usage_completion_tokens is not None]
+    over = [int(r.usage_completion_tokens or 0) - r.output_tokens for r in counted]
+    over = [n for n in over if n > 0]
     return {
-        "token_count_mismatches": mismatches,
+        "token_count_mismatches": (
+            sum(1 for r in counted if r.usage_completion_tokens != r.output_tokens)
+            if counted
+            else None
+        ),
+        "usage_overclaims": len(over),
+        "usage_overclaimed_tokens": sum(over),
+        "short_replies": sum(1 for r in ok if r.output_tokens != r.max_tokens) if forced else None,
         "empty_replies": sum(1 for r in records if r.error_kind == "empty"),
     }
 
@@ -184,18 +187,20 @@ def token_truth(records: Sequence[RequestRecord], forced: bool) -> dict[str, int
 def client_audit(
     records: Sequence[RequestRecord], duration_s: float, cpu_s: float
 ) -> dict[str, float | int | None]:
-    """Return the load generator's audit of its own pacing (issue 31, item 6).
+    """Return the load generator's audit of its own pacing (issue 31, item 6), measured
+    where the server sees each request: when its bytes were written (``written_s``; the
+    send stamp before the connect where the transport does not say), issue 45.9.
 
     Keys: ``target_rate`` (req/s the arrival schedule asked: requests - 1 over the
     schedule's span; None in a closed loop), ``achieved_rate`` (req/s actually sent:
-    requests - 1 over the span of the real sends), ``rate_ratio`` (the schedule's span /
-    the span of the pacer's dispatches: 1.0 = on time; below 1 the client fell behind;
-    waits for a concurrency slot are not counted here), ``schedule_delay_ms_{p50,p99,max}``
-    (actual send - intended send, minus the wait for a slot: the pacer's and event loop's
-    lag), ``slot_wait_ms_p99`` (waits for a concurrency slot: client-side queueing that
-    a latency figure would otherwise hide), ``cpu_busy`` (the client's CPU seconds / the
-    cell's wall time: near 1.0 the client, not the server, is the limit)."""
-    sent = sorted((r for r in records if r.wall_s), key=lambda r: r.send_s)
+    requests - 1 over the span of the writes), ``rate_ratio`` (the schedule's span / the
+    writes' span: 1.0 = on time; below 1 the client fell behind),
+    ``schedule_delay_ms_{p50,p99,max}`` (write - intended send: every wait counts, the
+    pacer's and event loop's lag, a concurrency slot, the connect), ``slot_wait_ms_p99``
+    (the waits for a concurrency slot alone: client-side queueing that a latency figure
+    would otherwise hide), ``cpu_busy`` (the client's CPU seconds / the cell's wall time:
+    near 1.0 the client, not the server, is the limit)."""
+    sent = sorted((r for r in records if r.wall_s), key=_written)
     paced = [r for r in sent if r.intended_s is not None]
     out: dict[str, float | int | None] = {
         "target_rate": None,
@@ -207,22 +212,27 @@ def client_audit(
         "slot_wait_ms_p99": None,
         "cpu_busy": cpu_s / duration_s if duration_s > 0 else None,
     }
-    if len(sent) >= 2 and sent[-1].send_s > sent[0].send_s:
-        out["achieved_rate"] = (len(sent) - 1) / (sent[-1].send_s - sent[0].send_s)
+    if len(sent) >= 2 and _written(sent[-1]) > _written(sent[0]):
+        out["achieved_rate"] = (len(sent) - 1) / (_written(sent[-1]) - _written(sent[0]))
     if not paced:  # a closed loop queues every request for a slot by design
         return out
     waits = [r.queued_s for r in paced if r.queued_s is not None]
     if waits:
         out["slot_wait_ms_p99"] = percentile(waits, 99) * 1000
-    delays = [max(r.send_s - r.intended_s - (r.queued_s or 0.0), 0.0) for r in paced]  # type: ignore[operator]
+    delays = [max(_written(r) - r.intended_s, 0.0) for r in paced]  # type: ignore[operator]
     out["schedule_delay_ms_p50"] = percentile(delays, 50) * 1000
     out["schedule_delay_ms_p99"] = percentile(delays, 99) * 1000
     out["schedule_delay_ms_max"] = max(delays) * 1000
     planned = [r.intended_s for r in paced]
     span = max(planned) - min(planned)  # type: ignore[type-var,operator]
-    dispatched = [r.send_s - (r.queued_s or 0.0) for r in paced]
-    real = max(dispatched) - min(dispatched)
+    writes = [_written(r) for r in paced]
+    real = max(writes) - min(writes)
     if span > 0 and len(paced) >= 2:
         out["target_rate"] = (len(paced) - 1) / span
         out["rate_ratio"] = span / real if real > 0 else None
     return out
+
+
+def _written(record: RequestRecord) -> float:
+    """Return when the server could first see ``record``: its bytes' write, else its send."""
+    return record.written_s if record.written_s is not None else record.send_s

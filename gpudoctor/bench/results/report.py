@@ -87,8 +87,12 @@ def cell_text(cell: CellResult | None) -> str:
     )
     failed = cell.failed_requests()
     metrics = (cell.measurement or {}).get("metrics") or {}
+    sent = ((cell.measurement or {}).get("client") or {}).get("audit") or {}
+    sent = sent.get("achieved_rate") if cell.request_rate is not None else None
+    if isinstance(sent, (int, float)):  # the rate actually sent, beside the column's asked one
+        text += f" · sent {sent:.4g} req/s"
     marks = [f"⚠ {failed} failed" if failed else "",
-             f"⚠ {metrics['token_count_mismatches']} wrong length"
+             f"⚠ {metrics['token_count_mismatches']} usage mismatch"
              if metrics.get("token_count_mismatches") else "",
              "⚠ suspect" if cell.flag("suspect") else "",
              "⚠ client-bound" if cell.flag("client_bound") else ""]  # fmt: skip

@@ -77,6 +77,8 @@ class Opened:
         dropped_bytes: bytes of a torn last line that were cut off.
         corrupt_lines: line numbers of results.jsonl that were not JSON (skipped).
         archived: where earlier files were moved (``--no-resume``), or None.
+        same_plan: True when the directory's plan.toml was this very plan (its records
+            then hold this plan's cells, whatever form their keys have).
     """
 
     resumed: bool
@@ -84,6 +86,7 @@ class Opened:
     dropped_bytes: int = 0
     archived: str | None = None
     corrupt_lines: tuple[int, ...] = ()
+    same_plan: bool = False
 
 
 def check_run_dir(path: Path, option: str = "--out", create: bool = False) -> bool:
@@ -294,7 +297,8 @@ class RunDir:
         if old_plan != plan_text or archived is not None:  # archived: plan.toml moved too
             write_atomic(plan_file, plan_text)
         return Opened(resumed=bool(done), done=done, dropped_bytes=scan.dropped_bytes,
-                      archived=archived, corrupt_lines=scan.corrupt_lines)  # fmt: skip
+                      archived=archived, corrupt_lines=scan.corrupt_lines,
+                      same_plan=old_plan == plan_text and archived is None)  # fmt: skip
 
     def _archive(self) -> str:
         """Move every file of the earlier launches (:data:`ARCHIVED`) into a new

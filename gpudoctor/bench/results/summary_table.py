@@ -47,7 +47,7 @@ def row(cell: CellResult) -> tuple[str, ...]:
     metrics = measurement.get("metrics") or {}
     wrong = metrics.get("token_count_mismatches")
     if wrong:
-        errors += f" ({wrong} wrong length)"
+        errors += f" ({wrong} usage mismatch)"
     return (*head, *(_num(cell.value(m), d) for m, d in _METRICS), errors)
 
 
@@ -83,6 +83,19 @@ def group_row(group: RepeatGroup) -> tuple[str, ...]:
         else f"{tput.rel_std:.1%}"
     )
     return (*head, *means, str(failed), str(len(group.measured)), rel)
+
+
+def reason_lines(cells: list[CellResult]) -> list[str]:
+    """Return why the cells that did not run or crashed did so: one line per configuration,
+    status and reason (``why long (TP1) c=1, c=2 crashed: server exited ... ValueError: ...``),
+    in the order the cells come. Failed cells are named on stderr with their errors."""
+    grouped: dict[tuple[str, str, str, str], list[str]] = {}
+    for cell in cells:
+        if cell.status in ("crashed", "skipped") and cell.reason:
+            key = (cell.config, str(cell.tp), cell.status, cell.reason)
+            grouped.setdefault(key, []).append(cell.load_label)
+    return [f"why {config} (TP{tp}) {', '.join(loads)} {status}: {reason}"
+            for (config, tp, status, reason), loads in grouped.items()]  # fmt: skip
 
 
 def search_lines(searches: tuple[SearchLine, ...] | list[SearchLine]) -> list[str]:
@@ -127,7 +140,8 @@ def results_table(run_dir: Path, plan: Plan | None = None) -> str:
     extra, values, notes = table_columns([g.first for g in groups])
     header = (*header, *extra)
     rows = [(*r, *v) for r, v in zip(rows, values, strict=True)]
-    return "\n".join([title, format_table(header, rows), *notes, *search_lines(run.searches)])
+    return "\n".join([title, format_table(header, rows), *notes, *reason_lines(cells),
+                      *search_lines(run.searches)])  # fmt: skip
 
 
 def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:

@@ -116,6 +116,8 @@ def client_bound(measurement: Mapping[str, Any]) -> str | None:
     rate below 0.95 of its schedule, or its schedule delay p99 over 10 ms); None when
     it held its schedule or the cell was a closed loop."""
     audit = _table(_table(measurement.get("client")).get("audit"))
+    if audit.get("target_rate") is None:  # no schedule to hold: a closed loop, an infinite rate
+        return None
     ratio, p99 = audit.get("rate_ratio"), audit.get("schedule_delay_ms_p99")
     achieved = audit.get("achieved_rate")
     reasons = []
@@ -124,7 +126,24 @@ def client_bound(measurement: Mapping[str, Any]) -> str | None:
         reasons.append(f"sent {sent}, {ratio:.2f} of the schedule's rate")
     if isinstance(p99, (int, float)) and p99 > CLIENT_DELAY_P99_MS:
         reasons.append(f"schedule delay p99 {p99:.1f} ms")
+        slot = audit.get("slot_wait_ms_p99")
+        if isinstance(slot, (int, float)) and slot > CLIENT_DELAY_P99_MS:
+            reasons.append(
+                f"waits for a concurrency slot p99 {slot:.1f} ms (the cap, not the server)"
+            )
     return "; ".join(reasons) or None
+
+
+def usage_overclaim(measurement: Mapping[str, Any]) -> str | None:
+    """Return one line when the server's ``usage`` claimed more output tokens than its
+    replies streamed (``metrics.usage_overclaims``; the cell's numbers count what
+    arrived), else None."""
+    metrics = _table(measurement.get("metrics"))
+    replies, tokens = metrics.get("usage_overclaims"), metrics.get("usage_overclaimed_tokens")
+    if not isinstance(replies, int) or replies <= 0:
+        return None
+    return (f"the server's usage claims {tokens} output tokens more than it streamed in"
+            f" {replies} replies (the numbers count the tokens that arrived)")  # fmt: skip
 
 
 def suspect(measurement: Mapping[str, Any]) -> str | None:

@@ -185,9 +185,8 @@ def test_a_quirked_configuration_is_skipped_until_retry_crashed(tmp_path: Path) 
     summary, _ = _run(plan, tmp_path, RecordedMeasure([measurement(4)] * 2))
     assert (summary.ok, summary.skipped, summary.server_starts) == (2, 2, 1)
     skipped = [r for r in _records(tmp_path) if r["status"] == "skipped"]
-    assert [(r["config"], r["reason"], r["retryable"]) for r in skipped] == [
-        ("b", "quirk b-hangs: hangs", True)
-    ] * 2
+    why = f"quirk b-hangs (in {tmp_path / 'quirks.toml'}; --retry-crashed runs it anyway): hangs"
+    assert [(r["config"], r["reason"], r["retryable"]) for r in skipped] == [("b", why, True)] * 2
     measure = RecordedMeasure([measurement(4)] * 2)
     summary, _ = _run(plan, tmp_path, measure, retry_crashed=True)
     assert (summary.already_done, summary.ok, summary.server_starts) == (2, 2, 1)

@@ -67,7 +67,13 @@ def test_a_measured_cell_is_one_ok_record_with_every_field(launch: Launch) -> No
     assert 0 <= record["timings"]["measure_s"] <= record["timings"]["cell_s"]
     assert record["clamp"]["clamped"] is False and record["clamp"]["max_context"] == 4096
     assert "request_rate" not in record and "repeat" not in record
-    assert launch.writer.counts == {"ok": 1, "failed": 0, "crashed": 0, "skipped": 0}
+    assert launch.writer.counts == {
+        "ok": 1,
+        "failed": 0,
+        "crashed": 0,
+        "skipped": 0,
+        "client_bound": 0,
+    }
     measuring, done = launch.shown.getvalue().splitlines()[-2:]
     assert measuring == "bench: a@tp1 concurrency 2: measuring"
     assert done.startswith("bench: a@tp1 concurrency 2: ok [1/2 done: 1 ok, 0 failed, ")
@@ -216,7 +222,10 @@ def test_a_server_found_dead_after_the_cell_makes_it_crashed(launch: Launch) -> 
     )
     measure = RecordedMeasure([measurement(4)])
     reason = launch.runner(measure).run(launch.plan.cells()[0], server)
-    assert reason == "server exited with code 3 during the cell"
+    # the engine's own last error line is in the reason (issue 45.8)
+    assert (
+        reason == "server exited with code 3 during the cell: CUDA error: an illegal memory access"
+    )
     [record] = launch.records()
     assert record["status"] == "crashed" and record["reason"] == reason
     assert record["server_log_tail"][-1] == "CUDA error: an illegal memory access"
@@ -256,7 +265,7 @@ def test_nothing_is_recorded_once_the_launch_is_stopping(launch: Launch) -> None
     assert runner.run(launch.plan.cells()[1], _external(launch)) is None
     runner.record(launch.plan.cells()[0], "skipped", reason="x")
     assert launch.records() == [] and launch.writer.counts == dict.fromkeys(
-        ("ok", "failed", "crashed", "skipped"), 0
+        ("ok", "failed", "crashed", "skipped", "client_bound"), 0
     )
     assert launch.shown.getvalue().splitlines()[-1].endswith("concurrency 2: measuring")
 

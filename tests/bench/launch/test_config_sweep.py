@@ -7,6 +7,7 @@ configuration's preflight before its own server. The load generator is
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -72,20 +73,39 @@ def test_a_server_that_cannot_start_crashes_each_cell_and_is_quirked(tmp_path: P
         measure = RecordedMeasure([])
         servers = launch.servers()
         with serving(servers, launch.runner(measure), plan.configs[0], plan.cells()) as got:
-            assert isinstance(got, StartFailed)
+            assert isinstance(got, StartFailed) and got.exited
         [quirk] = [q for q in load_quirks(launch.quirks) if q.source != "shipped"]
         assert quirk.reason == got.reason and quirk.arch == "cpu"
         assert len(launch.records()) == 2
         serve_and_sweep(servers, launch.runner(measure), plan.configs[0], plan.cells())
         assert measure.calls == []
         records = launch.records()
-        reason = "server failed to start: server exited with code 1 during startup"
+        reason = (
+            "server failed to start: server exited with code 1 during startup: fatal: out of memory"
+        )
         assert [(r["concurrency"], r["status"], r["reason"]) for r in records] == [
             (1, "crashed", reason), (2, "crashed", reason)
         ] * 2  # fmt: skip
         assert records[0]["server_log_tail"][-1] == "fatal: out of memory"
         assert records[0]["server"]["argv"][:2] == ["/bin/sh", "-c"]
         assert launch.writer.counts["crashed"] == 4
+
+
+def test_a_server_that_only_missed_its_readiness_deadline_is_no_crash_quirk(
+    tmp_path: Path,
+) -> None:
+    """Issue 45.2: a slow start was written down as a crash quirk (skipped forever after)."""
+    command = ["/bin/sh", "-c", "echo 'ERROR still loading'; exec sleep 60", "{port}"]
+    plan = write_plan(tmp_path, configs("a"), command)
+    plan = dataclasses.replace(plan, engine=dataclasses.replace(plan.engine, startup_timeout_s=0.3))
+    with open_launch(tmp_path, plan) as launch:
+        servers = launch.servers()
+        runner = launch.runner(RecordedMeasure([]))
+        with serving(servers, runner, plan.configs[0], plan.cells()) as got:
+            assert isinstance(got, StartFailed) and not got.exited
+        assert got.reason == "server failed to start: server not ready after 0 s: still loading"
+        assert [r["status"] for r in launch.records()] == ["crashed", "crashed"]
+        assert not launch.quirks.exists()
 
 
 def test_a_server_dying_in_a_cell_skips_the_rest_of_its_sweep(tmp_path: Path) -> None:

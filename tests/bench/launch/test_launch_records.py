@@ -47,14 +47,42 @@ def test_the_writer_appends_each_record_once_and_counts_this_launchs_cells(
                             ("k5", "ok"), ("k6", "not-run")):  # fmt: skip
             assert writer.append_cell({"key": key, "status": status}) is True
         writer.append_result_line({"key": "search-1", "record": "search"})
-        assert writer.counts == {"ok": 2, "failed": 1, "crashed": 1, "skipped": 2}
-        assert set(writer.done) == {"k1", "k2", "k3", "k4", "k5", "k6", "search-1"}
+        assert writer.counts == {
+            "ok": 2,
+            "failed": 1,
+            "crashed": 1,
+            "skipped": 2,
+            "client_bound": 0,
+        }
+        # a client-bound ok cell is counted apart (issue 45.9); a flag on another status not
+        assert writer.append_cell({"key": "k8", "status": "ok", "client_bound": "late"})
+        assert writer.append_cell({"key": "k9", "status": "failed", "client_bound": "late"})
+        assert writer.append_cell({"key": "k10", "status": "ok", "client_bound": ""})
+        assert writer.counts == {
+            "ok": 4,
+            "failed": 2,
+            "crashed": 1,
+            "skipped": 2,
+            "client_bound": 1,
+        }
+        assert set(writer.done) == {
+            "k1",
+            "k2",
+            "k3",
+            "k4",
+            "k5",
+            "k6",
+            "k8",
+            "k9",
+            "k10",
+            "search-1",
+        }
         assert writer.done["k2"] == {"key": "k2", "status": "failed"}
         writer.stopping.set()  # interrupted: the cell that was cut short is not finished
         assert writer.append_cell({"key": "k7", "status": "ok"}) is False
-        assert "k7" not in writer.done and writer.counts["ok"] == 2
+        assert "k7" not in writer.done and writer.counts["ok"] == 4
     keys = [r["key"] for r in read_records(tmp_path / "run" / "results.jsonl")[0]]
-    assert keys == ["k1", "k2", "k3", "k4", "k5", "k6", "search-1"]
+    assert keys == ["k1", "k2", "k3", "k4", "k5", "k6", "search-1", "k8", "k9", "k10"]
 
 
 def test_servers_and_gpus_out_go_to_their_own_files_and_a_gpu_out_is_told(
@@ -199,7 +227,7 @@ def test_a_cell_whose_requests_failed_is_failed_with_why() -> None:
 
 
 def test_the_client_bound_and_suspect_flags_are_noted_beside_the_status() -> None:
-    m = _measurement(10, {}, client={"audit": {"rate_ratio": 0.5, "achieved_rate": 5.0}},
+    m = _measurement(10, {}, client={"audit": {"rate_ratio": 0.5, "achieved_rate": 5.0, "target_rate": 10.0}},
                      telemetry={"xids": [{"xid": 79, "gpu": 0, "t": 1.5}]})  # fmt: skip
     out = cell_outcome(m, Limits())
     assert out["status"] == "ok"
@@ -210,6 +238,20 @@ def test_the_client_bound_and_suspect_flags_are_noted_beside_the_status() -> Non
     failed = cell_outcome(_measurement(0, {"reset": 2}, telemetry={"xids": [13]}), Limits())
     assert failed["reason"] == "all 2 requests failed (reset 2); suspect: Xid 13 during the cell"
     assert "client_bound" not in failed
+
+
+def test_a_servers_usage_overclaim_is_named_after_the_tolerated_failures() -> None:
+    """Issue 45.1: a server claiming more tokens than it streamed is named in the reason."""
+    m = _measurement(99, {"timeout": 1})
+    m["metrics"].update(usage_overclaims=2, usage_overclaimed_tokens=14)
+    out = cell_outcome(m, Limits(max_failed_fraction=0.05))
+    assert out["status"] == "ok" and out["reason"] == (
+        "1 of 100 requests failed (timeout 1); the server's usage claims 14 output tokens more"
+        " than it streamed in 2 replies (the numbers count the tokens that arrived)"
+    )
+    alone = _measurement(10, {})
+    alone["metrics"]["usage_overclaims"] = 1
+    assert cell_outcome(alone, Limits())["reason"].startswith("the server's usage claims")
 
 
 # --- Ctrl-C never lost ------------------------------------------------------------------

@@ -25,7 +25,9 @@ from gpudoctor.bench.launch.steps import (
     model_problems,
     retried,
     run_id,
+    skip_reason,
     validate_flags,
+    with_legacy_keys,
 )
 from gpudoctor.bench.plan import Limits, Plan, ServerConfig, load_plan
 from gpudoctor.bench.plan.quirks import Quirk
@@ -380,7 +382,12 @@ def test_each_cell_is_done_skipped_by_a_quirk_or_run_in_plan_order(tmp_path: Pat
     assert decisions == [
         Decision(cells[0], "done", "ok"),
         Decision(cells[1], "run"),
-        Decision(cells[2], "skip", "quirk q1: hangs at start"),
+        Decision(
+            cells[2],
+            "skip",
+            "quirk q1 (in the shipped quirks table; --retry-crashed"
+            " runs it anyway): hangs at start",
+        ),
         Decision(cells[3], "done", ""),
     ]
     assert [(c.config.label, c.concurrency) for c in cells] == [
@@ -396,3 +403,32 @@ def test_each_cell_is_done_skipped_by_a_quirk_or_run_in_plan_order(tmp_path: Pat
     old = Quirk("q3", "*", "*", "v0*", (), "fixed in v1")
     assert [d.action for d in decide(plan, {}, [old], "cpu", "v1", False)] == ["run"] * 4
     assert [d.action for d in decide(plan, {}, [old], "cpu", "v0.9", False)] == ["skip"] * 4
+
+
+def test_a_skip_names_the_quirks_table_and_how_to_run_it_anyway() -> None:
+    """Issue 45.2: a skipped cell said only "quirk crash-...": not where that quirk lives
+    (a local file that outlives the run) nor how to run the cell anyway."""
+    local = Quirk("crash-abc", "cpu", "command", "*", (), "server exited", "/home/u/q.toml")
+    assert skip_reason(local) == (
+        "quirk crash-abc (in /home/u/q.toml; --retry-crashed runs it anyway): server exited"
+    )
+    assert skip_reason(_quirk()) == (
+        "quirk q1 (in the shipped quirks table; --retry-crashed runs it anyway): hangs at start"
+    )
+
+
+def test_a_run_of_before_the_program_key_resumes_for_the_same_plan_only(tmp_path: Path) -> None:
+    """Issue 45.2: a ``command`` plan's keys now name its program; the records a run wrote
+    under the old keys are found under the new ones (the same plan only)."""
+    _program(tmp_path / "server", HELP)
+    plan = _plan(tmp_path, '[[configs]]\nname = "a"\nargs = { threads = 2 }\n')
+    cells = plan.cells()
+    legacy = [plan.legacy_cell_key(c) for c in cells]
+    assert all(legacy) and not {c.key for c in cells} & set(legacy)
+    assert cells[0].config.legacy_key and cells[0].config.legacy_key != cells[0].config.key
+    old = {legacy[0]: {"key": legacy[0], "status": "ok"}, "other": {"status": "ok"}}
+    found = with_legacy_keys(plan, old)
+    assert found == {**old, cells[0].key: old[legacy[0]]}
+    assert [d.action for d in decide(plan, found, [], "cpu", "v1", False)] == ["done", "run"]
+    newer = {cells[0].key: {"status": "crashed"}, legacy[0]: {"status": "ok"}}
+    assert with_legacy_keys(plan, newer)[cells[0].key] == {"status": "crashed"}  # new form wins

@@ -259,7 +259,9 @@ def test_dry_run_lists_cells_skips_and_commands(
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert [c["action"] for c in result["cells"]] == ["run"] * 3 + ["skip"] * 3
-    assert result["cells"][3]["reason"] == "quirk slow-b: known slow"
+    assert result["cells"][3]["reason"] == (
+        f"quirk slow-b (in {local_quirks}; --retry-crashed runs it anyway): known slow"
+    )
     assert result["configs"][1]["command"][-2:] == ["--token-delay-ms", "7"]
     human = _cli(str(plan_path), "--dry-run", "--out", str(tmp_path / "none"))
     assert "--port <free> --token-delay-ms 7" in human.stdout and "skip" in human.stdout

@@ -317,6 +317,18 @@ def test_a_server_that_exits_during_startup_says_its_code_and_last_lines(
     assert not server.alive() and server.returncode == 3
 
 
+def test_a_crashed_start_is_named_by_the_engines_own_error_line(
+    log: Path, tag: str, started: list[ServerProcess]
+) -> None:
+    """Issue 45.8: the reason carries the engine's last exception line, not only the code."""
+    script = "echo 'Traceback (most recent call last):'; echo '  File \"x\"'; echo 'ValueError: bad len' >&2; exit 1"
+    server = _server(started, script, log, tag)
+    with pytest.raises(ServerCrashed) as crashed:
+        server.wait_ready(lambda: False, WAIT_S)
+    assert str(crashed.value) == "server exited with code 1 during startup: ValueError: bad len"
+    assert crashed.value.tail[-1] == "ValueError: bad len"
+
+
 def test_the_log_directory_is_made_and_one_another_user_can_write_is_refused(
     tmp_path: Path, tag: str, started: list[ServerProcess]
 ) -> None:
@@ -334,10 +346,10 @@ def test_the_log_directory_is_made_and_one_another_user_can_write_is_refused(
 def test_a_server_not_ready_in_time_is_stopped(
     log: Path, tag: str, started: list[ServerProcess]
 ) -> None:
-    server = _server(started, "echo waiting; exec sleep 600", log, tag)
+    server = _server(started, "echo waiting; echo 'ERROR [x.py:1] stuck'; exec sleep 600", log, tag)
     with pytest.raises(ServerCrashed) as crashed:
         server.wait_ready(lambda: False, 0.3)
-    assert str(crashed.value) == "server not ready after 0 s"
+    assert str(crashed.value) == "server not ready after 0 s: stuck"
     assert crashed.value.returncode is None and "waiting" in crashed.value.tail
     assert server.returncode == -signal.SIGTERM
 

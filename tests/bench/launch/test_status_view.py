@@ -224,7 +224,7 @@ def test_a_launcher_that_ended_runs_nothing(tmp_path: Path) -> None:
 def test_a_shard_counts_only_its_own_cells(tmp_path: Path) -> None:
     from gpudoctor.bench.launch.schedule import in_shard
 
-    run = make_run(tmp_path, plan=PLAN.replace('"models/tiny"', '"/srv/models/tiny"'))
+    run = make_run(tmp_path, plan=PLAN.replace('"models/tiny"', '"/srv/models/llm"'))
     every = keys(run)  # an absolute model path: the same keys in every test run
     mine = {k for k in every.values() if in_shard(k, (2, 2))}
     assert len(mine) == 3  # the plan's cells fall in both shards
@@ -323,8 +323,9 @@ def test_a_directory_of_shards_is_shown_shard_by_shard_with_slurms_view(
         {"array_job": "100", "shards": 3}, {"array_job": "101", "shards": 2},
     ])  # fmt: skip
     # An absolute model path: the same keys in every shard and in every test run (a path
-    # under tmp_path changed the keys per run, and 1 run in 32 put all six in one shard).
-    plan = PLAN.replace('"models/tiny"', '"/srv/models/tiny"')
+    # under tmp_path changed the keys per run, and 1 run in 32 put all six in one shard);
+    # one whose keys (they name the program since issue 45.2) fall three in each shard.
+    plan = PLAN.replace('"models/tiny"', '"/srv/models/llm"')
     runs = {i: make_run(campaign / "shards", str(i), plan) for i in (2, 1)}
     assert sorted(shard_of(k, 2) for k in keys(runs[1]).values()) == [1, 1, 1, 2, 2, 2]
     for i in (1, 2):  # shard i of 2 records a cell of its own, measured in 10 x i s

@@ -79,9 +79,14 @@ def test_meta_info_per_request_and_multi_token_chunks(tiny_model_dir: Path, tmp_
     assert cell["metrics"]["itl_split_by_tokens"] is True
     itls = []
     for r in records:
-        assert len(r.chunk_times_s) == 4 and r.output_tokens == 8
+        # the raw line is written as the request ends: the chunks that arrived (and the
+        # server's claim); the cell counts the kept text's tokens (issue 45.1)
+        assert len(r.chunk_times_s) == 4 and r.output_tokens == 4
+        assert r.usage_completion_tokens == 8
         # each chunk's text re-tokenizes to two tokens: 3 gaps, each split over 2 tokens
         split = replace(r, chunk_tokens=(2, 2, 2, 2))
         assert len(request_itls_s(split)) == 6
         itls += request_itls_s(split)
     assert cell["metrics"]["mean_itl_ms"] == pytest.approx(1000 * sum(itls) / len(itls))
+    assert cell["metrics"]["total_output_tokens"] == 8 * SPEC.num_prompts
+    assert cell["metrics"]["token_count_mismatches"] == 0  # the text's tokens = the claim

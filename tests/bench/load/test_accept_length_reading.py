@@ -8,6 +8,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -93,6 +94,14 @@ def record(k: int, ok: bool, tokens: int, steps: int | None) -> RequestRecord:
 def test_the_requests_accept_length_is_their_tokens_over_their_verify_steps():
     rows = [record(0, True, 8, 4), record(1, True, 9, 2), record(2, False, 50, 5)]
     assert from_records(rows) == pytest.approx(17 / 6)  # the failed request is left out
+
+
+def test_the_servers_own_token_count_goes_with_its_verify_steps():
+    """A speculative server's chunks carry several tokens: the tokens that arrived (the
+    chunks, unless the text is kept) undercount, while its usage and its verify steps are
+    both the server's own: the ratio takes usage where it came (issue 45.1)."""
+    chunky = replace(record(0, True, 4, 4), usage_completion_tokens=8)
+    assert from_records([chunky, record(1, True, 6, 2)]) == pytest.approx(14 / 6)
 
 
 def test_requests_without_verify_steps_are_left_out():

@@ -21,6 +21,8 @@ from gpudoctor.bench.load.client import (
     _Stream,
     classify_exception,
     classify_status,
+    stream_ending,
+    stream_error,
 )
 from gpudoctor.bench.load.sse_transport import DEFAULT_CAPS
 
@@ -211,3 +213,79 @@ def test_a_message_is_one_line_of_at_most_its_limit():
     assert _one_line("a\n  b\tc\r\n") == "a b c"
     assert _one_line("x" * 400) == "x" * 300
     assert _one_line("abcdef", 3) == "abc"
+
+
+# --- how a stream ends, and the error events of each engine (issue 45.1) ---------------------
+
+ERROR_EVENTS = [
+    # vLLM 0.32.0 and SGLang 0.5.23 streaming, OpenAI, TGI: the ``error`` wrapper
+    ({"error": {"object": "error", "message": "CUDA out of memory", "type": "InternalServerError",
+                "param": None, "code": 500}}, "CUDA out of memory"),
+    ({"error": {"message": "", "type": "x", "code": 500}}, "{'message': '', 'type': 'x', 'code': 500}"),
+    # transformers 5.24.0 serve: a bare string
+    ({"error": "CB worker died"}, "CB worker died"),
+    # SGLang's ErrorResponse and vLLM's before the wrapper: unwrapped
+    ({"object": "error", "message": "CUDA out of memory...", "code": 500}, "CUDA out of memory..."),
+    ({"object": "error", "code": 500}, "{'object': 'error', 'code': 500}"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("event_", "message"), ERROR_EVENTS)
+def test_every_engines_error_event_is_an_error(event_: dict, message: str) -> None:
+    assert stream_error(event_) == message
+    stream, errors = fed([json.dumps(event_).encode()])
+    assert errors == [message] and stream.chunk_times == []
+
+
+@pytest.mark.parametrize(
+    "event_",
+    [
+        {"choices": []},
+        {"object": "text_completion"},
+        {"error": None},
+        {"error": ""},
+        [1],
+        "x",
+        None,
+    ],
+)
+def test_a_plain_event_is_no_error(event_: object) -> None:
+    assert stream_error(event_) is None
+
+
+@pytest.mark.parametrize("finish", ["stop", "length", "tool_calls", "function_call"])
+def test_a_stream_that_finished_well_is_no_failure(finish: str) -> None:
+    stream, _ = fed([event("a"), event("b", finish=finish), b"[DONE]"])
+    assert stream.finish == finish and stream.done and stream_ending(stream) is None
+    without_done, _ = fed([event("a", finish=finish)])  # transformers serve sends no [DONE]
+    assert stream_ending(without_done) is None
+
+
+@pytest.mark.parametrize(
+    ("payloads", "ending"),
+    [
+        ([event("a", finish="abort"), b"[DONE]"], ("aborted", "the stream ended with finish_reason 'abort'")),
+        ([event("a", finish="error")], ("aborted", "the stream ended with finish_reason 'error'")),
+        ([event("a", finish="content_filter")], ("aborted", "the stream ended with finish_reason 'content_filter'")),
+        ([event("a"), b"[DONE]"], ("unfinished", "the stream ended without a finish_reason")),
+        ([event("a")], ("unfinished", "the stream ended without a finish_reason and without [DONE]")),
+        ([event("a", finish=7)], ("aborted", "the stream ended with finish_reason '7'")),
+    ],
+)  # fmt: skip
+def test_a_stream_that_did_not_finish_well_fails_with_its_kind(
+    payloads: list[bytes], ending: tuple[str, str]
+) -> None:
+    stream, _ = fed(payloads)
+    assert stream_ending(stream) == ending
+
+
+def test_the_last_finish_reason_counts_and_a_null_one_does_not_clear_it() -> None:
+    stream, _ = fed(
+        [event("a", finish="abort"), event("b", finish="length"), event(None, finish=None)]
+    )
+    assert stream.finish == "length" and stream_ending(stream) is None
+    long_reason, _ = fed([event("a", finish="x" * 100)])
+    assert stream_ending(long_reason) == (
+        "aborted",
+        f"the stream ended with finish_reason {'x' * 40!r}",
+    )

@@ -145,7 +145,7 @@ def test_an_endless_error_body_is_read_only_up_to_its_cap(transport):
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_an_sse_line_over_its_cap_is_oversize(transport):
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
-    line = b'data: {"choices": [{"text": "' + b"x" * 60 + b'"}]}\n'
+    line = b'data: {"choices": [{"text": "' + b"x" * 60 + b'", "finish_reason": "stop"}]}\n'
     with ScriptedHttpServer([head + line]) as srv:
         at_cap = ClientOptions(srv.url, "m", transport=transport,
                                caps=StreamCaps(line_bytes=len(line) - 1))  # fmt: skip
@@ -160,7 +160,7 @@ def test_an_sse_line_over_its_cap_is_oversize(transport):
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_last_line_without_newline_is_still_an_event(transport):
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
-    events = b'data:{"choices": [{"text": "a"}]}\n\ndata:{"choices": [{"text": "b"}]}'
+    events = b'data:{"choices": [{"text": "a"}]}\n\ndata:{"choices": [{"text": "b", "finish_reason": "stop"}]}'
     with ScriptedHttpServer([head + events]) as srv:  # no space after "data:" either
         record = send(ClientOptions(srv.url, "m", transport=transport))
     assert record.ok and len(record.chunk_times_s) == 2
@@ -243,24 +243,31 @@ def test_a_connection_refused_is_connect_on_one_line():
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_the_servers_usage_count_wins_over_the_chunks_seen(transport):
+def test_the_servers_usage_is_compared_never_taken(transport):
+    """Issue 45.1: output tokens were the server's ``usage``; they are what arrived (the
+    content chunks here; the text's tokens when it is kept), and usage is kept beside."""
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
     events = (b'data: {"choices": [{"text": "ab"}]}\n\n'
-              b'data: {"choices": [{"text": "cd"}], "usage": {"completion_tokens": 4}}\n\n')  # fmt: skip
-    with ScriptedHttpServer([head + events]) as srv:  # a speculative server: 2 tokens a chunk
+              b'data: {"choices": [{"text": "cd", "finish_reason": "length"}], "usage": {"completion_tokens": 4}}\n\n')  # fmt: skip
+    with ScriptedHttpServer([head + events]) as srv:
         record = send(ClientOptions(srv.url, "m", transport=transport))
-    assert record.output_tokens == record.usage_completion_tokens == 4
+    assert record.ok and record.output_tokens == 2 and record.usage_completion_tokens == 4
     assert len(record.chunk_times_s) == 2
+    if transport == "fast":  # its bytes were written after the send began (issue 45.9)
+        assert record.written_s is not None and record.send_s <= record.written_s
+        assert record.written_s - record.send_s <= record.chunk_times_s[0]
+    else:  # httpx does not say when it wrote
+        assert record.written_s is None
 
 
 def test_output_tokens_without_usage():
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
-    two = b'data: {"choices": [{"text": "a"}]}\n\ndata: {"choices": [{"text": "b"}]}\n\n'
+    two = b'data: {"choices": [{"text": "a"}]}\n\ndata: {"choices": [{"text": "b", "finish_reason": "stop"}]}\n\n'
     with ScriptedHttpServer([head + two]) as srv:
         forced = send(ClientOptions(srv.url, "m", ignore_eos=True))
         counted = send(ClientOptions(srv.url, "m"))
-    assert forced.output_tokens == PROMPT.output_len == 3  # as bench_serving under ignore_eos
-    assert counted.output_tokens == 2  # else the content chunks seen
+    assert forced.output_tokens == 2 and PROMPT.output_len == 3  # what arrived, not max_tokens
+    assert counted.output_tokens == 2
     with ScriptedHttpServer([head + b"data: [DONE]\n\n"]) as srv:
         nothing = send(ClientOptions(srv.url, "m", ignore_eos=True))
     assert nothing.output_tokens == 0  # no token came: none is claimed

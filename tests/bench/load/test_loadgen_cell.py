@@ -26,6 +26,7 @@ from gpudoctor.bench.load.loadgen import (
     WARMUP_MAX_TOKENS,
     _trace_offsets,
     _warmup_prompts,
+    count_text_tokens,
     measure_cell,
     retokenize_chunks,
 )
@@ -92,8 +93,9 @@ def test_a_cell_records_every_request_as_it_completes(tokenizer_dir, tmp_path):
         False,
     )
     assert client["chunks"] == 5 * 40 and client["max_in_flight"] in (1, 2)
-    assert 0 < client["cpu_s"] <= cpu and cell["metrics"]["token_count_mismatches"] is None
+    assert 0 < client["cpu_s"] <= cpu and cell["metrics"]["token_count_mismatches"] == 0
     assert client["audit"]["achieved_rate"] > 0 and client["audit"]["cpu_busy"] > 0
+    assert cell["metrics"]["usage_overclaims"] == 0 and cell["metrics"]["short_replies"] is None
     assert client["chunks_per_cpu_s"] == pytest.approx(200 / client["cpu_s"])
     assert client["warmup"] == {"sent": 2, "failed": 0} and client["flush_cache_error"] is None
     assert (client["keep_text"], client["timeout_s"], client["cell_timeout_s"]) == (
@@ -307,8 +309,24 @@ def test_retokenizing_counts_each_chunks_own_tokens(tokenizer_dir):
     counted = retokenize_chunks(record, tok)
     assert counted.chunk_tokens == (len(tok.encode(text, add_special_tokens=False)), 1)
     assert counted.chunk_tokens[0] == len(tok.encode(text)) - 1  # no <s> counted
+    assert counted.output_tokens == sum(counted.chunk_tokens)  # the tokens that arrived
     failed = RequestRecord(0, 1, 2, 0.0, False, text_chunks=(text,), chunk_tokens=(1,))
     assert retokenize_chunks(failed, tok) is failed
+
+
+def test_kept_text_is_counted_with_the_models_tokenizer(tokenizer_dir):
+    """Issue 45.1: a chunk may carry several tokens; the text that arrived is counted."""
+    tok = load_tokenizer(tokenizer_dir)
+    chunks = ("the model", " stream")
+    record = RequestRecord(0, 1, 2, 0.0, True, chunk_times_s=(0.1, 0.2), chunk_tokens=(1, 1),
+                           output_tokens=2, text_chunks=chunks)  # fmt: skip
+    counted = count_text_tokens(record, tok)
+    assert counted.output_tokens == len(tok.encode("the model stream", add_special_tokens=False))
+    assert counted.output_tokens > 2 and counted.chunk_tokens == (1, 1)
+    failed = RequestRecord(0, 1, 2, 0.0, False, text_chunks=chunks, output_tokens=2)
+    assert count_text_tokens(failed, tok) is failed
+    no_text = RequestRecord(0, 1, 2, 0.0, True, output_tokens=2)
+    assert count_text_tokens(no_text, tok) is no_text
 
 
 # ---------------------------------------------------------------------------- deadline, trace

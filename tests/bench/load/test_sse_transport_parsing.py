@@ -6,6 +6,7 @@ and stream_post against a real loopback asyncio server."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 
@@ -325,13 +326,17 @@ def test_stream_post_sends_one_post_and_streams_the_events():
         server, port, got, _ = await serve([response[:20], response[20:]])
         events: list[bytes] = []
         async with server:
+            before = time.perf_counter()
             result = await stream_post(f"http://127.0.0.1:{port}/v1/completions?x=1",
                                        {"model": "m", "stream": True},
-                                       lambda p, t: events.append(p), 30.0)  # fmt: skip
-        return result, events, got
+                                       lambda p, t: events.append((p, t)), 30.0)  # fmt: skip
+        return result, events, got, before
 
-    result, events, got = asyncio.run(main())
-    assert result == HttpResult(200, "") and events == EVENTS
+    result, events, got, before = asyncio.run(main())
+    assert dataclasses.replace(result, written_at=None) == HttpResult(200, "")
+    assert [p for p, _ in events] == EVENTS
+    # the request's bytes were written after the call began, before its first event came
+    assert result.written_at is not None and before < result.written_at <= events[0][1]
     lines = got["head"].decode().split("\r\n")
     assert lines[0] == "POST /v1/completions?x=1 HTTP/1.1"
     assert set(lines[1:6]) == {

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from gpudoctor.bench.plan import PlanError, load_plan, parse_plan
+from gpudoctor.bench.plan import PlanError, cell_key, config_key, load_plan, parse_plan
+from gpudoctor.bench.plan_model import program_identity
 
 EXAMPLES = Path(__file__).parents[3] / "docs" / "examples"
 
@@ -168,3 +170,44 @@ def test_a_request_field_the_engine_rejects_is_a_plan_error_naming_engine_and_fi
     assert parse_plan(transformers.replace("[workload]", "[workload]\nignore_eos = false"))
     assert parse_plan(BASE).workload.ignore_eos  # sglang takes it
     assert parse_plan(BASE.replace('name = "sglang"', 'name = "vllm"'))
+
+
+COMMAND = """\
+[model]
+path = "/models/m"
+[engine]
+name = "command"
+command = ["{program}", "--port", "{{port}}"]
+version = "1"
+[[configs]]
+name = "a"
+"""
+
+
+def test_a_configuration_key_names_the_program_the_old_form_is_kept_beside() -> None:
+    """Issue 45.2: four plans with different server programs shared one key, so one crash
+    quirk skipped them all, and --resume and compare mixed their cells."""
+    keys = {p: parse_plan(COMMAND.format(program=p)).configs[0] for p in ("/a/srv", "/b/srv")}
+    a, b = keys["/a/srv"], keys["/b/srv"]
+    model = parse_plan(COMMAND.format(program="/x")).model
+    assert a.key != b.key and a.legacy_key == b.legacy_key  # the old form named no program
+    assert a.legacy_key not in (a.key, b.key)
+    assert a.key == config_key("command", model, 1, a.args, a.env,
+                               ("command", "/a/srv", "--port", "{port}", "version=1"))  # fmt: skip
+    assert a.legacy_key == config_key("command", model, 1, a.args, a.env)
+    other_version = parse_plan(COMMAND.format(program="/a/srv").replace('"1"', '"2"'))
+    assert other_version.configs[0].key != a.key
+    # an engine on gpudoctor's own interpreter keeps its key; engine.python names another
+    plain = parse_plan(BASE).configs[0]
+    assert plain.legacy_key == "" and plain.key == config_key(
+        "sglang", parse_plan(BASE).model, 1, plain.args, plain.env
+    )
+    venv = parse_plan(BASE.replace('name = "sglang"', 'name = "sglang"\npython = "/v/bin/python"'))
+    assert venv.configs[0].key != plain.key and venv.configs[0].legacy_key == plain.key
+    assert program_identity(venv.engine) == ("python", "/v/bin/python")
+    assert program_identity(parse_plan(BASE).engine) == ()
+    plan = parse_plan(COMMAND.format(program="/a/srv"))
+    cell = plan.cells()[0]
+    old = dataclasses.replace(cell.config, key=cell.config.legacy_key, legacy_key="")
+    assert plan.legacy_cell_key(cell) == cell_key(old, cell.concurrency, plan.workload, plan.slo)
+    assert parse_plan(BASE).legacy_cell_key(parse_plan(BASE).cells()[0]) is None

@@ -4,6 +4,8 @@ server from a client that could not keep up."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpudoctor.bench.request_record import RequestRecord
@@ -20,10 +22,10 @@ def sent(send_s: float, intended_s: float | None = None, queued_s: float | None 
 
 
 def test_an_open_loop_cell_is_audited_number_by_number() -> None:
-    """Five arrivals 0.1 s apart. Sends lag by 1, 1, 0, 10 and 10 ms once the waits for a
-    concurrency slot (2 ms and 40 ms) are taken out; a request never sent (wall 0) is left
-    out. Target 4 gaps / 0.4 s = 10 req/s; achieved 4 / 0.409 s; the pacer dispatched over
-    0.409 s where the schedule spanned 0.4 s."""
+    """Five arrivals 0.1 s apart. Sends lag by 1, 3, 0, 50 and 10 ms, the waits for a
+    concurrency slot (2 ms and 40 ms) included: every wait counts (issue 45.9); a request
+    never sent (wall 0) is left out. Target 4 gaps / 0.4 s = 10 req/s; achieved 4 / 0.409
+    s; the sends spanned 0.409 s where the schedule spanned 0.4 s."""
     records = [
         sent(0.41, 0.4),  # out of order on purpose: the audit sorts by send time
         sent(0.001, 0.0, 0.0),
@@ -37,11 +39,28 @@ def test_an_open_loop_cell_is_audited_number_by_number() -> None:
     assert audit["target_rate"] == pytest.approx(10.0)
     assert audit["achieved_rate"] == pytest.approx(4 / 0.409)
     assert audit["rate_ratio"] == pytest.approx(0.4 / 0.409)
-    assert audit["schedule_delay_ms_p50"] == pytest.approx(1.0)
-    assert audit["schedule_delay_ms_p99"] == pytest.approx(10.0)
-    assert audit["schedule_delay_ms_max"] == pytest.approx(10.0)
+    assert audit["schedule_delay_ms_p50"] == pytest.approx(3.0)
+    assert audit["schedule_delay_ms_p99"] == pytest.approx(48.4)
+    assert audit["schedule_delay_ms_max"] == pytest.approx(50.0)
     assert audit["slot_wait_ms_p99"] == pytest.approx(38.86)
     assert audit["cpu_busy"] == pytest.approx(0.25)
+
+
+def test_the_audit_is_taken_where_the_server_sees_the_request() -> None:
+    """Issue 45.9: the send was stamped before the connect; a request's bytes written
+    later (a slow connect, a busy event loop) arrive later at the server, and the audit
+    counts that: its rate and delays come from the writes."""
+    stamped = [RequestRecord(index=i, prompt_len=1, max_tokens=1, send_s=i * 0.01, ok=True,
+                             wall_s=0.001, intended_s=i * 0.01, queued_s=0.0,
+                             written_s=i * 0.02) for i in range(101)]  # fmt: skip
+    audit = client_audit(stamped, 2.0, 0.1)
+    assert audit["achieved_rate"] == pytest.approx(50.0) and audit["target_rate"] == pytest.approx(
+        100.0
+    )
+    assert audit["rate_ratio"] == pytest.approx(0.5)
+    assert audit["schedule_delay_ms_max"] == pytest.approx(1000.0)
+    unstamped = [dataclasses.replace(r, written_s=None) for r in stamped]  # httpx: the send
+    assert client_audit(unstamped, 2.0, 0.1)["rate_ratio"] == pytest.approx(1.0)
 
 
 def test_a_closed_loop_has_an_achieved_rate_and_no_schedule() -> None:
@@ -78,7 +97,7 @@ def test_degenerate_schedules_give_no_rate_rather_than_a_division_by_zero() -> N
     assert one["schedule_delay_ms_max"] == pytest.approx(100.0)
     together = client_audit([sent(0.0, 0.0, 0.0), sent(0.3, 0.3, 0.3)], 1.0, 0.1)
     assert together["target_rate"] == pytest.approx(1 / 0.3)
-    assert together["rate_ratio"] is None  # both dispatched at 0 s: no span to compare
+    assert together["rate_ratio"] == pytest.approx(1.0)  # the writes span what was planned
     assert client_audit([], 0.0, 0.0) == dict.fromkeys(KEYS)
 
 
@@ -99,15 +118,15 @@ def test_the_p99_send_lag_is_interpolated_below_the_worst() -> None:
     assert audit["schedule_delay_ms_max"] == pytest.approx(100.0)
 
 
-def test_without_usage_the_streamed_tokens_are_counted() -> None:
-    """A server that sends no ``usage``: the output length is the content chunks' tokens
-    (one per chunk when the chunks' token counts are unknown); a reply of exactly the
-    forced length is no mismatch."""
+def test_without_usage_the_tokens_that_arrived_are_checked_against_the_forced_length() -> None:
+    """A server that sends no ``usage``: nothing to compare (issue 45.1: mismatches are
+    client vs server); a forced length is checked on the tokens that arrived."""
     exact = RequestRecord(index=0, prompt_len=16, max_tokens=8, send_s=0.0, ok=True, wall_s=0.1,
-                          chunk_times_s=(0.01,) * 8, chunk_tokens=())  # fmt: skip
+                          chunk_times_s=(0.01,) * 8, output_tokens=8)  # fmt: skip
     counted = RequestRecord(index=1, prompt_len=16, max_tokens=8, send_s=0.0, ok=True, wall_s=0.1,
-                            chunk_times_s=(0.01,) * 4, chunk_tokens=(2, 2, 2, 2))  # fmt: skip
+                            chunk_times_s=(0.01,) * 4, chunk_tokens=(2, 2, 2, 2), output_tokens=8)  # fmt: skip
     short = RequestRecord(index=2, prompt_len=16, max_tokens=8, send_s=0.0, ok=True, wall_s=0.1,
-                          chunk_times_s=(0.01,) * 7, chunk_tokens=())  # fmt: skip
-    assert token_truth([exact, counted], forced=True)["token_count_mismatches"] == 0
-    assert token_truth([exact, counted, short], forced=True)["token_count_mismatches"] == 1
+                          chunk_times_s=(0.01,) * 7, output_tokens=7)  # fmt: skip
+    assert token_truth([exact, counted], forced=True)["short_replies"] == 0
+    truth = token_truth([exact, counted, short], forced=True)
+    assert truth["short_replies"] == 1 and truth["token_count_mismatches"] is None

@@ -54,12 +54,28 @@ def test_a_cell_reads_its_numbers_and_each_warning() -> None:
     assert flagged.measurement is not None
     flagged.measurement["errors"] = {"timeout": 3}
     assert cell_text(flagged) == (
-        "1234 · 11/20 · 1.3 · 2.50 ⚠ 3 failed ⚠ 2 wrong length ⚠ suspect ⚠ client-bound"
+        "1234 · 11/20 · 1.3 · 2.50 ⚠ 3 failed ⚠ 2 usage mismatch ⚠ suspect ⚠ client-bound"
     )
     sparse = _cell(metrics={})
     assert sparse.measurement is not None
     del sparse.measurement["accept_length"]
     assert cell_text(sparse) == "– · –/– · – · –"
+
+
+def test_a_rated_cell_reads_the_rate_it_actually_sent() -> None:
+    """Issue 45.9: report.md's column said only `r=8000`; the client had sent 3502 req/s."""
+    rated = _cell(rate=8000.0)
+    assert rated.measurement is not None
+    rated.measurement["client"] = {"audit": {"achieved_rate": 3502.37}}
+    assert cell_text(rated) == "1234 · 11/20 · 1.3 · 2.50 · sent 3502 req/s"
+    closed = _cell()  # no rate axis: the rate sent is no column's
+    assert closed.measurement is not None
+    closed.measurement["client"] = {"audit": {"achieved_rate": 12.0}}
+    assert cell_text(closed) == "1234 · 11/20 · 1.3 · 2.50"
+    unknown = _cell(rate=8000.0)
+    assert unknown.measurement is not None
+    unknown.measurement["client"] = {"audit": {"achieved_rate": None}}
+    assert cell_text(unknown) == "1234 · 11/20 · 1.3 · 2.50"
 
 
 def test_a_cell_that_was_not_measured_reads_its_status() -> None:

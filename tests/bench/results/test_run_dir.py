@@ -19,6 +19,7 @@ def test_rundir_repairs_a_torn_tail_and_resumes(tmp_path: Path) -> None:
     with RunDir(tmp_path) as rd:
         opened = rd.open(PLAN_A, None)
         assert not opened.resumed and (tmp_path / "plan.toml").read_text() == PLAN_A
+        assert not opened.same_plan  # there was none
         rd.append({"key": "k1", "status": "ok"})
         rd.append({"key": "k2", "status": "crashed"})
     with open(tmp_path / "results.jsonl", "ab") as fh:
@@ -26,6 +27,7 @@ def test_rundir_repairs_a_torn_tail_and_resumes(tmp_path: Path) -> None:
     with RunDir(tmp_path) as rd:
         opened = rd.open(PLAN_A, None)
         assert set(opened.done) == {"k1", "k2"} and opened.dropped_bytes == 18
+        assert opened.same_plan  # its records are this plan's, whatever their key form
         rd.append({"key": "k3", "status": "ok"})
     records, dropped = read_records(tmp_path / "results.jsonl")
     assert [r["key"] for r in records] == ["k1", "k2", "k3"] and dropped == 0
@@ -38,11 +40,20 @@ def test_rundir_plan_changes_and_archives(tmp_path: Path) -> None:
     with RunDir(tmp_path) as rd, pytest.raises(RunDirError, match="holds a different plan"):
         rd.open(PLAN_A + "# changed\n", None)
     with RunDir(tmp_path) as rd:
-        assert set(rd.open(PLAN_A + "# changed\n", True).done) == {"k1"}
+        changed = rd.open(PLAN_A + "# changed\n", True)
+        assert set(changed.done) == {"k1"} and not changed.same_plan
     assert next(iter(tmp_path.glob("plan-before-*.toml"))).read_text() == PLAN_A
     with RunDir(tmp_path) as rd:
         opened = rd.open(PLAN_A, False)
-        assert opened.done == {} and opened.archived
+        assert opened.done == {} and opened.archived and not opened.same_plan
+    other = tmp_path / "other"  # the same plan, archived: nothing of it is kept
+    other.mkdir()
+    with RunDir(other) as rd:
+        rd.open(PLAN_A, None)
+        rd.append({"key": "k2", "status": "ok"})
+    with RunDir(other) as rd:
+        again = rd.open(PLAN_A, False)
+        assert again.archived and again.done == {} and not again.same_plan
     assert json.loads((Path(opened.archived) / "results.jsonl").read_text())["key"] == "k1"
 
 

@@ -13,6 +13,7 @@ from gpudoctor.bench.results.summary_table import (
     format_table,
     group_row,
     rate_text,
+    reason_lines,
     results_table,
     row,
     search_lines,
@@ -38,7 +39,7 @@ def test_a_measured_cell_reads_its_numbers_rounded_and_no_errors() -> None:
 def test_failed_requests_of_an_ok_cell_read_as_a_fraction_with_wrong_lengths() -> None:
     m = {"metrics": {**METRICS, "token_count_mismatches": 3}, "num_prompts": 100,
          "errors": {"timeout": 1, "http_5xx": 1}}  # fmt: skip
-    assert row(_cell(measurement=m))[-1] == "2/100 (3 wrong length)"
+    assert row(_cell(measurement=m))[-1] == "2/100 (3 usage mismatch)"
     m = {"metrics": METRICS, "errors": {"timeout": 1}}
     assert row(_cell(measurement=m))[-1] == "1"
     m = {"metrics": {"output_throughput": 5.0, "token_count_mismatches": 0}, "num_prompts": 4}
@@ -197,3 +198,26 @@ def test_with_its_plan_the_table_follows_the_plan_then_the_search_probes_by_load
 def test_an_empty_last_column_leaves_no_trailing_spaces() -> None:
     assert format_table(("name", "note"), [("a", ""), ("b", "x")]).split("\n") == [
         "name  note", "----  ----", "a", "b        x"]  # fmt: skip
+
+
+def test_the_reasons_of_crashed_and_skipped_cells_follow_the_table() -> None:
+    """Issue 45.8: the closing table showed `crashed` and no reason; each configuration's
+    reason now follows it, one line per reason, its loads together."""
+    why = {"reason": "server exited with code 1 during startup: ValueError: bad len"}
+    cells = [
+        CellResult("k1", "cfg", 2, 1, "crashed", None, extra=why),
+        CellResult("k2", "cfg", 2, 4, "crashed", None, extra=why),
+        CellResult("k3", "cfg", 2, 8, "skipped", None, extra={"reason": "quirk x"}),
+        CellResult("k4", "other", 1, 1, "crashed", None, extra=why),
+        CellResult("k5", "cfg", 2, 2, "failed", None, extra={"reason": "all failed"}),
+        CellResult("k6", "cfg", 2, 3, "ok", None, extra={"reason": "1 request failed"}),
+        CellResult("k7", "cfg", 2, 9, "skipped", None, extra=None),
+        CellResult("k8", "cfg", 4, 1, "crashed", None, extra=why),
+    ]
+    assert reason_lines(cells) == [
+        f"why cfg (TP2) c=1, c=4 crashed: {why['reason']}",
+        "why cfg (TP2) c=8 skipped: quirk x",
+        f"why other (TP1) c=1 crashed: {why['reason']}",
+        f"why cfg (TP4) c=1 crashed: {why['reason']}",
+    ]
+    assert reason_lines([]) == []

@@ -3,15 +3,23 @@ the self-audit / token-truth numbers it reads, from real RequestRecords."""
 
 from __future__ import annotations
 
+import pytest
+
 from gpudoctor.bench.request_record import RequestRecord
 from gpudoctor.bench.results.metrics import client_audit, count_errors, token_truth
-from gpudoctor.bench.results.verdict import client_bound, common_failure, judge, suspect
+from gpudoctor.bench.results.verdict import (
+    client_bound,
+    common_failure,
+    judge,
+    suspect,
+    usage_overclaim,
+)
 
 
 def _ok(i: int, tokens: int = 8, usage: int | None = 8) -> RequestRecord:
     return RequestRecord(index=i, prompt_len=16, max_tokens=8, send_s=i * 0.01, ok=True,
                          ttft_s=0.01, e2e_s=0.02, wall_s=0.02, chunk_times_s=(0.01,) * tokens,
-                         chunk_tokens=(1,) * tokens, output_tokens=usage or tokens,
+                         chunk_tokens=(1,) * tokens, output_tokens=tokens,
                          usage_completion_tokens=usage)  # fmt: skip
 
 
@@ -77,10 +85,32 @@ def test_common_failure_names_the_field_to_change() -> None:
     assert common_failure([*rows, other]) is None
 
 
-def test_token_truth_counts_wrong_lengths_and_empty_replies() -> None:
-    records = [_ok(0), _ok(1, usage=5), _ok(2, tokens=3, usage=None), _bad(3, "empty", "no token")]
-    assert token_truth(records, forced=True) == {"token_count_mismatches": 2, "empty_replies": 1}
-    assert token_truth(records, forced=False)["token_count_mismatches"] is None
+def test_token_truth_compares_the_servers_usage_with_what_arrived() -> None:
+    """Issue 45.1: mismatches are client vs server; a usage over what arrived is an
+    overclaim (replies, tokens); forced lengths are checked on what arrived."""
+    aborted = RequestRecord(index=9, prompt_len=16, max_tokens=8, send_s=0.0, ok=False, wall_s=0.1,
+                            output_tokens=1, usage_completion_tokens=8, error_kind="aborted")  # fmt: skip
+    records = [_ok(0), _ok(1, usage=5), _ok(2, tokens=3, usage=None), _ok(3, tokens=1, usage=8),
+               _ok(4, tokens=2, usage=5), _bad(5, "empty", "no token"), aborted]  # fmt: skip
+    assert token_truth(records, forced=True) == {
+        "token_count_mismatches": 3, "usage_overclaims": 2, "usage_overclaimed_tokens": 10,
+        "short_replies": 3, "empty_replies": 1,
+    }  # fmt: skip
+    assert token_truth(records, forced=False)["short_replies"] is None
+    unclaimed = token_truth([_ok(0, usage=None), _ok(1, tokens=9, usage=None)], forced=True)
+    assert unclaimed == {"token_count_mismatches": None, "usage_overclaims": 0,
+                         "usage_overclaimed_tokens": 0, "short_replies": 1, "empty_replies": 0}  # fmt: skip
+
+
+def test_an_overclaim_is_named_in_one_line() -> None:
+    metrics = {"usage_overclaims": 3, "usage_overclaimed_tokens": 21}
+    assert usage_overclaim({"metrics": metrics}) == (
+        "the server's usage claims 21 output tokens more than it streamed in 3 replies"
+        " (the numbers count the tokens that arrived)"
+    )
+    for quiet in ({"usage_overclaims": 0}, {}, {"usage_overclaims": "3"}):
+        assert usage_overclaim({"metrics": quiet}) is None
+    assert usage_overclaim({"metrics": [1]}) is None and usage_overclaim({}) is None
 
 
 def test_the_client_audit_sees_a_late_pacer_and_flags_client_bound() -> None:
@@ -98,12 +128,16 @@ def test_the_client_audit_sees_a_late_pacer_and_flags_client_bound() -> None:
     assert why is not None and "0.50 of the schedule's rate" in why and "schedule delay p99" in why
 
 
-def test_waiting_for_a_concurrency_slot_is_not_client_lag() -> None:
+def test_waiting_for_a_concurrency_slot_counts_and_is_named() -> None:
+    """Issue 45.9: slot waits were left out of the delay the verdict uses, so a schedule
+    the client never held read as held; they count now, and the reason names them."""
     capped = [RequestRecord(index=i, prompt_len=1, max_tokens=1, send_s=i * 0.02, ok=True,
                             wall_s=0.001, intended_s=i * 0.01, queued_s=i * 0.01) for i in range(100)]  # fmt: skip
     audit = client_audit(capped, 2.0, 0.1)
-    assert audit["schedule_delay_ms_p99"] < 1e-6 and audit["rate_ratio"] == 1.0
+    assert audit["schedule_delay_ms_p99"] > 900 and audit["rate_ratio"] == pytest.approx(0.5)
     assert audit["slot_wait_ms_p99"] > 900
+    why = client_bound({"client": {"audit": audit}})
+    assert why is not None and "waits for a concurrency slot p99" in why
 
 
 def test_suspect_names_a_slowdown_but_not_an_ordinary_power_cap() -> None:

@@ -135,23 +135,41 @@ def test_the_default_tolerance_is_one_percent() -> None:
 def test_a_client_that_held_its_schedule_is_not_flagged() -> None:
     assert client_bound({}) is None
     assert client_bound({"client": {"audit": {}}}) is None
-    audit = {"rate_ratio": 0.95, "schedule_delay_ms_p99": 10.0, "achieved_rate": 95.0}
+    audit = {
+        "rate_ratio": 0.95,
+        "schedule_delay_ms_p99": 10.0,
+        "achieved_rate": 95.0,
+        "target_rate": 100,
+    }
     assert client_bound({"client": {"audit": audit}}) is None
 
 
 def test_a_late_client_names_its_rate_and_its_delay() -> None:
-    audit = {"rate_ratio": 0.5, "schedule_delay_ms_p99": 12.25, "achieved_rate": 49.6}
+    audit = {
+        "rate_ratio": 0.5,
+        "schedule_delay_ms_p99": 12.25,
+        "achieved_rate": 49.6,
+        "target_rate": 99,
+    }
     assert client_bound({"client": {"audit": audit}}) == (
         "sent 50 req/s, 0.50 of the schedule's rate; schedule delay p99 12.2 ms"
     )
-    audit = {"rate_ratio": 0.949, "achieved_rate": None}
+    audit = {"rate_ratio": 0.949, "achieved_rate": None, "target_rate": 1}
     assert client_bound({"client": {"audit": audit}}) == "sent less, 0.95 of the schedule's rate"
-    audit = {"rate_ratio": 1, "schedule_delay_ms_p99": 11}
+    audit = {"rate_ratio": 1, "schedule_delay_ms_p99": 11, "target_rate": 1}
     assert client_bound({"client": {"audit": audit}}) == "schedule delay p99 11.0 ms"
 
 
+def test_no_schedule_is_no_schedule_missed() -> None:
+    """An infinite rate (every arrival at 0 s: no target rate) waits for its slots by
+    design: the slot waits now count in the delay (issue 45.9), but there is nothing to hold."""
+    audit = {"rate_ratio": None, "schedule_delay_ms_p99": 500.0, "slot_wait_ms_p99": 500.0,
+             "target_rate": None}  # fmt: skip
+    assert client_bound({"client": {"audit": audit}}) is None
+
+
 def test_audit_values_that_are_not_numbers_are_ignored() -> None:
-    audit = {"rate_ratio": "0.1", "schedule_delay_ms_p99": "99"}
+    audit = {"rate_ratio": "0.1", "schedule_delay_ms_p99": "99", "target_rate": 1}
     assert client_bound({"client": {"audit": audit}}) is None
 
 

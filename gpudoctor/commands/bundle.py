@@ -128,6 +128,9 @@ def bundle(
             say(f"reading run {run_dir}")
             items += gather.last_run(run_dir)
         names, users = bundle_mod.identities_of(closers, environ)
+        for item in items:
+            if item.name == "ct/config.txt":
+                names |= gather.config_names(item.text)  # the node, the CT's host name
         redactor = bundle_mod.redactor_for(not no_redact, environ, names, users)
         done = bundle_mod.build(items, redactor)
     finally:

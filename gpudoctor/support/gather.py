@@ -135,8 +135,29 @@ def ct_config(host: Host, ct: str, flavor: str, lxcpath: str | None) -> Item:
         data, _sha = read_bytes(host, target.config_path, layout)
     except (ApplyError, HostError) as exc:
         return Item("ct/config.txt", f"# could not read CT {ct}'s config: {exc}\n", "cat CONF")
-    text = f"# {target.config_path}\n" + data.decode("utf-8", "replace")
-    return Item("ct/config.txt", text, f"cat {target.config_path}")
+    text = data.decode("utf-8", "replace")
+    if flavor == "pve":
+        text = pmxcfs_comments(text)
+    return Item("ct/config.txt", f"# {target.config_path}\n{text}", f"cat {target.config_path}")
+
+
+def config_names(text: str) -> set[str]:
+    """Return the names a CT config gives away: the node of its path
+    (``/etc/pve/nodes/NODE/lxc/ID.conf``) and the CT's ``hostname:`` (``lxc.uts.name``)."""
+    node = re.search(r"/nodes/([^/\s]+)/lxc/", text)
+    names = set(re.findall(r"(?m)^\s*(?:hostname\s*:|lxc\.uts\.name\s*=)\s*(\S+)", text))
+    return names | ({node.group(1)} if node else set())
+
+
+def pmxcfs_comments(text: str) -> str:
+    """Return a Proxmox CT config with its comment lines (the CT's description) decoded as
+    Proxmox encodes them (``%XX``: ``password%3A X`` is ``password: X``), so the redaction
+    sees the text the user wrote."""
+    from urllib.parse import unquote
+
+    return "".join(
+        unquote(line) if line.startswith("#") else line for line in text.splitlines(True)
+    )
 
 
 def environment(environ: dict[str, str]) -> Item:

@@ -128,3 +128,44 @@ def test_archive_is_a_valid_gzip_tar_with_one_root(tmp_path: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(out.read_bytes()), mode="r:gz") as tar:
         assert {m.name.split("/")[0] for m in tar.getmembers()} == {"gpudoctor-bundle"}
         assert all(m.isfile() and m.mode == 0o600 for m in tar.getmembers())
+
+
+def test_a_proxmox_description_an_api_key_and_a_pass_variable_never_reach_the_archive(
+    tmp_path: Path,
+) -> None:
+    """Issue 46.2 on the real CLI: a CT description as pmxcfs stores it (``password%3A X``,
+    ``https%3A//user%3Apw@host``), an API key a crashed cell's argv and its JSON log line
+    hold (replaced once in failures.jsonl on the code before, in clear twice), a
+    ``VLLM_DB_PASS`` variable, the node and the CT's host name: none is in the archive."""
+    from tests.fakes.pvetree import PveTree
+
+    tree = PveTree(tmp_path, node="pve-node7")
+    tree.add_ct("200", "arch: amd64\n#password%3A Hunter2Secret\n"
+                       "#clone https%3A//alice%3AS3cretPw@git.example.org/x\nhostname: ct-web-7\n")  # fmt: skip
+    key = "PlantedOpaqueApiKey0123456789"
+    run = tmp_path / "run"
+    run.mkdir()
+    crashed = {"key": "b", "status": "crashed", "config": "c1", "concurrency": 1, "tp": 1,
+               "argv": ["vllm", "serve", "m", "--api-key", key],
+               "server_log_tail": [json.dumps({"api_key": key}), f"--api-key={key}"]}  # fmt: skip
+    (run / "results.jsonl").write_text(json.dumps(crashed) + "\n")
+    out = tmp_path / "b.tar.gz"
+    env = {**tree.env(), "VLLM_DB_PASS": "PlantedDbPassword77"}
+    done = gpudoctor("bundle", "--ct", "200", "--timeout", "5", "-o", str(out), "--run",
+                     str(run), env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    files = members(out)
+    everything = "\n".join(files.values())
+    for planted in ("Hunter2Secret", "S3cretPw", key, "PlantedDbPassword77", "pve-node7",
+                    "ct-web-7"):  # fmt: skip
+        assert planted not in everything, planted
+    config = files["gpudoctor-bundle/ct/config.txt"].splitlines()
+    assert config[2:4] == [
+        "#password: <secret-2>",
+        "#clone https://alice:<secret-1>@git.example.org/x",
+    ]
+    (failure,) = [
+        json.loads(line) for line in files["gpudoctor-bundle/run/failures.jsonl"].splitlines()
+    ]
+    assert failure["argv"][-1] == failure["server_log_tail"][1].removeprefix("--api-key=")
+    assert "VLLM_DB_PASS=<set, value withheld>" in files["gpudoctor-bundle/local/environment.txt"]

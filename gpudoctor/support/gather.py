@@ -8,6 +8,7 @@ The texts are raw here; :mod:`gpudoctor.support.bundle` redacts them before they
 
 from __future__ import annotations
 
+import base64
 import json
 import platform
 import re
@@ -44,12 +45,14 @@ _ENV_PREFIXES = (
 
 @dataclass(frozen=True)
 class Item:
-    """One file of the bundle: its name inside the archive, its (raw) text and how it was
-    obtained (the shell command a supporter would run)."""
+    """One file of the bundle: its name inside the archive, its (raw) text, how it was
+    obtained (the shell command a supporter would run), and whether gpudoctor refused to
+    read it (another user's CT config: the text says why)."""
 
     name: str
     text: str
     source: str
+    refused: bool = False
 
 
 def read_file(host: Host, path: str, name: str) -> Item:
@@ -120,21 +123,74 @@ def kernel_log(host: Host, name: str) -> Item:
     return Item(name, f"# could not read the kernel log (journalctl -k, dmesg): {why}\n", "dmesg")
 
 
+# Run on the CT's host (as the bundle's user there): the config is opened as a regular
+# file only, in its directory as opened (O_NOFOLLOW, O_NONBLOCK: a link to /etc/shadow or a
+# FIFO planted in a user's lxcpath is refused, never read or waited on), at most LIMIT + 1
+# bytes, and only when that directory belongs to root or the reader and nobody else may
+# write it. Prints one JSON object: {"data": base64} or {"refused": why}.
+_CONFIG_READER = r"""
+import base64, json, os, stat, sys
+path, limit = sys.argv[1], int(sys.argv[2])
+def say(**kw):
+    sys.stdout.write(json.dumps(kw))
+    sys.exit(0)
+try:
+    dfd = os.open(os.path.dirname(path) or "/", os.O_RDONLY | os.O_DIRECTORY)
+except OSError as e:
+    say(refused=os.path.dirname(path) + ": " + e.strerror)
+st = os.fstat(dfd)
+if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+    say(refused=os.path.dirname(path) + " belongs to uid %d (mode %04o), not to root or the reader: untrusted, its owner chooses what the config is" % (st.st_uid, stat.S_IMODE(st.st_mode)), untrusted=True)
+try:
+    fd = os.open(os.path.basename(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+except OSError as e:
+    say(refused=path + (" is a symlink" if e.errno == 40 else ": " + e.strerror))
+st = os.fstat(fd)
+if not stat.S_ISREG(st.st_mode):
+    say(refused=path + " is not a regular file")
+data = os.read(fd, limit + 1)
+if len(data) > limit:
+    say(refused=path + " is larger than %d bytes" % limit)
+say(data=base64.b64encode(data).decode())
+"""
+
+
+def read_config(host: Host, path: str, limit: int = MAX_FILE) -> bytes:
+    """Return the bytes of the CT config ``path`` on ``host``, read as :data:`_CONFIG_READER`
+    reads it; raise OSError naming why it was refused (``untrusted`` set on the error when
+    its directory is another user's)."""
+    result = host.run([host.python, "-I", "-S", "-c", _CONFIG_READER, path, str(limit)], 30)
+    try:
+        answer = json.loads(result.stdout)
+    except ValueError:
+        why = (result.stderr.strip() or f"exit {result.returncode}").splitlines()[-1][:200]
+        raise OSError(f"cannot read {path}: {why}") from None
+    if "data" in answer:
+        return base64.b64decode(answer["data"])
+    error = OSError(str(answer["refused"]))
+    error.untrusted = bool(answer.get("untrusted"))  # type: ignore[attr-defined]
+    raise error
+
+
 def ct_config(host: Host, ct: str, flavor: str, lxcpath: str | None) -> Item:
     """Return CT ``ct``'s config on its host as an Item (``cat /etc/pve/lxc/ID.conf`` or
-    ``cat LXCPATH/NAME/config``)."""
+    ``cat LXCPATH/NAME/config``): a regular file only, from a directory root (or the
+    reader) owns; otherwise the Item says why it was left out."""
     from dataclasses import replace
 
-    from gpudoctor.pve.apply import ApplyError, Layout, read_bytes, resolve_target
+    from gpudoctor.pve.apply import ApplyError, Layout, resolve_target
 
     layout = Layout.from_env()
     if lxcpath:
         layout = replace(layout, lxcpath=lxcpath)
     try:
         target = resolve_target(host, flavor, ct, layout)
-        data, _sha = read_bytes(host, target.config_path, layout)
+        data = read_config(host, target.config_path)
     except (ApplyError, HostError) as exc:
-        return Item("ct/config.txt", f"# could not read CT {ct}'s config: {exc}\n", "cat CONF")
+        return Item("ct/config.txt", f"# CT {ct}'s config could not be read: {exc}\n", "cat CONF")
+    except OSError as exc:  # refused: the CT is not entered either
+        what = "left out" if getattr(exc, "untrusted", False) else "could not be read"
+        return Item("ct/config.txt", f"# CT {ct}'s config {what}: {exc}\n", "cat CONF", True)
     text = data.decode("utf-8", "replace")
     if flavor == "pve":
         text = pmxcfs_comments(text)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 _SECRET_WORDS = (
     r"token|secret|passw|passphrase|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
     r"|credential|auth|cookie|session[_-]?id|_key$"
-    r"|(?<![a-z])(?:pass|pwd|pw)(?![a-z])"  # DB_PASS, MYSQL_PWD, SMTP_PW
+    r"|(?<![a-z])(?:pass|pw)(?![a-z])|_pwd(?![a-z])"  # DB_PASS, SMTP_PW, MYSQL_PWD (not PWD)
 )
 SECRET_NAME = re.compile(rf"(?i)({_SECRET_WORDS}|^key$)")
 # a JSON field whose value is a secret (``key`` alone names a bench cell there)
@@ -58,7 +58,7 @@ _ASSIGNED = re.compile(
     (?P<key>["']?[A-Za-z0-9_.-]*
        (?:token|secret|passw(?:or)?d?|passphrase|api[_-]?key|apikey|access[_-]?key
           |private[_-]?key|credential|auth(?:orization)?|cookie
-          |(?<![a-z])(?:pass|pwd|pw)(?![a-z]))
+          |(?<![a-z])(?:pass|pw)(?![a-z])|_pwd(?![a-z]))
        [A-Za-z0-9_.-]*["']?)
     (?P<sep>\s*[:=]\s*|\s+)
     (?P<value>"[^"\n]+"|'[^'\n]+'|[^\s"',;]+)

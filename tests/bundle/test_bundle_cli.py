@@ -7,8 +7,10 @@ import io
 import json
 import os
 import re
+import shutil
 import socket
 import stat
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -169,3 +171,66 @@ def test_a_proxmox_description_an_api_key_and_a_pass_variable_never_reach_the_ar
     ]
     assert failure["argv"][-1] == failure["server_log_tail"][1].removeprefix("--api-key=")
     assert "VLLM_DB_PASS=<set, value withheld>" in files["gpudoctor-bundle/local/environment.txt"]
+
+
+def _as_nobody(script: str) -> None:
+    command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+    subprocess.run([*command, "sh", "-c", script], check=True, capture_output=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="the attack needs root as the victim and setpriv")  # fmt: skip
+@pytest.mark.parametrize("plant", ["link", "fifo", "own-dir"])
+def test_a_users_ct_config_is_never_a_way_to_root_only_files(
+    public_tmp_path: Path, plant: str
+) -> None:
+    """Issue 46.3: plain LXC with an lxcpath nobody owns. nobody's ``web/config`` is a link
+    to a root-only file (on the code before, its bytes went into ct/config.txt), or a FIFO
+    (the bundle blocked for good), or a plain file in nobody's directory (its owner can
+    make it a link at any moment): root's ``bundle --ct web --lxcpath LXCPATH`` leaves it
+    out and says why, exit 0, within its deadline."""
+    secret = public_tmp_path / "root-only"
+    secret.write_text("root:$6$PlantedShadowHash:19000:0:99999:7:::\n")
+    secret.chmod(0o600)
+    lxcpath = public_tmp_path / "lxc"
+    lxcpath.mkdir()
+    os.chown(lxcpath, 65534, 65534)
+    make = {"link": f"ln -s {secret} {lxcpath}/web/config",
+            "fifo": f"mkfifo {lxcpath}/web/config",
+            "own-dir": f"echo 'lxc.uts.name = web' > {lxcpath}/web/config"}[plant]  # fmt: skip
+    _as_nobody(f"mkdir {lxcpath}/web && {make}")
+    out = public_tmp_path / "b.tar.gz"
+    done = gpudoctor("bundle", "--ct", "web", "--flavor", "lxc", "--lxcpath", str(lxcpath),
+                     "--timeout", "5", "-o", str(out), timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    config = members(out)["gpudoctor-bundle/ct/config.txt"]
+    assert "PlantedShadowHash" not in config
+    assert config == (
+        f"# CT web's config left out: {lxcpath}/web belongs to uid 65534 (mode 0755), not to"
+        " root or the reader: untrusted, its owner chooses what the config is\n"
+    )
+
+
+def test_a_link_or_fifo_as_a_trusted_ct_config_is_refused(tmp_path: Path) -> None:
+    """In a directory root owns, a config that is a link or a FIFO is not read (nor waited
+    on); a regular one is, at most 1 MiB."""
+    from gpudoctor.hosts.local import LocalHost
+    from gpudoctor.support.gather import ct_config
+
+    lxcpath = tmp_path / "lxc"
+    for name in ("link", "fifo", "big", "ok"):
+        (lxcpath / name).mkdir(parents=True)
+    (lxcpath / "link" / "config").symlink_to(lxcpath / "ok" / "config")
+    os.mkfifo(lxcpath / "fifo" / "config")
+    (lxcpath / "big" / "config").write_bytes(b"#" * ((1 << 20) + 1))
+    (lxcpath / "ok" / "config").write_text("lxc.uts.name = ok\n")
+    said = {
+        n: ct_config(LocalHost(), n, "lxc", str(lxcpath)).text
+        for n in ("link", "fifo", "big", "ok")
+    }
+    assert said == {
+        "link": f"# CT link's config could not be read: {lxcpath}/link/config is a symlink\n",
+        "fifo": f"# CT fifo's config could not be read: {lxcpath}/fifo/config is not a regular file\n",
+        "big": f"# CT big's config could not be read: {lxcpath}/big/config is larger than 1048576 bytes\n",
+        "ok": f"# {lxcpath}/ok/config\nlxc.uts.name = ok\n",
+    }

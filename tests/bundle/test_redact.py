@@ -128,9 +128,12 @@ def test_secret_names_include_pass_pwd_and_pw(name: str) -> None:
     redactor.add_secrets_from_env({name: "opaque-value-7", "BYPASS_CACHE": "1-keep-me"})
     out = redactor.redact(f"x opaque-value-7 1-keep-me\n{name}=another-value-9\n", "a")
     assert out == f"x <secret-1> 1-keep-me\n{name}=<secret-2>\n"
-    assert Redactor().redact("compass=north bypass=on passthrough=yes", "a") == (
-        "compass=north bypass=on passthrough=yes"
+    assert Redactor().redact("compass=north bypass=on passthrough=yes PWD=/srv", "a") == (
+        "compass=north bypass=on passthrough=yes PWD=/srv"
     )
+    kept = Redactor()
+    kept.add_secrets_from_env({"PWD": "/work/dir", "OLDPWD": "/work/old"})  # directories
+    assert kept.redact("/work/dir /work/old", "a") == "/work/dir /work/old"
 
 
 def test_a_gpus_serial_and_uuid_are_identities() -> None:

@@ -9,6 +9,7 @@ turns them into one entry per signal: ``{"available": True, ...}`` with its figu
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 import time
@@ -221,10 +222,26 @@ def summarize(samples: Sequence[Sample], dialect: str | None, why: str | None) -
     return out
 
 
+def _finite(value: Any) -> bool:
+    """Return True for a finite number (a label set the signal does not expect, such as a
+    ``position`` on a plain counter, gives a dict; NaN or Inf is no figure)."""
+    return isinstance(value, float | int) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _fits(value: Any, per_position: bool) -> bool:
+    if per_position:
+        return isinstance(value, dict) and all(_finite(v) for v in value.values())
+    return _finite(value)
+
+
 def _one(samples: Sequence[Sample], source: Any) -> dict[str, Any]:
-    rows = [(t, v[source.name]) for t, v in samples if source.name in v]
+    # each value type-checked: a sample the signal cannot read is dropped, never a crash
+    per_position = source.kind == "per_position"
+    rows = [(t, v[source.name]) for t, v in samples if _fits(v.get(source.name), per_position)]
     if not rows:
-        return {"available": False, "why": f"{source.name} not served"}
+        served = any(source.name in v for _, v in samples)
+        why = "served with no finite value of its kind" if served else "not served"
+        return {"available": False, "why": f"{source.name} {why}"}
     if source.kind == "gauge":
         values = [v for _, v in rows]
         step = max(1, len(rows) // SERIES_POINTS)
@@ -234,7 +251,7 @@ def _one(samples: Sequence[Sample], source: Any) -> dict[str, Any]:
     first, last = rows[0][1], rows[-1][1]
     if source.kind == "counter_delta":
         return {"available": True, "value": last - first, "source": source.name}
-    dens = [(t, v[source.denominator]) for t, v in samples if source.denominator in v]
+    dens = [(t, v[source.denominator]) for t, v in samples if _finite(v.get(source.denominator))]
     if not dens:
         return {"available": False, "why": f"{source.denominator} not served"}
     den = dens[-1][1] - dens[0][1]

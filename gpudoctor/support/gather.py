@@ -22,6 +22,7 @@ from gpudoctor.hosts.base import Host, HostError
 
 MAX_FILE = 1 << 20  # bytes read of any one file
 KERNEL_LOG_LINES = 400  # the last NVIDIA lines of the kernel log kept
+RUN_RECORDS_LIMIT = 64 << 20  # bytes of a run's results.jsonl read at most (--run)
 _NVIDIA_LINE = re.compile(r"(?i)nvidia|NVRM|\bXid\b|nvlink|nvswitch|\bGPU\b|nv_peer_mem|gdrdrv")
 # the environment variables worth a supporter's look (their names; values redacted later)
 _ENV_PREFIXES = (
@@ -246,12 +247,17 @@ def last_run(run: Path) -> list[Item]:
     (every ``results.jsonl`` record whose status is not ``ok``, server log tails included)
     as Items."""
     from gpudoctor.bench.launch.status import campaign_status
-    from gpudoctor.bench.results.run_dir import RESULTS, read_records
+    from gpudoctor.bench.results.run_dir import RESULTS, RunDirError, read_records
 
     status: dict[str, Any] = campaign_status(run)
-    records, _torn = read_records(run / RESULTS)
+    try:  # another user's run: a link, a FIFO or a huge file is named, never read (46.8)
+        records, _torn = read_records(run / RESULTS, limit=RUN_RECORDS_LIMIT)
+    except RunDirError as exc:
+        records, text = [], f"# not read: {exc}\n"
+    else:
+        text = ""
     failed = [r for r in records if r.get("status") != "ok"]
-    text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in failed)
+    text += "".join(json.dumps(r, sort_keys=True) + "\n" for r in failed)
     return [
         Item(
             "run/status.json",

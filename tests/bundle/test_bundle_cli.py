@@ -11,6 +11,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -234,3 +235,42 @@ def test_a_link_or_fifo_as_a_trusted_ct_config_is_refused(tmp_path: Path) -> Non
         "big": f"# CT big's config could not be read: {lxcpath}/big/config is larger than 1048576 bytes\n",
         "ok": f"# {lxcpath}/ok/config\nlxc.uts.name = ok\n",
     }
+
+
+def _limited() -> None:
+    """The child's address space is capped (2 GiB): an unbounded read dies, not the box."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="the attack needs root as the victim and setpriv")  # fmt: skip
+@pytest.mark.parametrize(
+    ("plant", "why"),
+    [("truncate -s 1G {run}/results.jsonl", "is larger than 64 MiB"),
+     ("ln -s {secret} {run}/results.jsonl", "is a symlink"),
+     ("mkfifo {run}/results.jsonl", "is a FIFO")],
+)  # fmt: skip
+def test_another_users_run_is_read_bounded_and_a_link_is_named(
+    public_tmp_path: Path, plant: str, why: str
+) -> None:
+    """Issue 46.8: ``bundle --run DIR`` where nobody made DIR: a 1 GiB sparse
+    results.jsonl was read whole (2.1 GB RSS; here, under a 2 GiB address-space cap, the
+    bundle died), a link made the whole bundle fail. Now at most 64 MiB is read, and a
+    link or FIFO is named in run/failures.jsonl; the bundle is written."""
+    public = public_tmp_path / "public"
+    public.mkdir()
+    os.chmod(public, 0o1777)
+    secret = public_tmp_path / "root-only"
+    secret.write_text('{"key": "x", "status": "crashed", "reason": "PlantedRootOnly"}\n')
+    secret.chmod(0o600)
+    run = public / "run"
+    _as_nobody(f"mkdir {run} && " + plant.format(run=run, secret=secret))
+    out = public_tmp_path / "b.tar.gz"
+    done = subprocess.run([sys.executable, "-m", "gpudoctor", "bundle", "-o", str(out), "--run", str(run)],
+                          capture_output=True, text=True, timeout=180, preexec_fn=_limited)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    failures = members(out)["gpudoctor-bundle/run/failures.jsonl"]
+    assert failures.startswith(f"# not read: {run}/results.jsonl {why}")
+    assert "PlantedRootOnly" not in failures

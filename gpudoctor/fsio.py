@@ -301,14 +301,27 @@ def atomic_replace(
             _fsync(dir_fd)
 
 
-def write_output(path: Path | str, data: bytes | str, *, mode: int = 0o644) -> None:
+def write_output(
+    path: Path | str, data: bytes | str, *, mode: int = 0o644, option: str = "-o"
+) -> None:
     """Write an output file the user named (``-o``, ``--markdown``, a report); return None.
 
     Only a regular file or a new path is written, atomically (:func:`atomic_replace`): a
     symlink, FIFO, socket or device at ``path`` is refused (``gpudoctor check -o /dev/null``
-    must never replace ``/dev/null``) and never followed; the directory may be a symlink
-    the user chose (``/var/run``). The file gets ``mode`` (``install -m 0644``)."""
-    atomic_replace(path, data, mode=mode, follow_dir_link=True)
+    must never replace ``/dev/null``) and never followed. Its directory is reached as
+    ``--out``'s is (:func:`walk_path`, judged): a link the caller or root owns is followed
+    (``/var/run``), another user's link or directory above ``path`` (``/tmp/x -> /etc``,
+    planted before root runs ``bundle -o /tmp/x/b.tar.gz``) is refused, naming ``option``.
+    The file gets ``mode`` (``install -m 0644``)."""
+    path = Path(path)
+    walk = walk_path(path.parent, option)
+    if walk.missing:
+        raise FileNotFoundError(2, "No such file or directory", str(path.parent))
+    fd = open_dir(walk.existing)
+    try:
+        atomic_replace(path, data, mode=mode, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def open_append(

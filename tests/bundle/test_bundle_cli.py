@@ -274,3 +274,23 @@ def test_another_users_run_is_read_bounded_and_a_link_is_named(
     failures = members(out)["gpudoctor-bundle/run/failures.jsonl"]
     assert failures.startswith(f"# not read: {run}/results.jsonl {why}")
     assert "PlantedRootOnly" not in failures
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="the attack needs root as the victim and setpriv")  # fmt: skip
+def test_a_directory_link_nobody_planted_above_output_is_refused(public_tmp_path: Path) -> None:
+    """Issue 46.10: nobody plants ``/tmp/x -> DIR`` (a directory only root may write)
+    before root runs ``bundle -o /tmp/x/b.tar.gz``; on the code before, the archive (and
+    with ``check -o`` a report) was written where nobody chose. Refused, one line."""
+    public = public_tmp_path / "public"
+    public.mkdir()
+    os.chmod(public, 0o1777)
+    chosen = public_tmp_path / "root-only"
+    chosen.mkdir(mode=0o700)
+    _as_nobody(f"ln -s {chosen} {public}/x")
+    for argv in (["bundle", "-o"], ["check", "--only", "host.xid", "--format", "json", "-o"]):
+        done = gpudoctor(*argv, str(public / "x" / "out"))
+        assert done.returncode == 1, (argv, done.stdout, done.stderr)
+        assert ERROR_LINE.match(last_line(done.stderr)), done.stderr
+        assert f"{public}/x (above -o) is a symlink of nobody (uid 65534)" in done.stderr
+        assert os.listdir(chosen) == []

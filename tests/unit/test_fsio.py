@@ -1142,3 +1142,28 @@ def test_each_level_is_judged_with_the_option_named(sticky: Path) -> None:
     with pytest.raises(FsioError, match=r"/open \(above --out\) is writable by others"):
         fsio.make_dirs(sticky, "open/run", option="--out")
     assert not (sticky / "open" / "run").exists()
+
+
+@as_root
+def test_write_output_judges_the_directories_above_as_out_is_judged(
+    sticky: Path, no_fd_leak: None
+) -> None:
+    """Issue 46.10: nobody plants ``/tmp/x -> ROOT_ONLY_DIR`` (or makes ``/tmp/x``) before
+    root runs ``bundle -o /tmp/x/b.tar.gz``: refused, naming the option, nothing written
+    there; root's own link is followed; a missing directory is ENOENT."""
+    chosen = sticky.parent / "root-only"
+    chosen.mkdir(mode=0o700)
+    os.symlink(chosen, sticky / "x")
+    os.lchown(sticky / "x", NOBODY, NOBODY)
+    with pytest.raises(FsioError, match=rf"^{sticky}/x \(above --output\) is a symlink of nobody"):
+        fsio.write_output(sticky / "x" / "b.tar.gz", b"x", option="--output")
+    mkdir_race.nobody_mkdir(str(sticky / "n"))
+    with pytest.raises(FsioError, match=rf"^{sticky}/n \(above -o\) belongs to nobody"):
+        fsio.write_output(sticky / "n" / "b.tar.gz", b"x")
+    assert os.listdir(chosen) == [] and os.listdir(sticky / "n") == []
+    os.symlink(chosen, sticky / "mine")
+    fsio.write_output(sticky / "mine" / "b.tar.gz", b"ok", mode=0o600)
+    assert (chosen / "b.tar.gz").read_bytes() == b"ok" and mode_of(chosen / "b.tar.gz") == 0o600
+    with pytest.raises(FileNotFoundError) as caught:
+        fsio.write_output(sticky / "missing" / "b", b"x")
+    assert (caught.value.errno, caught.value.filename) == (2, str(sticky / "missing"))

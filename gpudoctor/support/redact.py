@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 # an environment variable (or config key) whose value is a secret
 _SECRET_WORDS = (
-    r"token|secret|passw|passphrase|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
-    r"|credential|auth|cookie|session[_-]?id|_key$"
+    r"token(?!iz)|secret|passw|passphrase|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
+    r"|credential|auth|cookie|session[_-]?id|_key$"  # (a tokenizer is no secret)
     r"|(?<![a-z])(?:pass|pw)(?![a-z])|_pwd(?![a-z])"  # DB_PASS, SMTP_PW, MYSQL_PWD (not PWD)
 )
 SECRET_NAME = re.compile(rf"(?i)({_SECRET_WORDS}|^key$)")

@@ -24,7 +24,13 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
-from tests.bench.campaign_support import help_cache, local_quirks, stub_plan, write
+from tests.bench.campaign_support import (
+    STREAM_SERVER,
+    help_cache,
+    local_quirks,
+    stub_plan,
+    write,
+)
 
 __all__ = ["help_cache", "local_quirks"]
 
@@ -86,3 +92,34 @@ def test_control_sequences_and_html_from_a_metrics_line_stay_text(
     body = MarkdownIt("commonmark").enable("table").render(markdown)
     assert "<img/src" not in body and "onerror" not in body.replace("&lt;img/src=x/onerror", "")
     assert "&lt;img/src=x/onerror=alert(1)&gt;" in body
+
+
+def test_a_crashed_servers_api_key_stays_out_of_report_html_and_the_quirks_table(
+    tmp_path: Path, tiny_model_dir: Path, local_quirks: Path
+) -> None:
+    """Issue 46.11: a configuration with ``api-key = KEY`` whose server prints its
+    arguments and crashes. On the code before, report.html showed KEY in the log tail (the
+    bundle replaces it) and the local quirks table stored it verbatim."""
+    key = "PlantedOpaqueApiKey0123456789"
+    text = stub_plan(tiny_model_dir, f'[[configs]]\nname = "k"\nargs = {{ api-key = "{key}" }}\n',
+                     "[2]", WORKLOAD)  # fmt: skip
+    engine = tmp_path / "crashing-engine"
+    engine.write_text('#!/bin/sh\n[ "$1" = --help ] && echo "usage: [--api-key KEY] [--model M]'
+                      ' [--host H] [--port P]" && exit 0\necho "serving with $*"\nexit 3\n')  # fmt: skip
+    engine.chmod(0o755)
+    text = text.replace(f'"{sys.executable}", "{STREAM_SERVER}", ', f'"{engine}", ', 1)
+    plan = write(tmp_path, text, "plan.toml")
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "gpudoctor", "bench", str(plan), "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert (out / "results.jsonl").is_file(), run.stdout[-3000:] + run.stderr[-3000:]
+    (record,) = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert record["status"] == "crashed", record
+    assert any(key in line for line in record["server_log_tail"])  # the server printed it
+    report = subprocess.run([sys.executable, "-m", "gpudoctor", "bench", "report", str(out)],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    page = (out / "report.html").read_text()
+    assert key not in page and "--api-key &lt;secret-1&gt;" in page
+    table = local_quirks.read_text()
+    assert key not in table and '"api-key" = "<redacted>"' in table

@@ -214,7 +214,7 @@ def test_without_nvidia_modprobe_the_boot_unit_names_its_usual_path_and_says_to_
     assert prep.plan.warnings[0] == (
         "nvidia-modprobe is not installed on the host (apt install nvidia-modprobe)"
     )
-    assert "ExecStartPre" not in prep.files[1].new  # nothing to run before gpudoctor
+    assert "nvidia-modprobe" not in prep.files[1].new  # nothing to remake before gpudoctor
     assert prep.plan.explanation[0].endswith(
         "runs `/usr/bin/nvidia-modprobe -u -c=0` before pve-guests.service, so /dev/nvidia-uvm "
         "exists when containers autostart"

@@ -205,17 +205,19 @@ def test_the_journal_is_read_as_records(path_bin) -> None:
     lines = [
         json.dumps({"MESSAGE": real, "_SOURCE_MONOTONIC_TIMESTAMP": "44643002804"}),
         json.dumps({"MESSAGE": list(b"caf\xc3\xa9 \xff")}),
-        json.dumps({"MESSAGE": [300]}), json.dumps({"MESSAGE": 5}), json.dumps([1]),
+        json.dumps({"MESSAGE": [300]}), json.dumps({"MESSAGE": [-1]}), json.dumps({"MESSAGE": 5}),
+        json.dumps([1]), json.dumps({"MESSAGE": [0, 255]}),
         "not json", json.dumps({"MESSAGE": "x", "_SOURCE_MONOTONIC_TIMESTAMP": "-1"}),
     ]  # fmt: skip
     (tmp := path_bin.dir / "journal.json").write_text("\n".join(lines) + "\n")
-    fields = "json --output-fields=MESSAGE,_SOURCE_MONOTONIC_TIMESTAMP"
-    path_bin("journalctl", f'[ "$4 $5" = "{fields}" ] && /bin/cat "{tmp}"\n')
+    args = "-k -b -o json --output-fields=MESSAGE,_SOURCE_MONOTONIC_TIMESTAMP --no-pager -q"
+    path_bin("journalctl", f'[ "$*" = "{args}" ] && /bin/cat "{tmp}"\n')
     log = read_kernel_log(LocalHost())
     assert log.source == "journalctl -k -b -o json"
     assert log.records == (
         KernelRecord(real, 44643.002804, f"[44643.002804] {real}"),
         KernelRecord("caf\u00e9 \ufffd", None, "caf\u00e9 \ufffd"),
+        KernelRecord("\x00\ufffd", None, "\x00\ufffd"),
         KernelRecord("x", None, "x"),
     )
     assert [(e.code, e.pci, e.uptime_s) for e in xid_events(list(log.records))] == [
@@ -241,18 +243,20 @@ def test_kmsg_is_read_as_records_and_a_newline_stays_inside_its_record(path_bin)
         f"4,340,133187056,c;{FORGED}\n"
         "garbage line\n"
         "6,341,5,-;a\\x5cb caf\\xc3\\xa9\n"
+        "6,342,6,-;r\\x0dn \u20ac\n"  # a carriage return; a character no byte stands for
     )
     assert "\\x0aNVRM: Xid (PCI:0000:3b:00): 79" in kmsg_text  # as the kernel shows it
     (tmp := path_bin.dir / "kmsg").write_text(kmsg_text)
     path_bin("journalctl", "exit 0\n")
     args = "if=/dev/kmsg iflag=nonblock bs=65536 status=none"
-    path_bin("dd", f'[ "$1 $2 $3 $4" = "{args}" ] && /bin/cat "{tmp}"\nexit 1\n')
+    path_bin("dd", f'[ "$*" = "{args}" ] && /bin/cat "{tmp}"\nexit 1\n')
     log = read_kernel_log(LocalHost())
     assert log.source == "/dev/kmsg"
     assert log.records == (
         KernelRecord(SEGFAULT, 133.186847, "[  133.186847] " + SEGFAULT.replace("\n", "\\n")),
         KernelRecord(FORGED, 133.187056, f"[  133.187056] {FORGED}"),
         KernelRecord("a\\b caf\u00e9", 5e-06, "[    0.000005] a\\b caf\u00e9"),
+        KernelRecord("r\rn ?", 6e-06, "[    0.000006] r\\rn ?"),
     )
     assert [(e.code, e.line) for e in xid_events(list(log.records))] == [
         (79, f"[  133.187056] {FORGED}")

@@ -194,7 +194,9 @@ def test_manifest_source_lines_are_redacted() -> None:
 
     redactor = Redactor()
     redactor.add_host("pve-node7")
-    items = [Item("ct/config.txt", "# /etc/pve/nodes/pve-node7/lxc/200.conf\n",
+    redactor.add_host("web-ct-7")  # the CT's name (config_names: lxc.uts.name, hostname:)
+    items = [Item("ct/lxc.txt", "", "cat /var/lib/lxc/web-ct-7/config"),
+             Item("ct/config.txt", "# /etc/pve/nodes/pve-node7/lxc/200.conf\n",
                   "cat /etc/pve/nodes/pve-node7/lxc/200.conf"),
              Item("check.json", "{}\n", f"gpudoctor bench status /home/carol/runs/x token={KEY}")]  # fmt: skip
     done = build(items, redactor, now=0)
@@ -204,11 +206,13 @@ def test_manifest_source_lines_are_redacted() -> None:
     with tarfile.open(fileobj=io.BytesIO(done.data)) as tar:
         manifest = json.loads(tar.extractfile("gpudoctor-bundle/MANIFEST.json").read())  # type: ignore[union-attr]
     assert [f["source"] for f in manifest["files"]] == [
+        "cat /var/lib/lxc/<host-2>/config",
         "cat /etc/pve/nodes/<host-1>/lxc/200.conf",
         "gpudoctor bench status /home/<user-1>/runs/x token=<secret-1>",
     ]
     files = {e["placeholder"]: e["files"] for e in done.ledger}
     assert files["<host-1>"] == {"MANIFEST.json": 1, "ct/config.txt": 1}
+    assert files["<host-2>"] == {"MANIFEST.json": 1}
     assert files["<user-1>"] == {"MANIFEST.json": 1}
 
 

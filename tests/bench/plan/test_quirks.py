@@ -103,7 +103,7 @@ def test_a_crash_quirk_never_stores_a_secret_argument(local_quirks: Path) -> Non
     key, token = "PlantedOpaqueApiKey0123456789", "hf_PlantedHuggingFaceToken0123456789"
     plan = parse_plan(
         "[model]\npath = '/m'\n[engine]\nname = 'sglang'\n[[configs]]\nname = 'c'\n"
-        f"args = {{ api-key = '{key}', hf-token = 7, tokenizer-mode = 'auto',"
+        f"args = {{ api-key = '{key}', hf-token = 7, tokenizer-mode = 'auto', served-model-name = 'alice 10.0.0.5',"
         f" model-loader-extra-config = 'https://x.example/m?t={token}', mem-fraction-static = 0.5,"
         " cuda-graph-bs = [1, 2], disable-cuda-graph = true }\n"
     )
@@ -113,7 +113,7 @@ def test_a_crash_quirk_never_stores_a_secret_argument(local_quirks: Path) -> Non
     assert key not in raw and token not in raw
     (entry,) = tomllib.loads(raw)["quirk"]
     assert entry["args"] == {"api-key": "<redacted>", "hf-token": "<redacted>",
-                             "tokenizer-mode": "auto",
+                             "tokenizer-mode": "auto", "served-model-name": "alice 10.0.0.5",  # no secret: kept
                              "model-loader-extra-config": "https://x.example/m?t=<secret-1>",
                              "mem-fraction-static": 0.5, "cuda-graph-bs": [1, 2],
                              "disable-cuda-graph": True}  # fmt: skip

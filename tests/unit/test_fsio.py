@@ -1166,4 +1166,8 @@ def test_write_output_judges_the_directories_above_as_out_is_judged(
     assert (chosen / "b.tar.gz").read_bytes() == b"ok" and mode_of(chosen / "b.tar.gz") == 0o600
     with pytest.raises(FileNotFoundError) as caught:
         fsio.write_output(sticky / "missing" / "b", b"x")
-    assert (caught.value.errno, caught.value.filename) == (2, str(sticky / "missing"))
+    assert (caught.value.errno, caught.value.strerror, caught.value.filename) == (
+        2,
+        "No such file or directory",
+        str(sticky / "missing"),
+    )

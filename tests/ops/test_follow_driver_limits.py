@@ -44,16 +44,7 @@ def test_an_open_close_loop_does_not_stop_the_node_from_following(
     node = NodeSystemd(lab, f"{name}-node", ro=[lab.nodes_dir], rw=[work])
     node.create()
     lab.containers.append(node)
-    env = {"GPUDOCTOR_HOST_BACKUP_DIR": str(work / "host-backups"),
-           "GPUDOCTOR_CLIENT_BACKUP_DIR": str(work / "client-backups"),
-           "GPUDOCTOR_LOCK_DIR": str(work / "locks"),
-           "GPUDOCTOR_FOLLOW_ARGS": f"--flavor lxc --lxcpath {work / 'no-cts'}"}  # fmt: skip
-    (node.rootfs / "etc/default").mkdir(parents=True, exist_ok=True)
-    (node.rootfs / "etc/default/gpudoctor-follow-driver").write_text(
-        "".join(f"{k}={v}\n" for k, v in env.items())
-    )
-    node.start(timeout=60)
-    assert wait_for(node.booted, 120), "systemd did not finish booting"
+    node.boot(work, f"--flavor lxc --lxcpath {work / 'no-cts'}")
     installed = node.gpudoctor("fix", "--host-prep", "--yes", "--device", str(uvm))
     assert installed.returncode == 0, installed.stdout + installed.stderr
     assert node.systemctl("is-active", PATH_UNIT) == "active", installed.stdout

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from gpudoctor.context import CheckContext
 from gpudoctor.facts import kernel as kernel_facts
-from gpudoctor.facts.xid import parse_kernel_log, read_kernel_log, summarize
+from gpudoctor.facts.xid import read_kernel_log, summarize, xid_events
 from gpudoctor.model import Finding, Severity, Status
 from gpudoctor.registry import check
 
@@ -149,10 +149,10 @@ def xid(ctx: CheckContext) -> Iterator[Finding]:
     if not log.source:
         yield ctx.skip("kernel log", f"the kernel log cannot be read here: {log.error}")
         return
-    groups = summarize(parse_kernel_log(log.text))
+    groups = summarize(xid_events(list(log.records)))
     if not groups:
         yield ctx.passed("kernel log", f"No NVIDIA Xid event since boot ({log.source}).",
-                         evidence=[f"{log.source}: {len(log.text.splitlines())} lines read"])  # fmt: skip
+                         evidence=[f"{log.source}: {len(log.records)} records read"])  # fmt: skip
         return
     for group in groups:
         info = group.first.info

@@ -301,14 +301,27 @@ def atomic_replace(
             _fsync(dir_fd)
 
 
-def write_output(path: Path | str, data: bytes | str, *, mode: int = 0o644) -> None:
+def write_output(
+    path: Path | str, data: bytes | str, *, mode: int = 0o644, option: str = "-o"
+) -> None:
     """Write an output file the user named (``-o``, ``--markdown``, a report); return None.
 
     Only a regular file or a new path is written, atomically (:func:`atomic_replace`): a
     symlink, FIFO, socket or device at ``path`` is refused (``gpudoctor check -o /dev/null``
-    must never replace ``/dev/null``) and never followed; the directory may be a symlink
-    the user chose (``/var/run``). The file gets ``mode`` (``install -m 0644``)."""
-    atomic_replace(path, data, mode=mode, follow_dir_link=True)
+    must never replace ``/dev/null``) and never followed. Its directory is reached as
+    ``--out``'s is (:func:`walk_path`, judged): a link the caller or root owns is followed
+    (``/var/run``), another user's link or directory above ``path`` (``/tmp/x -> /etc``,
+    planted before root runs ``bundle -o /tmp/x/b.tar.gz``) is refused, naming ``option``.
+    The file gets ``mode`` (``install -m 0644``)."""
+    path = Path(path)
+    walk = walk_path(path.parent, option)
+    if walk.missing:
+        raise FileNotFoundError(2, "No such file or directory", str(path.parent))
+    fd = open_dir(walk.existing)
+    try:
+        atomic_replace(path, data, mode=mode, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def open_append(
@@ -529,39 +542,61 @@ def read_regular(
         os.close(fd)
 
 
-def make_dirs(root: Path | str, rel_dir: str | Path, mode: int = 0o755) -> Path:
+def make_dirs(
+    root: Path | str, rel_dir: str | Path, mode: int = 0o755, option: str | None = None
+) -> Path:
     """``mkdir -p root/rel_dir`` without passing through a symlink; return the directory.
 
-    Each part is created with exactly ``mode`` (``fchmod`` after ``mkdir``: neither umask 0
-    nor 077 changes it) or, when it exists, checked with ``lstat`` to be a real directory;
-    raise FsioError (a NotADirectoryError's errno) for anything else.
-    """
+    Each level is made (``mkdirat``) in the directory held open before it, so no level is
+    looked up again by name. A new level gets exactly ``mode`` (``fchmod`` after ``mkdir``:
+    neither umask 0 nor 077 changes it); one that exists (made by another program in the
+    meantime: ``EEXIST``) must be a real directory, and with ``option`` it is judged on its
+    ``fstat`` as an ancestor of ``option`` is (the caller's or root's, writable by others
+    only when sticky): a directory another user made between a check and the ``mkdir`` is
+    refused, never used. Raise FsioError (a NotADirectoryError's errno) for a level that is
+    not a directory, FsioError naming the owner or mode for one that is not trusted."""
+    fd = os.open(root, _DIR_FLAGS | os.O_PATH)
     current = Path(root)
-    for part in Path(rel_dir).parts:
-        current = current / part
-        try:
-            os.mkdir(current, mode & 0o700)  # nobody else may enter it before its mode is set
-            fd = os.open(current, _DIR_FLAGS | os.O_NOFOLLOW)
+    try:
+        for part in Path(rel_dir).parts:
+            current = current / part
             try:
+                os.mkdir(part, mode & 0o700, dir_fd=fd)  # nobody else may enter it yet
+            except FileExistsError:
+                made = False
+            else:
+                made = True
+            try:
+                child = os.open(
+                    part, _DIR_FLAGS | os.O_NOFOLLOW | (0 if made else os.O_PATH), dir_fd=fd
+                )
+            except OSError as exc:
+                if exc.errno in (20, 40):  # ENOTDIR, ELOOP: a file or a link there
+                    raise FsioError(20, f"{current} exists and is not a directory") from None
+                raise
+            os.close(fd)
+            fd = child
+            if option is not None:
+                _judge_ancestor(str(current), os.fstat(fd), option)
+            if made:
                 os.fchmod(fd, mode)
-            finally:
-                os.close(fd)
-        except FileExistsError:
-            st = os.lstat(current)
-            if not stat.S_ISDIR(st.st_mode):
-                raise FsioError(20, f"{current} exists and is not a directory") from None
+    finally:
+        os.close(fd)
     return current
 
 
-def make_missing_dirs(path: Path | str, mode: int = 0o755) -> Path:
+def make_missing_dirs(path: Path | str, mode: int = 0o755, option: str | None = None) -> Path:
     """``mkdir -p -m MODE path`` where every missing level gets ``mode`` (``os.makedirs``
     gives it to the last one only, the others ``0777 & ~umask``: world-writable under umask
     0); return the directory (its existing part resolved). A link among the missing
     levels, dangling ones included, is never followed (nothing is made where it points);
-    raise OSError (ENOTDIR, ENOENT) when a level is not a directory."""
-    walk = walk_path(path, "the directory", judge=False)
+    raise OSError (ENOTDIR, ENOENT) when a level is not a directory. With ``option``
+    every level, existing or made, is judged as an ancestor of ``option`` (:func:`make_dirs`):
+    the one that another user makes first, between the check and the ``mkdir``, is refused."""
+    judged = option is not None
+    walk = walk_path(path, option or "the directory", judge=judged)
     if walk.dangling:
         if walk.missing:  # nothing is made where a link points, nor below it
             raise FsioError(2, f"{path}: a symlink on the way points where nothing exists")
         return Path(os.path.realpath(path))  # the dangling link itself: not a directory
-    return make_dirs(walk.existing, Path(*walk.missing) if walk.missing else Path(), mode)
+    return make_dirs(walk.existing, Path(*walk.missing) if walk.missing else Path(), mode, option)

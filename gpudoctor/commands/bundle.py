@@ -116,11 +116,20 @@ def bundle(
     try:
         host = ct_host if ct_host is not None else target
         remote = host_spec is not None and host_spec != "local"
-        say("running the checks")
-        items = [_check_item(target, ct_host, ct, flavor, lxcpath, timeout, host_spec)]
+        config = None
         if ct is not None:
             say(f"reading CT {ct}'s config")
-            items.append(gather.ct_config(host, ct, flavor, lxcpath))
+            config = gather.ct_config(host, ct, flavor, lxcpath)
+        if config is not None and config.refused:  # another user's config: not entered
+            why = json.dumps({"error": f"not checked: {config.text[2:].strip()}"})
+            items = [gather.Item("check.json", why + "\n", "gpudoctor check --json")]
+            closers.remove(target)
+            target.close()
+        else:
+            say("running the checks")
+            items = [_check_item(target, ct_host, ct, flavor, lxcpath, timeout, host_spec)]
+        if config is not None:
+            items.append(config)
         say("reading device facts and the kernel log")
         items += gather.host_facts(host, "host" if remote or ct else "local")
         if remote or ct:
@@ -132,6 +141,9 @@ def bundle(
             say(f"reading run {run_dir}")
             items += gather.last_run(run_dir)
         names, users = bundle_mod.identities_of(closers, environ)
+        for item in items:
+            if item.name == "ct/config.txt":
+                names |= gather.config_names(item.text)  # the node, the CT's host name
         redactor = bundle_mod.redactor_for(not no_redact, environ, names, users)
         done = bundle_mod.build(items, redactor)
     finally:

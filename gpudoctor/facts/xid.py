@@ -24,6 +24,7 @@ Recorded real lines: tests/data/recorded/kernel_log/.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -93,21 +94,22 @@ XID_TABLE: dict[int, XidInfo] = {
 
 FALLEN = 79  # "fallen off the bus" lines count as Xid 79 (NVIDIA's catalog does too)
 
-# Only a line the NVIDIA driver itself printed counts: its message begins with "NVRM: ",
-# after nothing but the log's own header (journalctl's date/monotonic stamp, host and
-# "kernel:"; dmesg's [stamp] or -T date; a syslog <level>) or a continuation's blanks.
-# Anything else that quotes NVRM (a segfault line naming a program file called
-# "NVRM: Xid (PCI:...): 79, ...", which any user or any CT can make the host's kernel
-# print) is not the driver's word.
+# Only a record the NVIDIA driver itself printed counts: its message begins with "NVRM: "
+# and is one line (or is the driver's own record of several lines: _is_driver). The kernel log is read as records (journald's JSON, /dev/kmsg), where a
+# newline inside a message stays inside it: a segfault record naming a program file called
+# "x\nNVRM: Xid (PCI:...): 79, ..." (which any user, or any CT, can make the host's kernel
+# print) holds a newline, and does not begin with NVRM. In a text log (recorded files), a
+# line's header is the log's own (journalctl's date/monotonic stamp, host and "kernel:";
+# dmesg's [stamp] or -T date; a syslog <level>), and a line that begins with a blank is a
+# continuation of the record above it (journalctl and dmesg indent them), never a record.
 _HEADER = (
     r"(?:(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?"  # journalctl -o short
     r"|\[\s*\d+\.\d+\]"  # -o short-monotonic
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?"  # -o short-iso
     r") \S+ kernel: )?"
 )
-_DRIVER = re.compile(
+_TEXT_HEADER = re.compile(
     r"^" + _HEADER + r"(?:<\d+>)?(?:\[\s*\d+\.\d+\]|\[[A-Z][a-z]{2} [A-Za-z0-9: ]{15,25}\])?\s*"
-    r"(?P<msg>NVRM: .*)$"
 )
 _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\):"
@@ -119,6 +121,11 @@ _FALLEN_ONE = re.compile(
     r"NVRM: GPU (?:at )?(?:PCI:)?" + _PCI + r":? (?:GPU )?has fallen off the bus"
 )
 _FALLEN_HEAD = re.compile(r"NVRM: The NVIDIA GPU " + _PCI + r"\b")
+_MULTI_HEAD = re.compile(
+    r"NVRM: The NVIDIA GPU "
+    + _PCI
+    + r"(?: \(PCI ID: [0-9a-fA-F]{4}:[0-9a-fA-F]{4}\) installed in this system (?:has|is))?"
+)
 _STAMP = re.compile(r"(?:^|\s)\[\s*(?P<t>\d+\.\d+)\]\s")
 
 
@@ -152,31 +159,68 @@ class XidEvent:
         )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class KernelRecord:
+    """One record of the kernel log (one printk call).
+
+    Attributes:
+        message: its text, a newline inside it kept (the segfault of a program whose file
+            name holds one).
+        uptime_s: seconds since boot when the kernel logged it, or None when unknown.
+        line: how it is shown (``[ 123.456789] message``; a text log's line as read).
+    """
+
+    message: str
+    uptime_s: float | None = None
+    line: str = ""
+
+
 def _stamp(line: str) -> float | None:
     match = _STAMP.search(line)
     return float(match["t"]) if match else None
 
 
-def _driver_message(line: str) -> str | None:
-    """Return the driver's message (from ``NVRM: ``) when the NVIDIA driver printed
-    ``line``, else None (a line that only quotes NVRM: a forged segfault line)."""
-    if "NVRM: " not in line:
-        return None
-    match = _DRIVER.match(line)
-    return match["msg"] if match else None
+def text_records(text: str) -> list[KernelRecord]:
+    """Return the records of a text kernel log (``journalctl -o short*`` or ``dmesg``
+    output, as recorded): each line's own header is dropped, and a line that begins with a
+    blank is joined (after a newline) to the record above it, as journalctl and dmesg
+    indent a record's second line."""
+    records: list[KernelRecord] = []
+    for line in text.splitlines():
+        if line[:1].isspace() and records:
+            last = records[-1]
+            records[-1] = KernelRecord(f"{last.message}\n{line.strip()}", last.uptime_s, last.line)
+            continue
+        message = line if line[:1].isspace() else _TEXT_HEADER.sub("", line, count=1)
+        records.append(KernelRecord(message, _stamp(line), line.strip()))
+    return records
 
 
-def parse_kernel_log(text: str) -> list[XidEvent]:
-    """Return the Xid and fallen-off-the-bus events of a kernel log (``journalctl -k -b -o
-    short-monotonic`` or ``dmesg`` output), in log order. Only lines the driver printed
-    count (their message begins with ``NVRM: ``); a line that merely quotes one (a
-    segfault of a program named like an Xid) is not an event. A fallen-off-the-bus message
-    within three lines of an Xid 79 of the same GPU is that event, not a second one."""
+def _is_driver(message: str) -> bool:
+    """Return True when the NVIDIA driver printed ``message``: one line that begins with
+    ``NVRM: ``, or the driver's one record of several lines, each beginning with ``NVRM: ``
+    after a first line that is exactly ``NVRM: The NVIDIA GPU BUS...`` (a GPU fallen off
+    the bus, or not supported). No other record can be made to look so: another record's
+    first line is not the driver's (a segfault's is at most the 15 characters of the
+    program's name before ``[pid]: segfault``)."""
+    first, *more = message.split("\n")
+    if "\r" in message or not first.startswith("NVRM: "):
+        return False
+    if not more:
+        return True
+    return bool(_MULTI_HEAD.fullmatch(first)) and all(line.startswith("NVRM: ") for line in more)
+
+
+def xid_events(records: list[KernelRecord]) -> list[XidEvent]:
+    """Return the Xid and fallen-off-the-bus events of the kernel log's records, in log
+    order. Only records the driver printed count (:func:`_is_driver`); one that merely
+    quotes a driver line (a segfault of a program named like an Xid) is not an event. A
+    fallen-off-the-bus message within three records of an Xid 79 of the same GPU is that
+    event, not a second one."""
     found: list[tuple[int, XidEvent]] = []
     fallen: list[tuple[int, XidEvent]] = []
-    lines = text.splitlines()
-    driver = [_driver_message(line) for line in lines]
-    for i, line in enumerate(lines):
+    driver = [r.message if _is_driver(r.message) else None for r in records]
+    for i, record in enumerate(records):
         message = driver[i]
         if message is None:
             continue
@@ -190,8 +234,8 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
                 rest,
                 (pid["pid"] or "").strip("'<>") if pid else "",
                 (pid["name"] or "").strip("<>").strip() if pid else "",
-                _stamp(line),
-                line.strip(),
+                record.uptime_s,
+                record.line,
             )))  # fmt: skip
             continue
         hit = _FALLEN_ONE.match(message)
@@ -201,13 +245,20 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
                 hit = head
         if hit:
             event = XidEvent(FALLEN, hit["pci"].lower(), "GPU has fallen off the bus",
-                             uptime_s=_stamp(line), line=line.strip())  # fmt: skip
+                             uptime_s=record.uptime_s, line=record.line)  # fmt: skip
             fallen.append((i, event))
     xid79 = [(i, e.pci) for i, e in found if e.code == FALLEN]
     for i, event in fallen:
         if not any(pci == event.pci and abs(j - i) <= 3 for j, pci in xid79):
             found.append((i, event))
     return [e for _, e in sorted(found, key=lambda pair: pair[0])]
+
+
+def parse_kernel_log(text: str) -> list[XidEvent]:
+    """Return the Xid and fallen-off-the-bus events of a text kernel log (recorded
+    ``journalctl -k -o short*`` or ``dmesg`` output): :func:`xid_events` of its
+    :func:`text_records`."""
+    return xid_events(text_records(text))
 
 
 @dataclass(frozen=True)
@@ -251,34 +302,85 @@ class KernelLog:
     """The kernel log as read from a host.
 
     Attributes:
-        source: the command that gave it (``journalctl -k -b``, ``dmesg``), or "".
-        text: its output ("" when unreadable).
+        source: what gave it (``journalctl -k -b -o json``, ``/dev/kmsg``), or "".
+        records: its records, in log order (empty when unreadable).
         error: why it could not be read ("" when it was).
     """
 
     source: str
-    text: str = ""
+    records: tuple[KernelRecord, ...] = ()
     error: str = ""
 
 
-KERNEL_LOG_COMMANDS = (
-    ("journalctl -k -b", ["journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager", "-q"]),
-    ("dmesg", ["dmesg"]),
-)
+_KMSG = re.compile(r"^(?P<level>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
+_KMSG_ESCAPE = re.compile(r"\\x([0-9a-f]{2})")
+
+
+def _shown(uptime_s: float | None, message: str) -> str:
+    stamp = f"[{uptime_s:12.6f}] " if uptime_s is not None else ""
+    return stamp + message.replace("\n", "\\n").replace("\r", "\\r")
+
+
+def kmsg_records(text: str) -> list[KernelRecord]:
+    """Return the records of ``/dev/kmsg`` as read (one ``LEVEL,SEQ,USEC,FLAGS;MESSAGE``
+    line per record, the kernel's ``\\xNN`` escapes decoded, so an escaped newline is a
+    newline in the message; the `` KEY=VALUE`` dictionary lines are skipped)."""
+    records = []
+    for line in text.split("\n"):
+        match = _KMSG.match(line)
+        if match:
+            raw = _KMSG_ESCAPE.sub(lambda m: chr(int(m[1], 16)), match["msg"])
+            message = raw.encode("latin-1", "replace").decode("utf-8", "replace")
+            uptime = int(match["usec"]) / 1e6
+            records.append(KernelRecord(message, uptime, _shown(uptime, message)))
+    return records
+
+
+def journal_records(text: str) -> list[KernelRecord]:
+    """Return the records of ``journalctl -o json`` output (one JSON object a line;
+    ``MESSAGE`` a string, or a list of bytes when not clean UTF-8; the kernel's stamp
+    ``_SOURCE_MONOTONIC_TIMESTAMP`` in microseconds). A line that is not such an object is
+    skipped."""
+    records = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        message = entry.get("MESSAGE") if isinstance(entry, dict) else None
+        if isinstance(message, list) and all(isinstance(b, int) and 0 <= b < 256 for b in message):
+            message = bytes(message).decode("utf-8", "replace")
+        if not isinstance(message, str):
+            continue
+        usec = str(entry.get("_SOURCE_MONOTONIC_TIMESTAMP", ""))
+        uptime = int(usec) / 1e6 if usec.isdigit() else None
+        records.append(KernelRecord(message, uptime, _shown(uptime, message)))
+    return records
+
+
+KERNEL_LOG_READERS = (
+    ("journalctl -k -b -o json",
+     ["journalctl", "-k", "-b", "-o", "json", "--output-fields=MESSAGE,_SOURCE_MONOTONIC_TIMESTAMP",
+      "--no-pager", "-q"], journal_records),
+    ("/dev/kmsg",  # one read() per record; dd stops at EAGAIN (exit 1) once all are read
+     ["dd", "if=/dev/kmsg", "iflag=nonblock", "bs=65536", "status=none"], kmsg_records),
+)  # fmt: skip
 
 
 def read_kernel_log(host: Host, timeout: float = 20.0) -> KernelLog:
-    """Return the host's kernel messages since boot: ``journalctl -k -b -o short-monotonic``,
-    else ``dmesg`` (run through ``host``, so over SSH for ``--host``)."""
+    """Return the host's kernel log since boot as records: ``journalctl -k -b -o json``,
+    else ``/dev/kmsg`` (run through ``host``, so over SSH for ``--host``). Never a text
+    log: there a record's second line can pass for a record of its own."""
     errors = []
-    for label, argv in KERNEL_LOG_COMMANDS:
+    for label, argv, parse in KERNEL_LOG_READERS:
         try:
             result = host.run(argv, timeout=timeout)
         except HostError as exc:
             return KernelLog("", error=str(exc))
-        # journalctl without a journal of this boot prints "-- No entries --" and exits 0
-        if result.ok and result.stdout.strip() and "-- No entries --" not in result.stdout[:200]:
-            return KernelLog(label, result.stdout)
-        why = result.stderr.strip() or result.stdout.strip() or f"exit {result.returncode}"
-        errors.append(f"{label}: {why.splitlines()[-1][:200] if why else 'no output'}")
+        records = parse(result.stdout)
+        if records:
+            return KernelLog(label, tuple(records))
+        said = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        why = said[-1][:200] if said else "no records" if result.ok else f"exit {result.returncode}"
+        errors.append(f"{label}: {why}")
     return KernelLog("", error="; ".join(errors))

@@ -259,6 +259,9 @@ def follow_driver(
         return FollowResult(ordered, passes, dry_run)
 
 
+STATE_LIMIT = 16 << 20  # bytes of the last follow's fingerprint read at most
+
+
 def state_path(layout: Layout, host_label: str) -> str:
     """Return where the last follow's fingerprint is kept on the machine running it:
     ``<own_lock_dir>/follow-driver[-HOST].json`` (``/run/gpudoctor``: a tmpfs, so the first
@@ -272,19 +275,20 @@ def _dump(value: Any) -> str:
 
 
 def _load(path: str) -> str:
+    """Return the last follow's fingerprint, "" when there is none or it is not a regular
+    file (a FIFO there would hold the unit: never waited on, never followed)."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
+        return fsio.read_regular(path, limit=STATE_LIMIT, follow_dir_link=True).decode(
+            "utf-8", "replace"
+        )
     except OSError:
         return ""
 
 
 def _save(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (a temp file renamed over it)."""
-    partial = f"{path}.{os.getpid()}.tmp"
-    with open(partial, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(partial, path)
+    """Write ``text`` to ``path`` atomically through fsio (a new temp file, ``O_EXCL|
+    O_NOFOLLOW``, renamed over whatever is there: never written through a link or FIFO)."""
+    fsio.atomic_replace(path, text, mode=0o600, follow_dir_link=True, refuse_non_regular=False)
 
 
 def _watched_paths(

@@ -14,7 +14,16 @@ Three files, each the text of one trigger, all starting the same oneshot service
   ``GPUDOCTOR_FOLLOW_ARGS`` (``--flavor lxc``, ``--lxcpath DIR``, ...). A start requested
   while it runs is merged into the running one by systemd; the command's own lock and its
   second pass (when the devices moved during the first) cover what comes later.
-* ``gpudoctor-follow-driver.path``: ``PathChanged=`` on the nodes of NVIDIA's dynamic
+  ``StartLimitIntervalSec=0``: any user (the node is 0666), or a CT that bind-mounts it,
+  can open and close /dev/nvidia-uvm in a loop, and every CUDA process's exit does it too:
+  under systemd's default start limit (5 in 10 s) the service would be refused, and the
+  path unit would then stop watching ("unit-start-limit-hit") until restarted, so a real
+  reload would go unfollowed (issue 46). ``ExecStartPre=/bin/sleep 1`` keeps such a loop to
+  one run a second or less (a change during the sleep is seen by the run after it).
+* ``gpudoctor-follow-driver.path``: ``TriggerLimitIntervalSec=0`` for the same reason
+  (the path unit's own limit, 200 activations in 2 s, counts every event, also those merged
+  into a running start: hit, it stops watching, "trigger-limit-hit").
+  ``PathChanged=`` on the nodes of NVIDIA's dynamic
   majors (a node re-created, removed, its attributes changed), plus any ``--device``
   given to ``--host-prep`` (a watched path once listed stays listed: a later
   ``--host-prep`` never drops it).
@@ -46,10 +55,12 @@ def service_text(gpudoctor: str, nvidia_modprobe: str, args: tuple[str, ...] = (
         "[Unit]\n"
         "Description=Follow the NVIDIA driver: the CTs' devices after a module reload (gpudoctor)\n"
         "After=pve-guests.service lxc.service gpudoctor-nvidia-uvm.service\n"
+        "StartLimitIntervalSec=0\n"
         "\n"
         "[Service]\n"
         "Type=oneshot\n"
         f"EnvironmentFile=-{ENV_FILE}\n"
+        "ExecStartPre=/bin/sleep 1\n"
         f"{pre}"
         f"ExecStart={gpudoctor} fix --follow-driver --if-host-changed --yes {own}$GPUDOCTOR_FOLLOW_ARGS\n"
     )
@@ -65,6 +76,7 @@ def path_text(watched: tuple[str, ...]) -> str:
         "[Path]\n"
         f"{lines}"
         f"Unit={SERVICE}\n"
+        "TriggerLimitIntervalSec=0\n"
         "\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"

@@ -11,6 +11,7 @@ changes nothing.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -143,27 +144,76 @@ def _read(host: Host, path: str, layout: Layout) -> tuple[str, str]:
     return data.decode("utf-8", "replace"), sha
 
 
+# Run with the interpreter the unit would run: where its code comes from (the gpudoctor
+# package, every existing sys.path entry: the standard library, site-packages and what their
+# .pth files add). Every file there runs, or may be imported, as root at every trigger.
+_CODE_DIRS = (
+    "import os, sys\n"
+    "try:\n import gpudoctor; print(os.path.dirname(os.path.abspath(gpudoctor.__file__)))\n"
+    "except Exception:\n pass\n"
+    "for p in sys.path:\n"
+    " if p and os.path.exists(p): print(os.path.abspath(p))\n"
+)
+
+
+def code_dirs(host: Host, python: list[str]) -> tuple[str, ...]:
+    """Return the directories ``python`` (an argv prefix) imports gpudoctor's code from on
+    ``host``: the package's, then each existing ``sys.path`` entry (``python -c ...``);
+    () when it does not answer."""
+    found = host.run([*python, "-c", _CODE_DIRS], timeout=30)
+    lines = found.stdout.splitlines() if found.ok else []
+    return tuple(dict.fromkeys(line for line in lines if line.startswith("/")))
+
+
+def _shebang(host: Host, script: str) -> str:
+    """Return the interpreter on ``script``'s ``#!`` line ("" when none is readable;
+    ``#!/usr/bin/env python3`` is python3 as ``command -v`` finds it)."""
+    try:
+        head = host.read_bytes(script, 256)
+    except OSError:
+        return ""
+    line = head.split(b"\n", 1)[0][2:] if head[:2] == b"#!" else b""
+    words = line.decode("utf-8", "replace").split()
+    if not words or not words[0].startswith("/"):
+        return ""
+    if not words[0].endswith("/env"):
+        return words[0]
+    if len(words) < 2:
+        return ""
+    found = host.run(["sh", "-c", f"command -v {shlex.quote(words[1])}"], timeout=15)
+    return found.stdout.strip() if found.ok and found.stdout.strip().startswith("/") else ""
+
+
 def gpudoctor_command(host: Host) -> tuple[str, tuple[str, ...]]:
     """Return how the node runs gpudoctor and the files that command runs: this very
     interpreter, isolated (``python -I -m gpudoctor``: no working directory, PYTHONPATH or
-    user site on its path), and the package it imports, when the host is this machine;
-    else ``command -v gpudoctor`` there. ("", ()) when not found."""
+    user site on its path), the package it imports and every directory on its path, when
+    the host is this machine; else ``command -v gpudoctor`` there, the interpreter of its
+    ``#!`` line and that interpreter's package and path. ("", ()) when not found."""
     if isinstance(host, LocalHost):
         import gpudoctor
 
         package = os.path.dirname(os.path.abspath(gpudoctor.__file__))
         argv = [sys.executable, "-I", "-m", "gpudoctor"]
-        return follow_units.command_line(argv), (sys.executable, package)
+        dirs = code_dirs(host, [sys.executable, "-I"])
+        return follow_units.command_line(argv), tuple(
+            dict.fromkeys((sys.executable, package, *dirs))
+        )
     found = host.run(["sh", "-c", "command -v gpudoctor"], timeout=15)
     path = found.stdout.strip() if found.ok else ""
-    return (path, (path,)) if path.startswith("/") else ("", ())
+    if not path.startswith("/"):
+        return "", ()
+    python = _shebang(host, path)
+    return path, (path, python, *code_dirs(host, [python])) if python else (path,)
 
 
 def untrusted(host: Host, paths: tuple[str, ...]) -> str:
     """Return why root should not run ``paths`` at every trigger ("" when it may): each
     path, what a link in it leads to, and every directory above either must belong to
-    root and be writable by no one else (a sticky directory such as /tmp above is fine).
-    ``readlink -f PATH; stat -c '%u %a %n' ...`` on the host."""
+    root and be writable by no one else (a sticky directory such as /tmp above is fine);
+    and so must everything under a path that is a directory (a package's files, a
+    site-packages' ``.pth`` files). ``readlink -f PATH; stat -c '%u %a %n' ...; find
+    PATH... ( ! -uid 0 -o ! -type l -perm /022 ) -quit`` on the host."""
     names: list[str] = []
     for path in paths:
         real = host.run(["readlink", "-f", path], timeout=15)
@@ -180,6 +230,15 @@ def untrusted(host: Host, paths: tuple[str, ...]) -> str:
         sticky_dir_above = bits & 0o1000 and name not in paths
         if uid != "0" or (bits & 0o022 and not sticky_dir_above):
             return f"{name} (uid {uid}, mode {bits & 0o7777:04o}) can be changed by a user other than root"
+    inside = host.run(["find", "-H", *paths, "(", "!", "-uid", "0", "-o", "(", "!", "-type", "l",
+                       "-perm", "/022", ")", ")", "-printf", "%U %m %p\\n", "-quit"], timeout=60)  # fmt: skip
+    if inside.stdout.strip():
+        uid, mode, name = inside.stdout.splitlines()[0].split(" ", 2)
+        return (
+            f"{name} (uid {uid}, mode {int(mode, 8):04o}) can be changed by a user other than root"
+        )
+    if not inside.ok:
+        return f"cannot look at every file under {', '.join(paths)}: {_why(inside)}"
     return ""
 
 

@@ -9,6 +9,7 @@ user names unless ``identities`` is False (``--no-redact``).
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import io
 import json
@@ -37,12 +38,30 @@ class Bundle:
     ledger: tuple[dict[str, object], ...]
 
 
+def login_users(passwd: str) -> set[str]:
+    """Return the people's login names of a ``/etc/passwd`` text (uid 1000 to 60000, the
+    range Debian gives them) and the last part of their home directories: names that
+    appear outside ``/home`` too (``/srv/alice``, ``alice@pve1``)."""
+    users = set()
+    for line in passwd.splitlines():
+        fields = line.split(":")
+        if len(fields) >= 6 and fields[2].isdigit() and 1000 <= int(fields[2]) <= 60000:
+            users |= {fields[0], fields[5].rstrip("/").rsplit("/", 1)[-1]}
+    return users
+
+
 def identities_of(hosts: Iterable[Host], environ: dict[str, str]) -> tuple[set[str], set[str]]:
     """Return (host names, user names) this bundle must hide: this machine's names and
-    user, and for every remote Host its SSH target (alias, HostName, user) and the names it
-    gives itself (``hostname; hostname -f``)."""
+    users (the caller, and every person's login of ``/etc/passwd``), and for every remote
+    Host its SSH target (alias, HostName, user), the names it gives itself (``hostname;
+    hostname -f``) and the people's logins of its ``/etc/passwd``."""
+    from gpudoctor.hosts.local import LocalHost
+
     names = {socket.gethostname(), socket.getfqdn()}
     users = {getpass.getuser(), environ.get("SUDO_USER", ""), environ.get("USER", "")}
+    for host in [LocalHost(), *hosts]:
+        with contextlib.suppress(OSError, HostError, UnicodeDecodeError):
+            users |= login_users(host.read_text("/etc/passwd", limit=4 << 20))
     for host in hosts:
         target = getattr(host, "target", None)
         if target is not None:
@@ -76,15 +95,21 @@ def build(items: list[Item], redactor: Redactor, now: float | None = None) -> Bu
     """Return the bundle of ``items``: each text redacted, then a MANIFEST.json and a
     REDACTED.json, packed as a gzip'ed tar (files 0600, owner 0, mtime ``now``)."""
     stamp = time.time() if now is None else now
-    files: list[tuple[str, str]] = [(i.name, redactor.redact(i.text, i.name)) for i in items]
+    # every file and every source line at once: a value redacted in one is replaced in all
+    texts = redactor.redact_all(
+        [(i.name, i.text) for i in items]
+        + [("MANIFEST.json", json.dumps([i.source for i in items]))]
+    )
+    sources = json.loads(texts.pop())
+    files: list[tuple[str, str]] = [(i.name, text) for i, text in zip(items, texts, strict=True)]
     manifest = {
         "schema": "gpudoctor.bundle/1",
         "gpudoctor": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp)),
         "identities_redacted": redactor.identities,
         "files": [
-            {"name": name, "source": redactor.redact(i.source, "MANIFEST.json")}
-            for (name, _), i in zip(files, items, strict=True)
+            {"name": name, "source": source}
+            for (name, _), source in zip(files, sources, strict=True)
         ],
     }
     ledger = redactor.ledger()

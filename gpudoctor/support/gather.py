@@ -8,6 +8,7 @@ The texts are raw here; :mod:`gpudoctor.support.bundle` redacts them before they
 
 from __future__ import annotations
 
+import base64
 import json
 import platform
 import re
@@ -21,6 +22,7 @@ from gpudoctor.hosts.base import Host, HostError
 
 MAX_FILE = 1 << 20  # bytes read of any one file
 KERNEL_LOG_LINES = 400  # the last NVIDIA lines of the kernel log kept
+RUN_RECORDS_LIMIT = 64 << 20  # bytes of a run's results.jsonl read at most (--run)
 _NVIDIA_LINE = re.compile(r"(?i)nvidia|NVRM|\bXid\b|nvlink|nvswitch|\bGPU\b|nv_peer_mem|gdrdrv")
 # the environment variables worth a supporter's look (their names; values redacted later)
 _ENV_PREFIXES = (
@@ -44,12 +46,14 @@ _ENV_PREFIXES = (
 
 @dataclass(frozen=True)
 class Item:
-    """One file of the bundle: its name inside the archive, its (raw) text and how it was
-    obtained (the shell command a supporter would run)."""
+    """One file of the bundle: its name inside the archive, its (raw) text, how it was
+    obtained (the shell command a supporter would run), and whether gpudoctor refused to
+    read it (another user's CT config: the text says why)."""
 
     name: str
     text: str
     source: str
+    refused: bool = False
 
 
 def read_file(host: Host, path: str, name: str) -> Item:
@@ -120,23 +124,97 @@ def kernel_log(host: Host, name: str) -> Item:
     return Item(name, f"# could not read the kernel log (journalctl -k, dmesg): {why}\n", "dmesg")
 
 
+# Run on the CT's host (as the bundle's user there): the config is opened as a regular
+# file only, in its directory as opened (O_NOFOLLOW, O_NONBLOCK: a link to /etc/shadow or a
+# FIFO planted in a user's lxcpath is refused, never read or waited on), at most LIMIT + 1
+# bytes, and only when that directory belongs to root or the reader and nobody else may
+# write it. Prints one JSON object: {"data": base64} or {"refused": why}.
+_CONFIG_READER = r"""
+import base64, json, os, stat, sys
+path, limit = sys.argv[1], int(sys.argv[2])
+def say(**kw):
+    sys.stdout.write(json.dumps(kw))
+    sys.exit(0)
+try:
+    dfd = os.open(os.path.dirname(path) or "/", os.O_RDONLY | os.O_DIRECTORY)
+except OSError as e:
+    say(refused=os.path.dirname(path) + ": " + e.strerror)
+st = os.fstat(dfd)
+if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+    say(refused=os.path.dirname(path) + " belongs to uid %d (mode %04o), not to root or the reader: untrusted, its owner chooses what the config is" % (st.st_uid, stat.S_IMODE(st.st_mode)), untrusted=True)
+try:
+    fd = os.open(os.path.basename(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+except OSError as e:
+    say(refused=path + (" is a symlink" if e.errno == 40 else ": " + e.strerror))
+st = os.fstat(fd)
+if not stat.S_ISREG(st.st_mode):
+    say(refused=path + " is not a regular file")
+data = os.read(fd, limit + 1)
+if len(data) > limit:
+    say(refused=path + " is larger than %d bytes" % limit)
+say(data=base64.b64encode(data).decode())
+"""
+
+
+def read_config(host: Host, path: str, limit: int = MAX_FILE) -> bytes:
+    """Return the bytes of the CT config ``path`` on ``host``, read as :data:`_CONFIG_READER`
+    reads it; raise OSError naming why it was refused (``untrusted`` set on the error when
+    its directory is another user's)."""
+    result = host.run([host.python, "-I", "-S", "-c", _CONFIG_READER, path, str(limit)], 30)
+    try:
+        answer = json.loads(result.stdout)
+    except ValueError:
+        why = (result.stderr.strip() or f"exit {result.returncode}").splitlines()[-1][:200]
+        raise OSError(f"cannot read {path}: {why}") from None
+    if "data" in answer:
+        return base64.b64decode(answer["data"])
+    error = OSError(str(answer["refused"]))
+    error.untrusted = bool(answer.get("untrusted"))  # type: ignore[attr-defined]
+    raise error
+
+
 def ct_config(host: Host, ct: str, flavor: str, lxcpath: str | None) -> Item:
     """Return CT ``ct``'s config on its host as an Item (``cat /etc/pve/lxc/ID.conf`` or
-    ``cat LXCPATH/NAME/config``)."""
+    ``cat LXCPATH/NAME/config``): a regular file only, from a directory root (or the
+    reader) owns; otherwise the Item says why it was left out."""
     from dataclasses import replace
 
-    from gpudoctor.pve.apply import ApplyError, Layout, read_bytes, resolve_target
+    from gpudoctor.pve.apply import ApplyError, Layout, resolve_target
 
     layout = Layout.from_env()
     if lxcpath:
         layout = replace(layout, lxcpath=lxcpath)
     try:
         target = resolve_target(host, flavor, ct, layout)
-        data, _sha = read_bytes(host, target.config_path, layout)
+        data = read_config(host, target.config_path)
     except (ApplyError, HostError) as exc:
-        return Item("ct/config.txt", f"# could not read CT {ct}'s config: {exc}\n", "cat CONF")
-    text = f"# {target.config_path}\n" + data.decode("utf-8", "replace")
-    return Item("ct/config.txt", text, f"cat {target.config_path}")
+        return Item("ct/config.txt", f"# CT {ct}'s config could not be read: {exc}\n", "cat CONF")
+    except OSError as exc:  # refused: the CT is not entered either
+        what = "left out" if getattr(exc, "untrusted", False) else "could not be read"
+        return Item("ct/config.txt", f"# CT {ct}'s config {what}: {exc}\n", "cat CONF", True)
+    text = data.decode("utf-8", "replace")
+    if flavor == "pve":
+        text = pmxcfs_comments(text)
+    return Item("ct/config.txt", f"# {target.config_path}\n{text}", f"cat {target.config_path}")
+
+
+def config_names(text: str) -> set[str]:
+    """Return the names a CT config gives away: the node of its path
+    (``/etc/pve/nodes/NODE/lxc/ID.conf``) and the CT's ``hostname:`` (``lxc.uts.name``)."""
+    node = re.search(r"/nodes/([^/\s]+)/lxc/", text)
+    names = set(re.findall(r"(?m)^\s*(?:hostname\s*:|lxc\.uts\.name\s*=)\s*(\S+)", text))
+    return names | ({node.group(1)} if node else set())
+
+
+def pmxcfs_comments(text: str) -> str:
+    """Return a Proxmox CT config with its comment lines (the CT's description) decoded as
+    Proxmox encodes them (``%XX``: ``password%3A X`` is ``password: X``), so the redaction
+    sees the text the user wrote."""
+    from urllib.parse import unquote
+
+    return "".join(
+        unquote(line) if line.startswith("#") else line for line in text.splitlines(True)
+    )
 
 
 def environment(environ: dict[str, str]) -> Item:
@@ -169,12 +247,17 @@ def last_run(run: Path) -> list[Item]:
     (every ``results.jsonl`` record whose status is not ``ok``, server log tails included)
     as Items."""
     from gpudoctor.bench.launch.status import campaign_status
-    from gpudoctor.bench.results.run_dir import RESULTS, read_records
+    from gpudoctor.bench.results.run_dir import RESULTS, RunDirError, read_records
 
     status: dict[str, Any] = campaign_status(run)
-    records, _torn = read_records(run / RESULTS)
+    try:  # another user's run: a link, a FIFO or a huge file is named, never read (46.8)
+        records, _torn = read_records(run / RESULTS, limit=RUN_RECORDS_LIMIT)
+    except RunDirError as exc:
+        records, text = [], f"# not read: {exc}\n"
+    else:
+        text = ""
     failed = [r for r in records if r.get("status") != "ok"]
-    text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in failed)
+    text += "".join(json.dumps(r, sort_keys=True) + "\n" for r in failed)
     return [
         Item(
             "run/status.json",

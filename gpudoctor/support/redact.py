@@ -17,14 +17,19 @@ Two classes of value:
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from dataclasses import dataclass, field
 
 # an environment variable (or config key) whose value is a secret
-SECRET_NAME = re.compile(
-    r"(?i)(token|secret|passw|passphrase|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
-    r"|credential|auth|cookie|session[_-]?id|_key$|^key$)"
+_SECRET_WORDS = (
+    r"token(?!iz)|secret|passw|passphrase|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
+    r"|credential|auth|cookie|session[_-]?id|_key$"  # (a tokenizer is no secret)
+    r"|(?<![a-z])(?:pass|pw)(?![a-z])|_pwd(?![a-z])"  # DB_PASS, SMTP_PW, MYSQL_PWD (not PWD)
 )
+SECRET_NAME = re.compile(rf"(?i)({_SECRET_WORDS}|^key$)")
+# a JSON field whose value is a secret (``key`` alone names a bench cell there)
+_SECRET_FIELD = re.compile(rf"(?i)({_SECRET_WORDS})")
 
 # well-known token shapes (issuer prefixes), PEM blocks, bearer headers, URL passwords
 _TOKEN_SHAPES: tuple[re.Pattern[str], ...] = (
@@ -41,6 +46,7 @@ _TOKEN_SHAPES: tuple[re.Pattern[str], ...] = (
     re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),  # Slack
     re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWT
     re.compile(r"\bPVEAPIToken=\S+"),  # Proxmox API token header
+    re.compile(r"\bnvapi-[A-Za-z0-9_-]{16,}"),  # NVIDIA (build.nvidia.com, NGC)
 )
 # "Authorization: Bearer X", "Bearer X": the credential after the scheme
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+([A-Za-z0-9._~+/=-]{12,})")
@@ -51,16 +57,29 @@ _ASSIGNED = re.compile(
     r"""(?ix)
     (?P<key>["']?[A-Za-z0-9_.-]*
        (?:token|secret|passw(?:or)?d?|passphrase|api[_-]?key|apikey|access[_-]?key
-          |private[_-]?key|credential|auth(?:orization)?|cookie)
+          |private[_-]?key|credential|auth(?:orization)?|cookie
+          |(?<![a-z])(?:pass|pw)(?![a-z])|_pwd(?![a-z]))
        [A-Za-z0-9_.-]*["']?)
     (?P<sep>\s*[:=]\s*|\s+)
     (?P<value>"[^"\n]+"|'[^'\n]+'|[^\s"',;]+)
     """
 )
 _IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
-_IPV6_CANDIDATE = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
+# an IPv6 address, also after a label (``inet6 addr:2001:db8::5/64``) and with a dotted
+# IPv4 tail (``::ffff:198.51.100.23``: the whole address, not its first hex group only)
+_IPV6_CANDIDATE = re.compile(
+    r"(?:(?<![\w:])|(?<=[A-Za-z]:))(?:[0-9A-Fa-f]{0,4}:){2,7}"
+    r"(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f]{0,4})(?![\w:]|\.\d)"
+)
 _MAC = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}(?![\w:])")
 _HOME = re.compile(r"/home/([A-Za-z0-9._-]+)")
+# a GPU's own identity (nvidia-smi -q, the kernel log): its UUID and board serial number
+_GPU_UUID = re.compile(
+    r"\b(?:GPU|MIG)-[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\b"
+)
+_SERIAL = re.compile(r"(?i)(serial number\s*(?::|is)\s*)([0-9A-Za-z][0-9A-Za-z-]{3,})")
+# an argument that names a secret (``--api-key``), whose value is the next argument
+_SECRET_FLAG = re.compile(r"^--?[A-Za-z0-9_-]+$")
 # names never worth hiding: they identify no one
 GENERIC_NAMES = frozenset(
     {"root", "localhost", "localhost.localdomain", "nobody", "ubuntu", "debian", "user", "admin",
@@ -78,6 +97,7 @@ class Redactor:
     _counts: dict[str, dict[str, int]] = field(default_factory=dict)  # ph -> file -> n
     _kinds: dict[str, str] = field(default_factory=dict)  # ph -> kind
     _literals: dict[str, str] = field(default_factory=dict)  # value -> kind (names, secrets)
+    _learning: bool = False  # redact_all's first pass: remember every secret found
 
     def add_secret(self, value: str) -> None:
         """Remember a known secret value (an environment variable's, a config's) so it is
@@ -121,6 +141,8 @@ class Redactor:
 
         def sub(kind: str) -> object:
             def repl(m: re.Match[str]) -> str:
+                if kind == "secret":
+                    return self._secret(m.group(0), where)
                 return self._note(self.placeholder(kind, m.group(0)), where)
 
             return repl
@@ -140,6 +162,8 @@ class Redactor:
         if not self.identities:
             return text
         text = _MAC.sub(sub("mac"), text)  # type: ignore[arg-type]
+        text = _GPU_UUID.sub(sub("gpu"), text)  # type: ignore[arg-type]
+        text = _SERIAL.sub(lambda m: m.group(1) + self._name("serial", m.group(2), where), text)
         text = _IPV6_CANDIDATE.sub(lambda m: self._ip(m.group(0), where), text)
         text = _IPV4.sub(lambda m: self._ip(m.group(0), where), text)
         text = _HOME.sub(lambda m: "/home/" + self._name("user", m.group(1), where), text)
@@ -149,6 +173,57 @@ class Redactor:
             kind = self._literals[value]
             text = bounded.sub(lambda m, k=kind: self._name(k, m.group(0), where), text)  # type: ignore[misc]
         return text
+
+    def redact_json(self, value: object, where: str, key: str = "") -> object:
+        """Return the parsed JSON ``value`` with every string redacted before it is
+        serialized again (a JSON-escaped log line, ``{\\"api_key\\": \\"K\\"}``, hides
+        its shape from the text patterns): the value of a secret-named key, and the word
+        after a secret-named flag in a list (an argv's ``"--api-key", "K"``), is a secret;
+        every other string goes through :meth:`redact`."""
+        if isinstance(value, str):
+            if _SECRET_FIELD.search(key) and value:
+                return self._secret(value, where)
+            return self.redact(value, where)
+        if isinstance(value, dict):
+            return {self.redact(k, where): self.redact_json(v, where, k) for k, v in value.items()}
+        if isinstance(value, list):
+            flag = ""
+            out = []
+            for each in value:
+                out.append(self.redact_json(each, where, flag))
+                named = isinstance(each, str) and _SECRET_FLAG.match(each)
+                flag = each if named and SECRET_NAME.search(each) else ""  # type: ignore[assignment]
+            return out
+        return value
+
+    def redact_all(self, texts: list[tuple[str, str]]) -> list[str]:
+        """Return each (name, text) of ``texts`` redacted, every value redacted in one of
+        them replaced in all of them (an API key found as ``token=K`` in one file, and
+        quoted bare in another): a first pass learns the secrets, the second replaces.
+        A ``.json`` file, and each line of a ``.jsonl`` file, that parses as JSON is
+        redacted as parsed values (:meth:`redact_json`) and serialized again."""
+        self._learning = True
+        for name, text in texts:
+            self._redact_file(name, text)
+        self._learning = False
+        self._counts.clear()
+        return [self._redact_file(name, text) for name, text in texts]
+
+    def _redact_file(self, name: str, text: str) -> str:
+        if name.endswith(".jsonl"):
+            return "".join(self._redact_json_text(line, name) for line in text.splitlines(True))
+        if name.endswith(".json"):
+            return self._redact_json_text(text, name)
+        return self.redact(text, name)
+
+    def _redact_json_text(self, text: str, where: str) -> str:
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            return self.redact(text, where)
+        indent = 2 if text.lstrip().startswith(("{\n", "[\n")) else None
+        end = "\n" if text.endswith("\n") else ""
+        return json.dumps(self.redact_json(parsed, where), indent=indent, ensure_ascii=False) + end
 
     def ledger(self) -> list[dict[str, object]]:
         """Return what was redacted: one entry per placeholder with its kind and the files
@@ -168,6 +243,8 @@ class Redactor:
     def _secret(self, value: str, where: str) -> str:
         if value.startswith("<secret-"):
             return value
+        if self._learning and len(value) >= 8:  # remembered: replaced in every file
+            self.add_secret(value)
         return self._note(self.placeholder("secret", value), where)
 
     def _name(self, kind: str, value: str, where: str) -> str:

@@ -106,9 +106,13 @@ def safe_location(target: Path) -> Path:
     existing = check_ancestors(target.parent, "--to")  # links judged, not followed blindly
     _check_filesystem(existing, target)
     try:
-        # never through a link among the missing levels (a planted dangling one included)
-        parent = fsio.make_missing_dirs(target.parent)  # made meanwhile by another run: fine
+        # never through a link among the missing levels (a planted dangling one included);
+        # each level made on the one held before it, and judged: a level another user makes
+        # between the check above and the mkdir is refused (issue 46.4)
+        parent = fsio.make_missing_dirs(target.parent, option="--to")
     except OSError as exc:
+        if exc.errno is None:  # judged: another user's, or writable by others
+            raise UntrustedError(str(exc)) from None
         reason = exc.strerror
     else:
         if parent.is_dir():

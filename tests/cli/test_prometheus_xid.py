@@ -15,6 +15,7 @@ from gpudoctor.context import CheckOptions
 from gpudoctor.model import CheckResult, Finding, Report, Status
 from gpudoctor.output.prometheus import textfile
 from gpudoctor.runner import run_checks
+from tests.fakes.kernel_records import JOURNAL, journal_json
 from tests.unit.scenarios import h200_host
 
 LOGS = Path(__file__).parent.parent / "data" / "recorded" / "kernel_log"
@@ -33,7 +34,7 @@ def xid_report(target: str, text: str) -> Report:
     """Return the report of host.xid and driver.loaded on an H200 whose kernel log is
     ``text``."""
     host = h200_host()
-    host.commands["journalctl -k -b -o short-monotonic --no-pager -q"] = (0, text)
+    host.commands[JOURNAL] = (0, journal_json(text))
     return run_checks(host, CheckOptions(only=("host.xid", "driver.loaded")), target_name=target)
 
 

@@ -333,13 +333,14 @@ def recorded_host_kernel_textfile() -> str:
     from gpudoctor.context import CheckOptions
     from gpudoctor.output.prometheus import textfile
     from gpudoctor.runner import run_checks
+    from tests.fakes.kernel_records import JOURNAL, journal_json
     from tests.unit.test_kernel_facts import DATA, pve_host
 
     listing = "Automatically selected kernels:\n6.8.12-4-pve\n6.8.12-5-pve\n"
     host = pve_host("6.8.12-4-pve", listing, "nvidia/580.159.04, 6.8.12-4-pve, x86_64: installed",
                     {"6.8.12-4-pve"})  # fmt: skip
     log = (DATA / "kernel_log" / "k80-470_journalctl-xid79-two-gpus.txt").read_text()
-    host.commands["journalctl -k -b -o short-monotonic --no-pager -q"] = (0, log)
+    host.commands[JOURNAL] = (0, journal_json(log))
     report = run_checks(host, CheckOptions(only=("host",)), target_name="pve1")
     return textfile([report], None)
 

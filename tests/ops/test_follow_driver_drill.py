@@ -66,6 +66,19 @@ class NodeSystemd(SystemdContainer):
                   for d in self.rw]  # fmt: skip
         return text + "\n".join(lines) + "\n"
 
+    def boot(self, work: Path, follow_args: str, **extra: str) -> None:
+        """Write ``/etc/default/gpudoctor-follow-driver`` (backups and locks under ``work``,
+        ``GPUDOCTOR_FOLLOW_ARGS``, ``extra``), start the CT and wait for systemd's boot."""
+        env = {**extra, "GPUDOCTOR_HOST_BACKUP_DIR": str(work / "host-backups"),
+               "GPUDOCTOR_CLIENT_BACKUP_DIR": str(work / "client-backups"),
+               "GPUDOCTOR_LOCK_DIR": str(work / "locks"), "GPUDOCTOR_FOLLOW_ARGS": follow_args}  # fmt: skip
+        (self.rootfs / "etc/default").mkdir(parents=True, exist_ok=True)
+        (self.rootfs / "etc/default/gpudoctor-follow-driver").write_text(
+            "".join(f"{k}={v}\n" for k, v in env.items())
+        )
+        self.start(timeout=60)
+        assert wait_for(self.booted, 120), "systemd did not finish booting"
+
     def show(self, prop: str, unit: str = SERVICE) -> str:
         """Return ``systemctl show -p PROP --value UNIT``."""
         return self.systemctl("show", "-p", prop, "--value", unit)
@@ -120,16 +133,7 @@ def test_a_moved_major_is_followed_by_the_nodes_own_unit_restarting_only_its_ct(
     node = NodeSystemd(lab, f"{name}-node", ro=[lab.nodes_dir, lab_sshd.dir], rw=[work])
     node.create()
     lab.containers.append(node)
-    env = {"HOME": str(home), "GPUDOCTOR_HOST_BACKUP_DIR": str(work / "host-backups"),
-           "GPUDOCTOR_CLIENT_BACKUP_DIR": str(work / "client-backups"),
-           "GPUDOCTOR_LOCK_DIR": str(work / "locks"),
-           "GPUDOCTOR_FOLLOW_ARGS": "--host labpve --flavor lxc"}  # fmt: skip
-    (node.rootfs / "etc/default").mkdir(parents=True, exist_ok=True)
-    (node.rootfs / "etc/default/gpudoctor-follow-driver").write_text(
-        "".join(f"{k}={v}\n" for k, v in env.items())
-    )
-    node.start(timeout=60)
-    assert wait_for(node.booted, 120), "systemd did not finish booting"
+    node.boot(work, "--host labpve --flavor lxc", HOME=str(home))
 
     installed = node.gpudoctor("fix", "--host-prep", "--yes", "--device", str(uvm))
     assert installed.returncode == 0, installed.stderr + node.journal(PATH_UNIT)

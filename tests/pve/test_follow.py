@@ -10,6 +10,11 @@ tests/ops/test_follow_driver_drill.py."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -169,3 +174,38 @@ def test_an_lxcpath_for_a_proxmox_ct_is_refused_not_ignored(tmp_path) -> None:
     refused = fix_in_process(["--ct", "200", "--lxcpath", str(tmp_path), "--dry-run"], env)
     assert refused.exit_code == 2, refused.output
     assert "--lxcpath is for plain LXC containers: add --flavor lxc" in refused.output
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="the attack needs root as the victim and setpriv")  # fmt: skip
+@pytest.mark.parametrize("plant", ["mkfifo {state}", "ln -s {victim} {state}"])
+def test_a_state_file_nobody_planted_is_never_read_nor_written_through(
+    public_tmp_path: Path, plant: str
+) -> None:
+    """Issue 46.12: the fingerprint state was read with ``open()`` and written with its own
+    ``open(..., "w")``, outside fsio. With a lock directory others can write (sticky, as
+    ``/tmp``), nobody's FIFO there held ``fix --follow-driver --if-host-changed`` for good,
+    and a link was followed. Through fsio: a FIFO is not waited on, a link not followed;
+    the state is replaced by root's own file (rename), the victim untouched."""
+    tree = PveTree(public_tmp_path / "tree")
+    tree.add_ct("200", PASSES_NULL + "lxc.cgroup2.devices.allow: c 1:3 rwm\n")
+    run = public_tmp_path / "run"
+    run.mkdir()
+    os.chmod(run, 0o1777)
+    victim = public_tmp_path / "victim"
+    victim.write_text("root's file\n")
+    state = run / "follow-driver.json"
+    command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "sh", "-c"]
+    subprocess.run([*command, plant.format(state=state, victim=victim)], check=True)
+    env = {**os.environ, **tree.env(GPUDOCTOR_PCT=stopped_pct(public_tmp_path)),
+           "GPUDOCTOR_LOCK_DIR": str(run)}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "fix", "--follow-driver", "--if-host-changed", "--yes"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nothing changed: the 1 CT(s)" in done.stdout  # a full look: no state was read
+    assert victim.read_text() == "root's file\n"
+    assert state.is_file() and not state.is_symlink() and os.stat(state).st_uid == 0
+    assert json.loads(state.read_text())[1][0][0] == "/dev/null"
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o600

@@ -17,21 +17,26 @@ from gpudoctor.pve.follow_units import (
 
 
 def test_the_service_remakes_the_nodes_then_follows_the_driver() -> None:
+    """No start limit (issue 46: any user, or a CT bind-mounting /dev/nvidia-uvm, could use
+    it up by opening and closing the node, and the path unit then stops watching); a
+    second's sleep first bounds such a loop to one run a second or less."""
     text = service_text("/usr/local/bin/gpudoctor", "/usr/bin/nvidia-modprobe")
     assert text == (
         "[Unit]\n"
         "Description=Follow the NVIDIA driver: the CTs' devices after a module reload (gpudoctor)\n"
         "After=pve-guests.service lxc.service gpudoctor-nvidia-uvm.service\n"
+        "StartLimitIntervalSec=0\n"
         "\n"
         "[Service]\n"
         "Type=oneshot\n"
         "EnvironmentFile=-/etc/default/gpudoctor-follow-driver\n"
+        "ExecStartPre=/bin/sleep 1\n"
         "ExecStartPre=-/usr/bin/nvidia-modprobe -u -c=0\n"
         "ExecStart=/usr/local/bin/gpudoctor fix --follow-driver --if-host-changed --yes "
         "$GPUDOCTOR_FOLLOW_ARGS\n"
     )
     without = service_text("/usr/local/bin/gpudoctor", "")
-    assert "ExecStartPre" not in without  # nvidia-modprobe not installed: nothing to run first
+    assert "ExecStartPre=-" not in without  # nvidia-modprobe not installed: nothing to remake
     assert without == text.replace("ExecStartPre=-/usr/bin/nvidia-modprobe -u -c=0\n", "")
 
 
@@ -47,6 +52,8 @@ def test_the_service_passes_on_host_preps_own_flavor_and_lxcpath() -> None:
 
 
 def test_the_path_unit_watches_each_path_and_starts_the_service() -> None:
+    """No trigger limit (issue 46: 200 events in 2 s, a user's open/close loop, made the
+    path unit stop watching: "trigger-limit-hit")."""
     assert path_text(("/dev/nvidia-uvm", "/dev/fakegpu0")) == (
         "[Unit]\n"
         "Description=Watch the NVIDIA nodes whose majors move; follow the driver (gpudoctor)\n"
@@ -55,6 +62,7 @@ def test_the_path_unit_watches_each_path_and_starts_the_service() -> None:
         "PathChanged=/dev/nvidia-uvm\n"
         "PathChanged=/dev/fakegpu0\n"
         f"Unit={SERVICE}\n"
+        "TriggerLimitIntervalSec=0\n"
         "\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"

@@ -3,8 +3,10 @@ scratch root (``systemctl --root=DIR enable``), with backup and idempotence."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,8 @@ import pytest
 from gpudoctor.hosts.local import LocalHost
 from gpudoctor.pve.uvm_unit import UNIT_NAME, run_host_prep
 from tests.fakes.pvetree import PveTree
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -154,3 +158,35 @@ def test_no_follow_unit_runs_files_another_user_can_change(
     python.parent.chmod(0o755)
     prep = uvm_unit.plan_host_prep(LocalHost(), str(root), layout)
     assert follow_units.SERVICE in [f.path.rsplit("/", 1)[1] for f in prep.files]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a file of nobody's needs root's chown")
+def test_a_pth_file_nobody_owns_keeps_the_follow_unit_out(
+    root: Path, public_tmp_path: Path
+) -> None:
+    """Issue 46.9: gpudoctor installed in a venv whose site-packages holds a ``.pth`` file
+    nobody owns (it runs at every start of that interpreter, ``-I`` or not). On the code
+    before, only the interpreter and the package directory were judged: the follow unit was
+    installed, and its ExecStart ran nobody's code as root at every trigger. Now the real
+    ``fix --host-prep`` warns, naming the file, and installs the boot unit only."""
+    venv = public_tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    deps = next(
+        p for p in map(Path, sys.path) if p.name == "site-packages" and (p / "click").is_dir()
+    )
+    (site / "gpudoctor-src.pth").write_text(f"{REPO}\n{deps}\n")  # root's: the code and its deps
+    evil = site / "zz-nobody.pth"
+    evil.write_text("import os  # nobody's: any line starting with import runs\n")
+    os.chown(evil, 65534, 65534)
+    tree = PveTree(public_tmp_path / "tree")
+    env = {**os.environ, **tree.env(), "GPUDOCTOR_SYSTEMD_ROOT": str(root)}
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "gpudoctor", "fix", "--host-prep", "--yes"],
+                          capture_output=True, text=True, env=env, timeout=180)  # fmt: skip
+    assert done.returncode in (0, 4), done.stdout + done.stderr
+    shown = done.stdout + done.stderr
+    assert f"{evil} (uid 65534, mode 0644) can be changed by a user other than root" in shown
+    units = root / "etc" / "systemd" / "system"
+    assert (units / UNIT_NAME).is_file() and not (
+        units / "gpudoctor-follow-driver.service"
+    ).exists()

@@ -10,9 +10,11 @@ below stands for them."""
 
 from __future__ import annotations
 
+import ast
 import fcntl
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -95,7 +97,7 @@ class Node(RecordedHost):
 
     def changes(self) -> list[list[str]]:
         """Return the argv of each command run that changes the node (not a look)."""
-        looks = ("sh", "readlink", "stat", "test")
+        looks = ("sh", "readlink", "stat", "test", "find")
         return [a for a, _ in self.ran if a[0] not in looks and a[:2] != ["systemctl", "is-active"]]
 
 
@@ -224,7 +226,7 @@ def test_without_nvidia_modprobe_the_boot_unit_names_its_usual_path_and_says_to_
     assert prep.plan.warnings[0] == (
         "nvidia-modprobe is not installed on the host (apt install nvidia-modprobe)"
     )
-    assert "ExecStartPre" not in prep.files[1].new  # nothing to run before gpudoctor
+    assert "nvidia-modprobe" not in prep.files[1].new  # nothing to remake before gpudoctor
     assert prep.plan.explanation[0].endswith(
         "runs `/usr/bin/nvidia-modprobe -u -c=0` before pve-guests.service, so /dev/nvidia-uvm "
         "exists when containers autostart"
@@ -335,9 +337,16 @@ def test_the_write_takes_gpudoctors_host_prep_lock(sysroot: Path, layout: Layout
 
 
 def test_this_machines_gpudoctor_is_this_interpreter_isolated() -> None:
+    """The interpreter, the package, and every directory its isolated path imports from
+    (the standard library, site-packages, what a .pth file adds): root runs all of it."""
     command, runs = uvm_unit.gpudoctor_command(LocalHost())
     assert command.split() == [sys.executable, "-I", "-m", "gpudoctor"]
-    assert runs == (sys.executable, os.path.dirname(os.path.abspath(gpudoctor.__file__)))
+    package = os.path.dirname(os.path.abspath(gpudoctor.__file__))
+    isolated = subprocess.run([sys.executable, "-I", "-c", "import sys; print(sys.path)"],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+    on_path = [p for p in ast.literal_eval(isolated.stdout) if p and os.path.exists(p)]
+    assert runs == tuple(dict.fromkeys([sys.executable, package, *on_path]))
+    assert any(p.endswith("site-packages") for p in runs)
 
 
 @pytest.mark.parametrize(
@@ -553,13 +562,94 @@ def test_a_directory_that_cannot_be_made_stops_before_any_write(layout: Layout) 
 
 
 def test_every_command_on_the_node_is_bounded_in_time(layout: Layout) -> None:
-    """A hung command on the node cannot hang the fix: a look gets 15 s, a systemctl
-    step 60 s, udev's reload 30 s."""
+    """A hung command on the node cannot hang the fix: a look gets 15 s (60 s for the walk
+    of every file under what root would run), a systemctl step 60 s, udev's reload 30 s."""
     node = trusted_node(files=installed_files())
     run_host_prep(node, yes=True, layout=layout, root="/")
     bounds = {a[0] if a[0] not in ("systemctl", "sh") or a[1] == "is-active" else
               f"{a[0]} {a[-1]}": t for a, t in node.ran}  # fmt: skip
     assert bounds == {"sh command -v nvidia-modprobe": 15, "sh command -v gpudoctor": 15,
-                      "readlink": 15, "stat": 15, "test": 15, "systemctl": 15,
+                      "readlink": 15, "stat": 15, "find": 60, "test": 15, "systemctl": 15,
                       "systemctl daemon-reload": 60, f"systemctl {PATH_UNIT}": 60,
                       "udevadm": 30}  # fmt: skip
+
+
+# -- issue 46.9: the files inside what root would run ---------------------------------------
+
+
+def test_every_file_under_a_package_and_site_packages_is_roots_alone(tmp_path: Path) -> None:
+    """A package file nobody owns, a ``.pth`` file (run at every start) others may write,
+    or nobody's link inside: refused, naming the file. Root's files and root's links
+    (whatever their own mode) are fine."""
+    host = LocalHost()
+    site = tmp_path / "site-packages"
+    package = site / "gpudoctor"
+    package.mkdir(parents=True)
+    (package / "cli.py").write_text("x = 1\n")
+    (site / "extra.pth").write_text("import os\n")
+    (site / "root-link").symlink_to(package / "cli.py")
+    assert uvm_unit.untrusted(host, (str(package), str(site))) == ""
+    os.chown(package / "cli.py", 65534, 65534)
+    assert uvm_unit.untrusted(host, (str(package), str(site))) == (
+        f"{package}/cli.py (uid 65534, mode 0644) can be changed by a user other than root"
+    )
+    os.chown(package / "cli.py", 0, 0)
+    (site / "extra.pth").chmod(0o664)
+    assert uvm_unit.untrusted(host, (str(package), str(site))) == (
+        f"{site}/extra.pth (uid 0, mode 0664) can be changed by a user other than root"
+    )
+    (site / "extra.pth").chmod(0o644)
+    os.lchown(site / "root-link", 65534, 65534)
+    assert uvm_unit.untrusted(host, (str(site),)).startswith(f"{site}/root-link (uid 65534, mode ")
+
+
+def test_a_walk_that_fails_is_no_pass() -> None:
+    """``find`` failing with nothing found (a directory it cannot read) refuses, naming
+    the paths and find's last words."""
+    node = trusted_node()
+    find = ["find", "-H", GPUDOCTOR, "(", "!", "-uid", "0", "-o", "(", "!", "-type", "l",
+            "-perm", "/022", ")", ")", "-printf", "%U %m %p\\n", "-quit"]  # fmt: skip
+    node.fail[" ".join(find)] = "find: '/usr/local/bin/x': Permission denied"
+    assert uvm_unit.untrusted(node, (GPUDOCTOR,)) == (
+        f"cannot look at every file under {GPUDOCTOR}: find: '/usr/local/bin/x': Permission denied"
+    )
+
+
+class CodeNode(Node):
+    """A node whose interpreters answer gpudoctor's question about their path
+    (``PYTHON -c ...``): ``answers`` maps the interpreter to its stdout."""
+
+    answers: dict[str, str] = field(default_factory=dict)
+
+    def run(
+        self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None
+    ) -> CommandResult:
+        if argv[0] in self.answers and argv[1] == "-c":
+            self.ran.append((list(argv), timeout))
+            return CommandResult(tuple(argv), 0, self.answers[argv[0]])
+        return super().run(argv, timeout, input)
+
+
+CodeNode = dataclass(CodeNode)  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("first_line", "python"),
+    [("#!/opt/gd/bin/python3", "/opt/gd/bin/python3"),
+     ("#!/usr/bin/env python3 -u", "/usr/bin/python3"),  # env: as command -v finds it
+     ("#!/usr/bin/env", ""), ("#! python3", ""), ("no shebang", "")],
+)  # fmt: skip
+def test_a_remote_scripts_interpreter_and_its_path_are_judged(first_line: str, python: str) -> None:
+    """Over SSH the unit runs ``command -v gpudoctor``: the interpreter of its ``#!`` line
+    and every directory that interpreter imports from are judged with it."""
+    answer = "/opt/gd/lib/python3.11/site-packages/gpudoctor\n/usr/lib/python3.11\nrelative\n/usr/lib/python3.11\n"
+    node = CodeNode(installed={"gpudoctor": GPUDOCTOR, "python3": "/usr/bin/python3"},
+                    files={GPUDOCTOR: f"{first_line}\nimport gpudoctor\n"},
+                    answers={"/opt/gd/bin/python3": answer, "/usr/bin/python3": answer})  # fmt: skip
+    command, runs = uvm_unit.gpudoctor_command(node)
+    assert command == GPUDOCTOR
+    dirs = ("/opt/gd/lib/python3.11/site-packages/gpudoctor", "/usr/lib/python3.11")
+    assert runs == ((GPUDOCTOR, python, *dirs) if python else (GPUDOCTOR,))
+    asked = [a for a, _ in node.ran if a[1:2] == ["-c"] and a[0] != "sh"]
+    assert [a[0] for a in asked] == ([python] if python else [])
+    assert not asked or "sys.path" in asked[0][2]

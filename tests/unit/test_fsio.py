@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import stat
 import threading
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import pytest
 
 from gpudoctor import fsio, fsio_root
 from gpudoctor.fsio import FsioError
+from tests.fakes import mkdir_race
 
 NOBODY = 65534
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to nobody needs root")
@@ -1010,10 +1012,10 @@ def test_a_new_directory_swapped_for_a_link_is_never_followed(
     victim.mkdir(mode=0o700)
     real_mkdir = os.mkdir
 
-    def mkdir_then_swap(path: Path, mode: int = 0o777) -> None:
-        real_mkdir(path, mode)
-        os.rename(path, tmp_path / "moved")
-        os.symlink(victim, path)
+    def mkdir_then_swap(path: Path, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+        real_mkdir(path, mode, dir_fd=dir_fd)
+        os.rename(path, tmp_path / "moved", src_dir_fd=dir_fd)
+        os.symlink(victim, path, dir_fd=dir_fd)
 
     monkeypatch.setattr(fsio.os, "mkdir", mkdir_then_swap)
     with pytest.raises(OSError):
@@ -1078,3 +1080,94 @@ def test_no_fd_fsio_opens_is_inherited_by_a_child_process(
             assert _cloexec(fd)
         finally:
             os.close(fd)
+
+
+# -- issue 46.4: the level another user makes between the check and the mkdir -------------
+
+
+@pytest.fixture
+def sticky(public_tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A real 1777 directory (as /dev/shm), reachable by nobody; ``os.mkdir`` restored after."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is needed to act as a second user")
+    shm = public_tmp_path / "shm"
+    shm.mkdir()
+    os.chmod(shm, 0o1777)
+    monkeypatch.setattr(os, "mkdir", os.mkdir)
+    return shm
+
+
+@as_root
+def test_a_level_another_user_makes_before_the_mkdir_is_refused(sticky: Path) -> None:
+    """Issue 46.4: root judged ``/dev/shm`` and is about to make ``models`` for
+    ``/dev/shm/models/x``; nobody's real ``mkdir models`` lands first (forced at that
+    moment by tests/fakes/mkdir_race.py). The level is judged on the fd held after
+    ``EEXIST``: refused, and nothing is made in it. On the code before, ``make_dirs``
+    accepted any existing directory and made ``x`` in nobody's ``models``."""
+    won = mkdir_race.install("models")
+    with pytest.raises(FsioError) as caught:
+        fsio.make_missing_dirs(sticky / "models" / "x", option="--to")
+    assert won == [str(sticky / "models")]
+    assert str(caught.value) == (
+        f"{sticky}/models (above --to) belongs to nobody (uid 65534): that user could swap"
+        " files under gpudoctor; choose a --to whose parents belong to you or root"
+    )
+    assert os.listdir(sticky / "models") == []
+
+
+@as_root
+def test_without_an_option_an_existing_level_is_not_judged(sticky: Path) -> None:
+    """Callers that judge the last level themselves (``make_dirs`` inside a trusted tree)
+    keep ``mkdir -p``'s meaning: an existing directory is used whoever made it; each level
+    made by gpudoctor gets its mode."""
+    won = mkdir_race.install("theirs")
+    made = fsio.make_missing_dirs(sticky / "theirs" / "mine", 0o750)
+    assert won == [str(sticky / "theirs")] and made == sticky / "theirs" / "mine"
+    assert (os.stat(made.parent).st_uid, mode_of(made)) == (NOBODY, 0o750)
+
+
+@as_root
+def test_each_level_is_judged_with_the_option_named(sticky: Path) -> None:
+    """An existing level another user owns is refused by the walk, with the option in the
+    message; without an option it is used; a sticky level that others may write passes,
+    and the levels gpudoctor makes pass too (its own, exactly their mode)."""
+    mkdir_race.nobody_mkdir(str(sticky / "n"))
+    with pytest.raises(FsioError, match=r"/n \(above --out\) belongs to nobody"):
+        fsio.make_missing_dirs(sticky / "n" / "run", option="--out")
+    assert fsio.make_missing_dirs(sticky / "n" / "run") == sticky / "n" / "run"
+    made = fsio.make_missing_dirs(sticky / "a" / "b", 0o700, option="--out")
+    assert made == sticky / "a" / "b" and mode_of(made) == mode_of(made.parent) == 0o700
+    (sticky / "open").mkdir()
+    os.chmod(sticky / "open", 0o777)
+    with pytest.raises(FsioError, match=r"/open \(above --out\) is writable by others"):
+        fsio.make_dirs(sticky, "open/run", option="--out")
+    assert not (sticky / "open" / "run").exists()
+
+
+@as_root
+def test_write_output_judges_the_directories_above_as_out_is_judged(
+    sticky: Path, no_fd_leak: None
+) -> None:
+    """Issue 46.10: nobody plants ``/tmp/x -> ROOT_ONLY_DIR`` (or makes ``/tmp/x``) before
+    root runs ``bundle -o /tmp/x/b.tar.gz``: refused, naming the option, nothing written
+    there; root's own link is followed; a missing directory is ENOENT."""
+    chosen = sticky.parent / "root-only"
+    chosen.mkdir(mode=0o700)
+    os.symlink(chosen, sticky / "x")
+    os.lchown(sticky / "x", NOBODY, NOBODY)
+    with pytest.raises(FsioError, match=rf"^{sticky}/x \(above --output\) is a symlink of nobody"):
+        fsio.write_output(sticky / "x" / "b.tar.gz", b"x", option="--output")
+    mkdir_race.nobody_mkdir(str(sticky / "n"))
+    with pytest.raises(FsioError, match=rf"^{sticky}/n \(above -o\) belongs to nobody"):
+        fsio.write_output(sticky / "n" / "b.tar.gz", b"x")
+    assert os.listdir(chosen) == [] and os.listdir(sticky / "n") == []
+    os.symlink(chosen, sticky / "mine")
+    fsio.write_output(sticky / "mine" / "b.tar.gz", b"ok", mode=0o600)
+    assert (chosen / "b.tar.gz").read_bytes() == b"ok" and mode_of(chosen / "b.tar.gz") == 0o600
+    with pytest.raises(FileNotFoundError) as caught:
+        fsio.write_output(sticky / "missing" / "b", b"x")
+    assert (caught.value.errno, caught.value.strerror, caught.value.filename) == (
+        2,
+        "No such file or directory",
+        str(sticky / "missing"),
+    )

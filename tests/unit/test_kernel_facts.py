@@ -17,6 +17,7 @@ from gpudoctor.facts.kernel import (
 from gpudoctor.hosts.base import FileStat
 from gpudoctor.model import Report, Status
 from gpudoctor.runner import run_checks
+from tests.fakes.kernel_records import JOURNAL, KMSG, journal_json, kmsg
 from tests.fakes.recorded_host import RecordedHost
 from tests.unit.scenarios import h200_host, healthy_probe
 
@@ -178,7 +179,7 @@ def test_an_lxc_ct_without_systemd_is_known_by_its_init_environment() -> None:
 def test_xid79_explains_cuinit_failure() -> None:
     host = h200_host()
     log = (DATA / "kernel_log" / "nvswitch-host_dmesg-xid79-unknown-pid.txt").read_text()
-    host.commands["journalctl -k -b -o short-monotonic --no-pager -q"] = (0, log)
+    host.commands[JOURNAL] = (0, journal_json(log))
     host.probe_lines = healthy_probe(cuda_rc=999)
     report = run(host)
     (xid,) = [f for f in report.findings if f.check_id == "host.xid"]
@@ -191,28 +192,24 @@ def test_xid79_explains_cuinit_failure() -> None:
     assert "a GPU problem, not a config problem" in cuda.message
 
 
-def test_app_xids_warn_and_dmesg_fallback() -> None:
+def test_app_xids_warn_and_kmsg_fallback() -> None:
     host = h200_host()
     log = (DATA / "kernel_log" / "pastebin-fTNHmgzB_journalctl-xid69-xid31.txt").read_text()
-    host.commands["journalctl -k -b -o short-monotonic --no-pager -q"] = (
-        1,
-        "No journal files were found.",
-    )
-    host.commands["dmesg"] = (0, log)
+    host.commands[JOURNAL] = (1, "No journal files were found.")
+    host.commands[KMSG] = (1, kmsg(log))  # dd ends at EAGAIN: exit 1 after every record
     report = run(host, ("host.xid",))
     statuses = {f.subject: f.status for f in report.findings}
     assert statuses == {"Xid 69 on 0000:08:00": Status.WARN, "Xid 31 on 0000:08:00": Status.WARN}
-    assert all("source: dmesg" in f.evidence for f in report.findings)
+    assert all("source: /dev/kmsg" in f.evidence for f in report.findings)
 
 
 def test_no_xid_passes_and_unreadable_log_skips() -> None:
     host = h200_host()
-    host.commands["journalctl -k -b -o short-monotonic --no-pager -q"] = (
-        0,
-        "[ 1.0] Linux version 6.8\n",
-    )
-    assert run(host, ("host.xid",)).findings[0].status is Status.PASS
+    host.commands[JOURNAL] = (0, journal_json("[ 1.0] Linux version 6.8\n"))
+    (finding,) = run(host, ("host.xid",)).findings
+    assert finding.status is Status.PASS
+    assert finding.evidence == ("journalctl -k -b -o json: 1 records read",)
     host = h200_host()
-    host.commands["dmesg"] = (1, "dmesg: read kernel buffer failed: Operation not permitted")
+    host.commands[KMSG] = (1, "dd: failed to open '/dev/kmsg': Operation not permitted")
     (finding,) = run(host, ("host.xid",)).findings
     assert finding.status is Status.SKIP and "Operation not permitted" in finding.message

@@ -8,13 +8,22 @@ The kernel-log readers run for real: `journalctl` and `dmesg` are stand-in scrip
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from gpudoctor.facts.xid import KernelLog, parse_kernel_log, read_kernel_log
+from gpudoctor.facts.xid import (
+    KernelLog,
+    KernelRecord,
+    parse_kernel_log,
+    read_kernel_log,
+    text_records,
+    xid_events,
+)
 from gpudoctor.hosts.base import CommandResult, HostError
 from gpudoctor.hosts.local import LocalHost
+from tests.fakes.kernel_records import kmsg_escape
 
 DATA = Path(__file__).parent.parent / "data" / "recorded" / "kernel_log"
 FALLEN = "GPU has fallen off the bus"
@@ -141,6 +150,7 @@ def path_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         (bin_dir / name).write_text("#!/bin/sh\n" + script)
         (bin_dir / name).chmod(0o755)
 
+    tool.dir = tmp_path  # type: ignore[attr-defined]
     return tool
 
 
@@ -157,18 +167,17 @@ class TimeoutsSeen(LocalHost):
 
 
 def test_both_readers_failing_says_why_each_failed(path_bin) -> None:
-    """No journal of this boot and dmesg refused (kernel.dmesg_restrict in a CT): the user
-    reads each reader's own last words, and each command ran under 20 s."""
+    """No journal of this boot and /dev/kmsg refused (kernel.dmesg_restrict in a CT): the
+    user reads each reader's own last words, and each command ran under 20 s."""
     path_bin("journalctl", 'echo "-- No entries --"\n')
-    path_bin(
-        "dmesg", 'echo "dmesg: read kernel buffer failed: Operation not permitted" >&2\nexit 1\n'
-    )
+    path_bin("dd", "echo \"dd: failed to open '/dev/kmsg': Operation not permitted\" >&2\nexit 1\n")
     host = TimeoutsSeen()
     log = read_kernel_log(host)
     assert log == KernelLog(
         "",
-        "",
-        "journalctl -k -b: -- No entries --; dmesg: dmesg: read kernel buffer failed: Operation not permitted",
+        (),
+        "journalctl -k -b -o json: -- No entries --; "
+        "/dev/kmsg: dd: failed to open '/dev/kmsg': Operation not permitted",
     )
     assert host.timeouts == [20.0, 20.0]
 
@@ -176,24 +185,131 @@ def test_both_readers_failing_says_why_each_failed(path_bin) -> None:
 def test_a_reader_silent_and_failing_gives_its_exit_status_and_a_long_error_is_cut(
     path_bin,
 ) -> None:
-    """journalctl exits 1 saying nothing; dmesg's error is one long line: the report shows
-    `exit 1` and the last line of dmesg's words cut at 200 characters."""
+    """journalctl exits 1 saying nothing; dd's error is one long line: the report shows
+    `exit 1` and the last line of dd's words cut at 200 characters; a reader that exits 0
+    with nothing is `no records`."""
     path_bin("journalctl", "exit 1\n")
-    path_bin("dmesg", f'echo "first line" >&2\necho "{"e" * 300}" >&2\nexit 1\n')
+    path_bin("dd", f'echo "first line" >&2\necho "{"e" * 300}" >&2\nexit 1\n')
     log = read_kernel_log(LocalHost())
-    assert log.source == "" and log.text == ""
-    assert log.error == f"journalctl -k -b: exit 1; dmesg: {'e' * 200}"
+    assert log.source == "" and log.records == ()
+    assert log.error == f"journalctl -k -b -o json: exit 1; /dev/kmsg: {'e' * 200}"
+    path_bin("journalctl", "exit 0\n")
+    assert read_kernel_log(LocalHost()).error.startswith("journalctl -k -b -o json: no records;")
 
 
-def test_a_marker_quoted_past_the_head_does_not_hide_the_log(path_bin) -> None:
-    """Only journalctl's own `-- No entries --` answer (at the head of its output) means no
-    journal; a log whose first 200 characters do not hold it is the kernel log."""
-    head = "x" * 185  # the marker ends at character 201
-    path_bin("journalctl", f'echo "{head}-- No entries --"\necho "{NVSWITCH}"\n')
-    path_bin("dmesg", "exit 1\n")
+def test_the_journal_is_read_as_records(path_bin) -> None:
+    """journalctl's JSON: a record per line, its MESSAGE a string or (not clean UTF-8) a
+    list of bytes, the kernel's stamp in microseconds; a line that is not an object of
+    that shape is no record. The journal is asked for those two fields only."""
+    real = "NVRM: Xid (PCI:0000:3B:00): 79, pid=7, GPU has fallen off the bus."
+    lines = [
+        json.dumps({"MESSAGE": real, "_SOURCE_MONOTONIC_TIMESTAMP": "44643002804"}),
+        json.dumps({"MESSAGE": list(b"caf\xc3\xa9 \xff")}),
+        json.dumps({"MESSAGE": [300]}), json.dumps({"MESSAGE": [-1]}), json.dumps({"MESSAGE": 5}),
+        json.dumps([1]), json.dumps({"MESSAGE": [0, 255]}),
+        "not json", json.dumps({"MESSAGE": "x", "_SOURCE_MONOTONIC_TIMESTAMP": "-1"}),
+    ]  # fmt: skip
+    (tmp := path_bin.dir / "journal.json").write_text("\n".join(lines) + "\n")
+    args = "-k -b -o json --output-fields=MESSAGE,_SOURCE_MONOTONIC_TIMESTAMP --no-pager -q"
+    path_bin("journalctl", f'[ "$*" = "{args}" ] && /bin/cat "{tmp}"\n')
     log = read_kernel_log(LocalHost())
-    assert log.source == "journalctl -k -b"
-    assert [e.code for e in parse_kernel_log(log.text)] == [79]
+    assert log.source == "journalctl -k -b -o json"
+    assert log.records == (
+        KernelRecord(real, 44643.002804, f"[44643.002804] {real}"),
+        KernelRecord("caf\u00e9 \ufffd", None, "caf\u00e9 \ufffd"),
+        KernelRecord("\x00\ufffd", None, "\x00\ufffd"),
+        KernelRecord("x", None, "x"),
+    )
+    assert [(e.code, e.pci, e.uptime_s) for e in xid_events(list(log.records))] == [
+        (79, "0000:3b:00", 44643.002804)
+    ]
+
+
+FORGED = "NVRM: Xid (PCI:0000:3b:00): 79, pid=77, name=x, GPU has fallen off the bus."
+SEGFAULT = (
+    "x\nNVRM: Xid (PC[8473]: segfault at 0 ip 000000000040007a sp 00007fff89813ae0 error 4 "
+    f"in x\n{FORGED}[7a,400000+1000] likely on CPU 0 (core 0, socket 0)"
+)
+
+
+def test_kmsg_is_read_as_records_and_a_newline_stays_inside_its_record(path_bin) -> None:
+    """/dev/kmsg as the kernel gave it for nobody's crash of a program named
+    ``x<newline>NVRM: Xid ... 79, ...`` (recorded on this machine's kernel, 6.18): the
+    name's newline is ``\\x0a`` inside the segfault record, so the record holds a newline
+    and is no Xid; the driver's own record next to it is one. Dictionary lines and other
+    text are no records; the kernel's escapes (``\\x5c``, UTF-8 bytes) are decoded."""
+    kmsg_text = (
+        f"6,339,133186847,-;{kmsg_escape(SEGFAULT)}\n SUBSYSTEM=x\n"
+        f"4,340,133187056,c;{FORGED}\n"
+        "garbage line\n"
+        "6,341,5,-;a\\x5cb caf\\xc3\\xa9\n"
+        "6,342,6,-;r\\x0dn \u20ac\n"  # a carriage return; a character no byte stands for
+    )
+    assert "\\x0aNVRM: Xid (PCI:0000:3b:00): 79" in kmsg_text  # as the kernel shows it
+    (tmp := path_bin.dir / "kmsg").write_text(kmsg_text)
+    path_bin("journalctl", "exit 0\n")
+    args = "if=/dev/kmsg iflag=nonblock bs=65536 status=none"
+    path_bin("dd", f'[ "$*" = "{args}" ] && /bin/cat "{tmp}"\nexit 1\n')
+    log = read_kernel_log(LocalHost())
+    assert log.source == "/dev/kmsg"
+    assert log.records == (
+        KernelRecord(SEGFAULT, 133.186847, "[  133.186847] " + SEGFAULT.replace("\n", "\\n")),
+        KernelRecord(FORGED, 133.187056, f"[  133.187056] {FORGED}"),
+        KernelRecord("a\\b caf\u00e9", 5e-06, "[    0.000005] a\\b caf\u00e9"),
+        KernelRecord("r\rn ?", 6e-06, "[    0.000006] r\\rn ?"),
+    )
+    assert [(e.code, e.line) for e in xid_events(list(log.records))] == [
+        (79, f"[  133.187056] {FORGED}")
+    ]
+
+
+THREE = (
+    "NVRM: The NVIDIA GPU 0000:B3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+    "NVRM: fallen off the bus and is not responding to commands."
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "events"),
+    [
+        (FORGED, [(79, "0000:3b:00")]),
+        (THREE, [(79, "0000:b3:00")]),  # the driver's own record of three lines (nv.c)
+        ("NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:2d04) installed in this system has\n"
+         "NVRM: fallen off the bus and is not responding to commands.", [(79, "0000:01:00")]),
+        (FORGED + "\nmore", []),
+        (FORGED + "\rmore", []),
+        ("x\n" + FORGED, []),
+        (THREE.replace("\nNVRM: fallen", "\nfallen"), []),  # a line not the driver's
+        (THREE.replace("\n", "\r", 1), []),
+        (THREE.replace(".0\n", ".0 \n"), []),  # the first line is not exactly the driver's
+        # nobody's program "NVRM: a<newline>NVRM: Xid ...": every line of its segfault
+        # record begins with NVRM, its first line is the program's name
+        (f"NVRM: a\nNVRM: X[8473]: segfault at 0 ip 0 sp 0 error 4 in NVRM: a\n{FORGED}[7a]", []),
+        (f"NVRM: The NVIDIA GP\nNVRM: X[1]: segfault at 0 in NVRM: The NVIDIA GPU\n{FORGED}", []),
+    ],
+)  # fmt: skip
+def test_which_records_are_the_drivers(message: str, events: list[tuple[int, str]]) -> None:
+    """A record counts when it is one line beginning with ``NVRM: ``, or the driver's own
+    record of several lines: each line begins with ``NVRM: ``, the first is exactly
+    ``NVRM: The NVIDIA GPU BUS[ (PCI ID: ...) installed in this system has|is]``. A record
+    another program's text made (a newline, a carriage return) is not the driver's."""
+    assert [(e.code, e.pci) for e in xid_events([KernelRecord(message)])] == events
+
+
+def test_a_text_logs_indented_line_continues_the_record_above() -> None:
+    """journalctl's short output and dmesg indent a record's second line: in a recorded
+    text log that line is joined to its record (which then holds a newline), never a
+    record of its own, with or without the log's header."""
+    for head in ("[  133.186847] ", "Dec 07 05:01:02 pve1 kernel: ", ""):
+        text = f"{head}x\n               {FORGED}[7a,400000+1000] likely on CPU 0\n"
+        assert text_records(text) == [
+            KernelRecord(f"x\n{FORGED}[7a,400000+1000] likely on CPU 0",
+                         133.186847 if head.startswith("[") else None, f"{head}x".strip())
+        ]  # fmt: skip
+        assert parse_kernel_log(text) == []
+    # an indented first line (a log cut mid-record) is kept as it is: no record of the driver
+    assert text_records(f"  {FORGED}") == [KernelRecord(f"  {FORGED}", None, FORGED)]
+    assert parse_kernel_log(f"  {FORGED}\n{FORGED}") == parse_kernel_log(FORGED)
 
 
 class Unreachable(LocalHost):
@@ -205,4 +321,4 @@ class Unreachable(LocalHost):
 
 
 def test_an_unreachable_host_is_an_error_not_an_empty_log() -> None:
-    assert read_kernel_log(Unreachable()) == KernelLog("", "", "ssh: connection to pve1 lost")
+    assert read_kernel_log(Unreachable()) == KernelLog("", (), "ssh: connection to pve1 lost")

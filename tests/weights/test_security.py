@@ -13,13 +13,22 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from gpudoctor.weights.manifest import MANIFEST_NAME
-from tests.weights.conftest import WeightsCli, dir_files, make_model_files, model_part
+from tests.fakes import mkdir_race
+from tests.weights.conftest import (
+    REPO_ROOT,
+    CliRun,
+    WeightsCli,
+    dir_files,
+    make_model_files,
+    model_part,
+)
 from tests.weights.hub_server import HubServer
 from tests.weights.test_ensure_cli import REPO, assert_one_line_error, publish
 
@@ -275,6 +284,27 @@ def test_a_link_planted_as_an_existing_parent_of_to_is_refused_not_followed(
     (shm / "mine").symlink_to(chosen)
     assert cli.run("ensure", REPO, "--to", str(shm / "mine" / "m"), "-q").returncode == 0
     assert (chosen / "m" / "config.json").is_file()
+
+
+def test_a_missing_level_nobody_makes_before_roots_mkdir_is_refused(
+    hub, cli: WeightsCli, shm: Path
+) -> None:
+    """Attack (issue 46.4): ``/dev/shm/models/m`` after a reboot: ``models`` is missing.
+    Root judged ``/dev/shm`` and is about to ``mkdir models``; nobody's real ``mkdir
+    models`` lands first (that moment forced by tests/fakes/mkdir_race.py, never by luck).
+    On the code before, ensure exited 0 ("every restored byte checked by sha256") with
+    root's model in nobody's directory, where nobody could swap the files."""
+    publish(hub, make_model_files())
+    proc = subprocess.run(
+        [sys.executable, "-c", mkdir_race.PRELUDE, "weights", "ensure", REPO, "--to",
+         str(shm / "models" / "m")],
+        capture_output=True, text=True, env=cli.env({"GPUDOCTOR_RACE_NAME": "models"}),
+        cwd=REPO_ROOT, timeout=120,
+    )  # fmt: skip
+    run = CliRun(proc.returncode, proc.stdout, proc.stderr)
+    assert os.stat(shm / "models").st_uid == NOBODY  # nobody won the race, as forced
+    assert_one_line_error(run, f"{shm}/models (above --to) belongs to nobody (uid 65534)")
+    assert os.listdir(shm / "models") == []
 
 
 @pytest.mark.parametrize("umask", [0o000, 0o002])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import statistics
 import threading
 import time
@@ -294,13 +295,31 @@ def _within(start: float, end: float, spans: tuple[list[float], list[float]]) ->
     return i >= 0 and end <= ends[i]
 
 
+def _finite(value: Any) -> bool:
+    """Return True for a finite number (a label set the signal does not expect, such as a
+    ``position`` on a plain counter, gives a dict; NaN or Inf is no figure)."""
+    return isinstance(value, float | int) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _fits(value: Any, per_position: bool) -> bool:
+    if per_position:
+        return isinstance(value, dict) and all(_finite(v) for v in value.values())
+    return _finite(value)
+
+
 def _one(samples: Sequence[Sample], source: Any, loaded: Sequence[bool] | None) -> dict[str, Any]:
+    # each value type-checked: a sample the signal cannot read is dropped, never a crash
+    per_position = source.kind == "per_position"
     flags = [True] * len(samples) if loaded is None else loaded
     rows = [
-        (t, v[source.name], f) for (t, v), f in zip(samples, flags, strict=True) if source.name in v
+        (t, v[source.name], f)
+        for (t, v), f in zip(samples, flags, strict=True)
+        if _fits(v.get(source.name), per_position)
     ]
     if not rows:
-        return {"available": False, "why": f"{source.name} not served"}
+        served = any(source.name in v for _, v in samples)
+        why = "served with no finite value of its kind" if served else "not served"
+        return {"available": False, "why": f"{source.name} {why}"}
     if source.kind == "gauge":
         values = [v for _, v, under_load in rows if under_load]
         step = max(1, len(rows) // SERIES_POINTS)
@@ -317,7 +336,7 @@ def _one(samples: Sequence[Sample], source: Any, loaded: Sequence[bool] | None) 
     first, last = rows[0][1], rows[-1][1]
     if source.kind == "counter_delta":
         return {"available": True, "value": last - first, "source": source.name}
-    dens = [(t, v[source.denominator]) for t, v in samples if source.denominator in v]
+    dens = [(t, v[source.denominator]) for t, v in samples if _finite(v.get(source.denominator))]
     if not dens:
         return {"available": False, "why": f"{source.denominator} not served"}
     den = dens[-1][1] - dens[0][1]

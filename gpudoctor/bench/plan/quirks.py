@@ -156,6 +156,17 @@ def _toml_value(value: object) -> str:
     return toml_string(str(value))
 
 
+def _shown_arg(key: str, value: object) -> object:
+    """Return an argument's value as the table shows it: ``"<redacted>"`` for a
+    secret-named key (``api-key``, ``hf-token``), secrets in a text replaced (the table is
+    read by people and pasted into issues; the quirk matches by ``config_key`` only)."""
+    from gpudoctor.support.redact import SECRET_NAME, Redactor
+
+    if SECRET_NAME.search(key):
+        return "<redacted>"
+    return Redactor(identities=False).redact(value, "quirks") if isinstance(value, str) else value
+
+
 def record_crash(
     path: Path, arch: str, engine: str, version: str | None, config: ServerConfig, reason: str
 ) -> Quirk:
@@ -172,7 +183,7 @@ def record_crash(
         reason=reason,
         source=str(path),
     )
-    args = ", ".join(f"{toml_string(k)} = {_toml_value(v)}" for k, v in config.args)
+    args = ", ".join(f"{toml_string(k)} = {_toml_value(_shown_arg(k, v))}" for k, v in config.args)
     shown = "".join(c if c.isprintable() else "?" for c in config.label)  # a comment: one line
     block = (
         f"\n# added {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: {shown}"

@@ -221,10 +221,13 @@ def _failures(cells: Sequence[CellResult]) -> str:
     bad = [c for c in cells if c.status in ("crashed", "skipped", "failed")]
     if not bad:
         return "<p>None.</p>"
+    from gpudoctor.support.redact import Redactor
+
+    secrets = Redactor(identities=False)  # a server's log may print its token: as the bundle
     parts = []
     for c in bad:
         extra = c.extra or {}
-        tail = "\n".join(extra.get("server_log_tail") or [])
+        tail = secrets.redact("\n".join(extra.get("server_log_tail") or []), "report.html")
         parts.append(f"<h3>{html.escape(f'{c.config} (TP{c.tp}) {c.load_label}: {c.status}')}</h3>"
                      f"<p>{html.escape(str(extra.get('reason') or ''))}</p>"
                      + (f"<pre>{html.escape(tail)}</pre>" if tail else ""))  # fmt: skip

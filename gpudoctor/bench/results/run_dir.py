@@ -100,8 +100,13 @@ def check_run_dir(path: Path, option: str = "--out", create: bool = False) -> bo
     fix = f"choose another {option} (a directory of your own) or remove it (rm -rf --one-file-system {path})"
     try:
         fsio.check_ancestors(path.parent, option)
-        if create:
-            fsio.make_missing_dirs(path)  # a race with a planter is caught below
+        if create:  # each level made on the one held before it, and judged (issue 46.4)
+            parent = fsio.make_missing_dirs(path.parent, option=option)
+            try:
+                fsio.make_dirs(parent, path.name)  # another user's directory: refused below
+            except fsio.FsioError as exc:
+                if exc.errno != 20:  # ENOTDIR: a link or a file there, named below
+                    raise
         try:
             st = os.lstat(path)
         except FileNotFoundError:

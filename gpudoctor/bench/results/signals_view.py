@@ -65,23 +65,27 @@ def histogram_text(cell: CellResult) -> str:
 
 def markdown_section(cells: Sequence[CellResult]) -> str:
     """Return report.md's "Server signals" section: one row per measured cell, and why
-    a signal is not available (the first reason seen per signal)."""
+    a signal is not available (the first reason seen per signal). Every text of the run
+    (a config name, a reason that quotes a server's /metrics line) is literal Markdown
+    (``report.md_text``): no renderer makes HTML of it."""
+    from gpudoctor.bench.results.report import md_text
+
     measured = _worth_showing(cells)
     if not measured:
         return ""
     if not _any_available(measured):
         why = next(iter(unavailable_reasons(measured).values()), "no cell exported one")
-        return f"## Server signals\n\nNone available ({why}).\n"
+        return f"## Server signals\n\nNone available ({md_text(why)}).\n"
     head = ["config", "TP", "load", *(c for c, _ in COLUMNS.values()), "accept per position"]
     lines = ["## Server signals (scraped from /metrics during each cell)", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
     for c in measured:
         row = [c.config, str(c.tp), c.load_label, *(text(c, s) for s in COLUMNS),
                histogram_text(c)]  # fmt: skip
-        lines.append("| " + " | ".join(x.replace("|", "\\|") for x in row) + " |")
+        lines.append("| " + " | ".join(md_text(x) for x in row) + " |")
     reasons = unavailable_reasons(measured)
     if reasons:
-        lines += ["", *(f"- {s}: not available ({why})" for s, why in reasons.items())]
+        lines += ["", *(f"- {s}: not available ({md_text(why)})" for s, why in reasons.items())]
     return "\n".join(lines) + "\n"
 
 

@@ -16,6 +16,7 @@ from gpudoctor.bench.cell_spec import rate_label
 from gpudoctor.bench.results.reader import CellResult, ResultsError, SearchLine, read_run
 from gpudoctor.bench.results.repeats import RepeatGroup, group_cells
 from gpudoctor.bench.results.signals_view import table_columns
+from gpudoctor.terminal import printable
 
 if TYPE_CHECKING:
     from gpudoctor.bench.plan import Plan
@@ -139,9 +140,11 @@ def results_table(run_dir: Path, plan: Plan | None = None) -> str:
         rows = [(*r[:3], rate_text(g.first), *r[3:]) for r, g in zip(rows, groups, strict=True)]
     extra, values, notes = table_columns([g.first for g in groups])
     header = (*header, *extra)
-    rows = [(*r, *v) for r, v in zip(rows, values, strict=True)]
-    return "\n".join([title, format_table(header, rows), *notes, *reason_lines(cells),
-                      *search_lines(run.searches)])  # fmt: skip
+    # every string of the run file (config names, reasons quoting a server) reaches the
+    # terminal escaped, as in `bench status`: no control sequence of theirs runs
+    rows = [tuple(map(printable, (*r, *v))) for r, v in zip(rows, values, strict=True)]
+    lines = [*notes, *reason_lines(cells), *search_lines(run.searches)]
+    return "\n".join([printable(title), format_table(header, rows), *map(printable, lines)])
 
 
 def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:

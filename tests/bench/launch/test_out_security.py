@@ -21,6 +21,9 @@ import pytest
 
 from gpudoctor.bench.results.run_dir import RunDir, RunDirError
 from tests.bench.campaign_support import stub_plan, write
+from tests.fakes import mkdir_race
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 NOBODY = 65534
 RUN_FILES = ("plan.toml", "results.jsonl", ".lock", "preflight.jsonl", "superseded.jsonl",
@@ -202,6 +205,25 @@ def test_report_into_a_directory_of_another_user_is_refused(
     before = victim.read_bytes()
     _one_line_error(_cli("report", str(run), "--out", str(public / "rep")), "belongs to nobody")
     assert victim.read_bytes() == before
+
+
+def test_a_parent_of_out_nobody_makes_before_roots_mkdir_is_refused(
+    public: Path, tmp_path: Path
+) -> None:
+    """Attack (issue 46.4): root runs ``bench report RUN --out /tmp/reports/r1``;
+    ``reports`` is missing, root judged ``/tmp``, and nobody's real ``mkdir reports`` lands
+    right before root's (that moment forced by tests/fakes/mkdir_race.py). On the code
+    before, root wrote the report into ``reports/r1`` inside nobody's directory."""
+    run = _tiny_run(tmp_path / "run")
+    env = {**os.environ, "COLUMNS": "200", "GPUDOCTOR_RACE_NAME": "reports"}
+    proc = subprocess.run(
+        [sys.executable, "-c", mkdir_race.PRELUDE, "bench", "report", str(run), "--out",
+         str(public / "reports" / "r1")],
+        capture_output=True, text=True, timeout=180, env=env, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert os.stat(public / "reports").st_uid == NOBODY  # nobody won the race, as forced
+    _one_line_error(proc, f"{public}/reports (above --out) belongs to nobody (uid 65534)")
+    assert os.listdir(public / "reports") == []
 
 
 def test_report_and_compare_never_read_through_a_link(victim: Path, tmp_path: Path) -> None:

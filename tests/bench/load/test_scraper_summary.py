@@ -205,6 +205,39 @@ def test_the_histogram_is_each_positions_acceptance_per_draft_in_position_order(
     assert list(hist["value"]) == ["0", "1", "2", "10", "x"]
 
 
+def test_a_value_the_signal_cannot_read_is_dropped_never_a_crash():
+    """Issue 46.5: ``vllm:num_preemptions_total{position="0"} 3`` made the counter a
+    ``{position: value}`` and the summary raised TypeError, stopping the campaign. Each
+    sample's value is type-checked: a dict where a number is read, a number where a
+    per-position dict is read, a bool, NaN or Inf is dropped; the rest still counts."""
+    name = "vllm:num_preemptions_total"
+    parsed = parse_samples(f'{name}{{position="0"}} 3\n', frozenset({name}))
+    late = reduce_samples(parse_samples(f'{name}{{position="0"}} 5\n', frozenset({name})), "vllm")
+    samples = [(0.0, reduce_samples(parsed, "vllm")), (1.0, late)]
+    assert samples[0][1] == {name: {"0": 3.0}}
+    assert summarize(samples, "vllm", None)["preemptions"] == {
+        "available": False, "why": f"{name} served with no finite value of its kind"
+    }  # fmt: skip
+    kv = "vllm:kv_cache_usage_perc"
+    gauge = [(0.0, {kv: float("nan")}), (1.0, {kv: 0.5}), (2.0, {kv: float("inf")}),
+             (3.0, {kv: True}), (4.0, {kv: {"0": 1.0}}), (5.0, {kv: 1})]  # fmt: skip
+    assert summarize(gauge, "vllm", None)["kv_cache_usage"] == {
+        "available": True, "value": 0.75, "mean": 0.75, "max": 1, "last": 1,
+        "series": [[1.0, 0.5], [5.0, 1]], "source": kv,
+    }  # fmt: skip
+    counted = [(0.0, {name: 2.0}), (1.0, {name: float("-inf")}), (2.0, {name: 7})]
+    assert summarize(counted, "vllm", None)["preemptions"]["value"] == 5
+    hist = [(0.0, {VLLM_PER_POS: {"0": 1.0}, VLLM_DRAFTS: 10.0}),
+            (1.0, {VLLM_PER_POS: 4.0, VLLM_DRAFTS: float("nan")}),
+            (2.0, {VLLM_PER_POS: {"0": float("nan")}, VLLM_DRAFTS: 20.0}),
+            (3.0, {VLLM_PER_POS: {"0": 6.0}, VLLM_DRAFTS: 30.0})]  # fmt: skip
+    assert summarize(hist, "vllm", None)["spec_accept_histogram"]["value"] == {"0": 0.25}
+    nan_den = [(0.0, {HITS: 1.0, QUERIES: float("nan")}), (1.0, {HITS: 2.0, QUERIES: float("nan")})]
+    assert summarize(nan_den, "vllm", None)["prefix_cache_hit_rate"] == {
+        "available": False, "why": f"{QUERIES} not served"
+    }  # fmt: skip
+
+
 # ---------------------------------------------------------------------------- fetching
 
 

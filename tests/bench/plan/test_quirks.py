@@ -92,3 +92,29 @@ def test_toml_string_is_read_back_by_tomllib(text: str) -> None:
 
     got = tomllib.loads(f"v = {toml_string(text)}\n")["v"]
     assert got == ("\ufffd" if text == "\ud83d" else text)
+
+
+def test_a_crash_quirk_never_stores_a_secret_argument(local_quirks: Path) -> None:
+    """Issue 46.11: the table kept a configuration's args verbatim, ``api-key`` included.
+    A secret-named argument is stored as ``<redacted>``, a token inside another argument is
+    replaced, the rest (numbers, flags, lists, plain text) kept; the quirk still matches."""
+    import tomllib
+
+    key, token = "PlantedOpaqueApiKey0123456789", "hf_PlantedHuggingFaceToken0123456789"
+    plan = parse_plan(
+        "[model]\npath = '/m'\n[engine]\nname = 'sglang'\n[[configs]]\nname = 'c'\n"
+        f"args = {{ api-key = '{key}', hf-token = 7, tokenizer-mode = 'auto', served-model-name = 'alice 10.0.0.5',"
+        f" model-loader-extra-config = 'https://x.example/m?t={token}', mem-fraction-static = 0.5,"
+        " cuda-graph-bs = [1, 2], disable-cuda-graph = true }\n"
+    )
+    config = plan.configs[0]
+    record_crash(local_quirks, "sm_90", "sglang", "0.5.23", config, "died")
+    raw = local_quirks.read_text()
+    assert key not in raw and token not in raw
+    (entry,) = tomllib.loads(raw)["quirk"]
+    assert entry["args"] == {"api-key": "<redacted>", "hf-token": "<redacted>",
+                             "tokenizer-mode": "auto", "served-model-name": "alice 10.0.0.5",  # no secret: kept
+                             "model-loader-extra-config": "https://x.example/m?t=<secret-1>",
+                             "mem-fraction-static": 0.5, "cuda-graph-bs": [1, 2],
+                             "disable-cuda-graph": True}  # fmt: skip
+    assert find_quirk(load_table(local_quirks, "t"), "sm_90", "sglang", "0.5.23", config)

@@ -201,6 +201,22 @@ def test_failed_cells_show_their_reason_and_log_tail_escaped(tmp_path: Path) -> 
                                 "<tr><td>cfg (TP1) c=4</td><td>FAILED</td><td>all failed</td>")  # fmt: skip
 
 
+def test_a_crashed_servers_token_is_not_shown_in_clear(tmp_path: Path) -> None:
+    """Issue 46.11: the log tail of a crashed server printed its API key and an hf_ token;
+    report.html showed them in clear where the bundle replaces them: now replaced too
+    (secrets only; names and addresses are the run's own and stay)."""
+    key, token = "PlantedOpaqueApiKey0123456789", "hf_PlantedHuggingFaceToken0123456789"
+    rows = [_row("a", status="crashed", reason="exit 1",
+                 server_log_tail=[f"args: --api-key {key} --host 10.0.0.5", f"HF_TOKEN={token}"])]  # fmt: skip
+    run = _write_run(tmp_path, rows)
+    page = render_html(run, read_run(run))
+    assert key not in page and token not in page
+    assert (
+        "<pre>args: --api-key &lt;secret-2&gt; --host 10.0.0.5\nHF_TOKEN=&lt;secret-1&gt;</pre>"
+        in page
+    )
+
+
 def test_the_searches_table(tmp_path: Path) -> None:
     search = {"record": "search", "key": "s", "config": "<cfg>", "tp": 2, "status": "done",
               "search": {"over": "request_rate", "met": 2.5, "failed": None, "goodput": 0.9,

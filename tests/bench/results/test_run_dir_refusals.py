@@ -6,6 +6,7 @@ run file into a directory another user could change."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from gpudoctor.bench.results.run_dir import (
     scan_records,
     write_atomic,
 )
+from tests.fakes import mkdir_race
 
 FIX = "choose another --out (a directory of your own) or remove it (rm -rf --one-file-system {})"
 
@@ -231,3 +233,28 @@ def test_a_dangling_link_planted_as_the_run_directory_creates_nothing(tmp_path: 
     with pytest.raises(RunDirError, match="is a symlink"):
         RunDir(tmp_path / "run").__enter__()
     assert not target.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="nobody's mkdir needs root and setpriv")  # fmt: skip
+@pytest.mark.parametrize(("out", "level"), [("runs/r1", "runs"), ("r1", "r1")])
+def test_a_level_nobody_makes_before_roots_mkdir_is_refused(
+    public_tmp_path: Path, monkeypatch: pytest.MonkeyPatch, out: str, level: str
+) -> None:
+    """Issue 46.4: ``--out /tmp/runs/r1`` with ``runs`` missing; root judged ``/tmp`` and
+    is about to make ``runs``; nobody's real ``mkdir runs`` lands first (forced at that
+    moment: tests/fakes/mkdir_race.py). Refused: on the code before, nobody's ``runs`` was
+    used (only ``r1`` was judged), and nobody could rename ``r1`` away and put a run
+    directory of its own there. The run directory itself (``--out /tmp/r1``) made by
+    nobody at that moment is refused too."""
+    tmp = public_tmp_path / "tmp"
+    tmp.mkdir()
+    os.chmod(tmp, 0o1777)
+    monkeypatch.setattr(os, "mkdir", os.mkdir)
+    won = mkdir_race.install(level)
+    with pytest.raises(RunDirError) as caught:
+        check_run_dir(tmp / out, "--out", create=True)
+    assert won == [str(tmp / level)]
+    assert "belongs to nobody (uid 65534)" in str(caught.value)
+    what = "(above --out)" if out != level else "(the --out run directory)"
+    assert str(caught.value).startswith(f"{tmp / level} {what}")

@@ -5,6 +5,7 @@ never 0; a run that scraped nothing shows nothing."""
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
 from gpudoctor.bench.results.reader import CellResult
@@ -109,8 +110,22 @@ def test_report_md_section_lists_each_measured_cell_and_why_a_signal_is_missing(
 
 def test_report_md_says_none_available_in_one_line() -> None:
     assert markdown_section([_cell(NONE)]) == (
-        "## Server signals\n\nNone available (the server exports no kv_cache_usage).\n"
+        "## Server signals\n\nNone available (the server exports no kv\\_cache\\_usage).\n"
     )
+
+
+def test_report_md_section_makes_no_html_of_what_a_server_or_a_run_chose() -> None:
+    """Issue 46.7: a reason quoting a hostile /metrics line and a config name that hold
+    HTML (``<img src=x onerror=...>``): escaped as every other report.md text is."""
+    evil = "<img src=x onerror=alert(1)>"
+    cells = [_cell({**ALL, "preemptions": {"available": False, "why": f"bad line {evil}"}},
+                   config=f"c{evil}")]  # fmt: skip
+    md = markdown_section(cells)
+    assert re.search(r"(?<!\\)<", md) is None  # every < escaped
+    assert "| c\\<img src=x onerror=alert(1)\\> | 1 |" in md
+    assert md.endswith("- preemptions: not available (bad line \\<img src=x onerror=alert(1)\\>)\n")
+    none = markdown_section([_cell({s: {"available": False, "why": evil} for s in ALL})])
+    assert none == "## Server signals\n\nNone available (\\<img src=x onerror=alert(1)\\>).\n"
     assert markdown_section([_cell({})]) == (
         "## Server signals\n\nNone available (no cell exported one).\n"
     )

@@ -221,3 +221,30 @@ def test_the_reasons_of_crashed_and_skipped_cells_follow_the_table() -> None:
         f"why cfg (TP4) c=1 crashed: {why['reason']}",
     ]
     assert reason_lines([]) == []
+
+
+def test_every_string_of_the_run_reaches_the_terminal_escaped(tmp_path: Path) -> None:
+    """Issue 46.6: a config name, a search's reason and a server signal's reason (quoting
+    a hostile /metrics line) hold OSC 52, a title and a clear screen; the run directory's
+    name a bell. Every one is shown escaped (terminal.printable), columns still aligned."""
+    osc = "\x1b]52;c;cHduZWQ=\x07"
+    why = f"ValueError: Invalid labels: a={osc}\x1b[2J"
+    signals = {
+        "url": "http://x/metrics",
+        "signals": {"kv_cache_usage": {"available": False, "why": why}},
+    }
+    run = _write_run(tmp_path / "run\x07", [
+        _record("a", config=f"c{osc}", measurement={"metrics": METRICS, "server_signals": signals}),
+        {"record": "search", "key": "s", "config": f"s{osc}", "tp": 1, "status": "stopped",
+         "reason": f"r{osc}", "search": {"over": "concurrency", "met": 4, "failed": 16}}])  # fmt: skip
+    text = results_table(run)
+    assert not any(ch in text for ch in "\x1b\x07")
+    lines = text.splitlines()
+    assert lines[0].startswith(f"{'=' * 10} gpudoctor bench: {tmp_path}/run\\x07 ")
+    assert lines[3].split()[:3] == ["c\\x1b]52;c;cHduZWQ=\\x07", "1", "4"]
+    assert (
+        lines[4]
+        == "server signals: not available (ValueError: Invalid labels: a=\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J)"
+    )
+    assert lines[5].startswith("search s\\x1b]52;c;cHduZWQ=\\x07 (TP1)") and "r\\x1b]52" in lines[5]
+    assert len(lines[1]) == len(lines[2]) >= len(lines[3].rstrip())

@@ -47,6 +47,7 @@ from gpudoctor.bench.launch.steps import (
     LaunchOptions,
     Summary,
     decide,
+    load_generator_problems,
     model_problems,
     retried,
     run_id,
@@ -181,7 +182,7 @@ def run_campaign(plan: Plan, options: LaunchOptions, reporter: PlainReporter | N
 
     Raises CampaignError (bad flag, busy directory, failed preflight...) with one line;
     KeyboardInterrupt after SIGINT/SIGTERM. Every server is gone when this returns or raises."""
-    problems = model_problems(plan)
+    problems = model_problems(plan) + (load_generator_problems() if measure is None else [])
     if problems:
         raise CampaignError("; ".join(problems))
     campaign = Campaign(plan, options, reporter, measure)

@@ -27,6 +27,7 @@ from gpudoctor.bench.launch.steps import (
     EngineMissing,
     LaunchOptions,
     decide,
+    load_generator_problems,
     model_problems,
     retried,
 )
@@ -102,7 +103,7 @@ def dry_run(plan: Plan, options: LaunchOptions, validate: bool = True) -> dict[s
     return {"plan": plan.name, "engine": plan.engine.name, "engine_version": version,
             "validated": validate, "gpu_arch": arch, "configs": configs, "cells": cells,
             "notes": notes,
-            "problems": model_problems(plan), "schedule": schedule,
+            "problems": model_problems(plan) + load_generator_problems(), "schedule": schedule,
             "shard": list(options.shard) if options.shard else None,
             "search": dataclasses.asdict(plan.search) if plan.search else None,
             "repeats": plan.repeats,

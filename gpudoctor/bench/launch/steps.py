@@ -140,14 +140,8 @@ def model_problems(plan: Plan) -> list[str]:
     """Return what is wrong with the plan's local paths before anything starts (``test -e
     PATH``), in a run and in both dry-run modes: a model ``path``, ``tokenizer`` or
     workload ``dataset_path`` that does not exist (a ``repo``'s ``dir`` is created by the
-    weights step and is not checked); and a load generator that cannot read the model's
-    tokenizer (transformers not installed: ``pip install 'gpudoctor[bench]'``)."""
+    weights step and is not checked)."""
     problems = []
-    if not tokenizer_library():
-        problems.append(
-            "the load generator needs transformers to read the model's tokenizer (prompt"
-            " lengths, context clamping); install it: pip install 'gpudoctor[bench]'"
-        )
     named = (("model.path", plan.model.path), ("model.tokenizer", plan.model.tokenizer),
              ("workload.dataset_path", plan.workload.dataset_path))  # fmt: skip
     for key, value in named:
@@ -187,6 +181,17 @@ def _chat_template_problems(plan: Plan) -> list[str]:
     return [
         f'{plan.source}: workload.api = "chat" needs a chat template, and the tokenizer in'
         f' {tokenizer_dir} has none (a base model); use api = "completions"'
+    ]
+
+
+def load_generator_problems() -> list[str]:
+    """Return why gpudoctor's load generator cannot run here (before anything starts, in a
+    run and in a dry run): transformers, which reads the model's tokenizer, not installed."""
+    if tokenizer_library():
+        return []
+    return [
+        "the load generator needs transformers to read the model's tokenizer (prompt"
+        " lengths, context clamping); install it: pip install 'gpudoctor[bench]'"
     ]
 
 

@@ -22,6 +22,7 @@ from gpudoctor.bench.launch.steps import (
     clamp_workload,
     decide,
     keeps_text,
+    load_generator_problems,
     model_problems,
     retried,
     run_id,
@@ -237,12 +238,13 @@ def test_a_missing_transformers_is_a_problem_before_anything_starts(
 ) -> None:
     import sys
 
-    plan = _plan(tmp_path, '[[configs]]\nname = "a"\n')
+    assert load_generator_problems() == []
     monkeypatch.setitem(sys.modules, "transformers", None)  # what an uninstalled package gives
-    assert model_problems(plan) == [
+    assert load_generator_problems() == [
         "the load generator needs transformers to read the model's tokenizer (prompt lengths,"
         " context clamping); install it: pip install 'gpudoctor[bench]'"
     ]
+    assert model_problems(_plan(tmp_path, '[[configs]]\nname = "a"\n')) == []  # its own list
 
 
 def test_a_model_path_that_is_a_file_is_named_as_such(tmp_path: Path) -> None:

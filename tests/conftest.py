@@ -48,7 +48,30 @@ def _targets_under(record: Path, root: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def runner_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Set, for the whole session, what the suite relies on instead of what its runner
+    had (tests/support/runner_env.py: HOME and XDG_* in an empty folder, umask 022, the
+    locale, an 80-column no-colour terminal, no GPUDOCTOR_* setting); yield HOME. All
+    put back at the end."""
+    from tests.support.runner_env import UMASK, pinned
+
+    home = tmp_path_factory.mktemp("home")
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(pinned(saved, home))
+    umask = os.umask(UMASK)
+    try:
+        yield home
+    finally:
+        os.umask(umask)
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_state_dir(
+    tmp_path_factory: pytest.TempPathFactory, runner_environment: Path
+) -> Iterator[Path]:
     """Point ``GPUDOCTOR_STATE_DIR`` (gpudoctor's ``/var/lib/gpudoctor``) at a temporary
     directory for the whole session, in this process and every child it starts; at the
     end, fail when the machine's real weights record names a directory of this session.

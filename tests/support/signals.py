@@ -29,10 +29,11 @@ def default_signals() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SENT)
 
 
-def ignored(pid: int) -> frozenset[int]:
-    """Return which of :data:`SENT` process ``pid`` ignores (``SigIgn`` of /proc/PID/status)."""
+def status_signals(pid: int, field: str = "SigIgn") -> frozenset[int]:
+    """Return which of :data:`SENT` are in ``field`` of /proc/PID/status (``SigIgn``: the
+    ignored ones; ``SigBlk``: those its main thread blocks)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigIgn:"):
+        if line.startswith(f"{field}:"):
             mask = int(line.split()[1], 16)
             return frozenset(sig for sig in SENT if mask >> (sig - 1) & 1)
     return frozenset()

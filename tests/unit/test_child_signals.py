@@ -8,20 +8,10 @@ from __future__ import annotations
 import signal
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.support.signals import SENT, default_signals, ignored
-
-
-def blocked(pid: int) -> frozenset[int]:
-    """Return which of SENT ``pid``'s main thread blocks (``SigBlk`` of /proc/PID/status)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigBlk:"):
-            mask = int(line.split()[1], 16)
-            return frozenset(sig for sig in SENT if mask >> (sig - 1) & 1)
-    return frozenset()
+from tests.support.signals import SENT, default_signals, status_signals
 
 
 @pytest.fixture
@@ -49,8 +39,8 @@ def test_the_runners_ignore_reaches_a_plain_child(background_runner: None) -> No
     """The premise: without the helper the child inherits what the runner ignores and blocks."""
     child = sleeper()
     try:
-        assert ignored(child.pid) == {signal.SIGINT, signal.SIGQUIT, signal.SIGHUP}
-        assert blocked(child.pid) == {signal.SIGTERM}
+        assert status_signals(child.pid) == {signal.SIGINT, signal.SIGQUIT, signal.SIGHUP}
+        assert status_signals(child.pid, "SigBlk") == {signal.SIGTERM}
     finally:
         child.kill()
         child.wait()
@@ -63,7 +53,10 @@ def test_a_child_started_with_default_signals_dies_of_each_signal_sent(
 ) -> None:
     child = sleeper(preexec_fn=default_signals, start_new_session=True)
     try:
-        assert ignored(child.pid) == frozenset() and blocked(child.pid) == frozenset()
+        assert (
+            status_signals(child.pid) == frozenset()
+            and status_signals(child.pid, "SigBlk") == frozenset()
+        )
         child.send_signal(sig)
         assert child.wait(60) == -sig
     finally:

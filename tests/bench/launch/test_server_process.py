@@ -41,7 +41,7 @@ from gpudoctor.bench.launch.server import (
     tagged_processes,
     tail_lines,
 )
-from tests.support.signals import default_signals, ignored
+from tests.support.signals import default_signals, status_signals
 
 WAIT_S = 60.0  # an event that never comes fails the test (not a timing assumption)
 
@@ -434,7 +434,7 @@ def test_the_guardian_kills_the_launchs_processes_when_released(tag: str) -> Non
         assert fds[0].startswith("pipe:") and fds[1:] == ["/dev/null", "/dev/null"]
         ready = time.monotonic() + WAIT_S  # its handlers are set once it has imported
         while (
-            not {signal.SIGINT, signal.SIGTERM} <= ignored(guardian.proc.pid)
+            not {signal.SIGINT, signal.SIGTERM} <= status_signals(guardian.proc.pid)
             and time.monotonic() < ready
         ):
             time.sleep(0.02)

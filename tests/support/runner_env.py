@@ -18,9 +18,10 @@ and every child:
   tracebacks, ``GPUDOCTOR_BENCH_QUIRKS`` names a quirks table), only the suite's
   (:data:`HARNESS`).
 
-Signals are per child (tests/support/signals.py). The current directory, stdin (closed or
-``/dev/null``), the controlling terminal and a low open-file limit (256) were tried and
-nothing in the suite depended on them.
+Signals are per child (tests/support/signals.py); the current directory is each test's
+own business (started from ``/``, the systemd CT of tests/ops/test_follow_driver_drill.py
+once bind-mounted "/"). Stdin (closed or ``/dev/null``), no controlling terminal and an
+open-file limit of 256 were tried, and nothing in the suite depended on them.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The runner's environment is not the tests': a background job, a CI agent, a hardened
 root shell, a person's terminal. Each of these once changed a result, so the suite pins
-them for its whole session (tests/conftest.py ``runner_environment``), in its own process
+them for its whole session (tests/conftest.py ``pytest_configure``), in its own process
 and every child:
 
 - ``HOME`` (an empty folder of the session) and ``XDG_CONFIG_HOME``/``XDG_CACHE_HOME``/

@@ -1,5 +1,5 @@
 """The suite sets what it relies on, whoever started it (issue 49; tests/support/runner_env.py
-and tests/conftest.py ``runner_environment``)."""
+and tests/conftest.py ``pytest_configure``)."""
 
 from __future__ import annotations
 

@@ -47,6 +47,42 @@ def _targets_under(record: Path, root: Path) -> list[str]:
     return sorted(t for t in targets or () if t.startswith(f"{root}/"))
 
 
+_RUNNER = pytest.StashKey[tuple[dict[str, str], int, Path]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Set, before collection (module-level code reads HOME too) and until the end, what
+    the suite relies on instead of what its runner had (tests/support/runner_env.py:
+    HOME and XDG_* in an empty folder, umask 022, the locale, an 80-column no-colour
+    terminal, no GPUDOCTOR_* setting); :func:`pytest_unconfigure` puts it all back."""
+    import tempfile
+
+    from tests.support.runner_env import UMASK, pinned
+
+    home = Path(tempfile.mkdtemp(prefix="gpudoctor-test-home-"))
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(pinned(saved, home))
+    config.stash[_RUNNER] = (saved, os.umask(UMASK), home)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Put back the runner's environment and umask; remove the session's HOME."""
+    import shutil
+
+    saved, umask, home = config.stash[_RUNNER]
+    os.umask(umask)
+    os.environ.clear()
+    os.environ.update(saved)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def runner_environment(pytestconfig: pytest.Config) -> Path:
+    """Return the session's HOME (an empty folder of its own; see :func:`pytest_configure`)."""
+    return pytestconfig.stash[_RUNNER][2]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Point ``GPUDOCTOR_STATE_DIR`` (gpudoctor's ``/var/lib/gpudoctor``) at a temporary

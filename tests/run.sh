@@ -19,6 +19,10 @@
 # tests run again on Python 3.13 after the suite (tests/lab/python313.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# What this script makes (.venv, .venv-olah, the cached rootfs) must be readable by others
+# whatever the caller's umask (077 included): tests run the CLI as nobody, LXC reads the
+# rootfs as the containers' mapped ids. pytest pins its own (tests/support/runner_env.py).
+umask 022
 
 apt_packages=(lxc uidmap busybox-static openssh-server openssh-client util-linux iproute2 procps git
   systemd prometheus prometheus-node-exporter debootstrap chromium slurm-wlm munge strace gcc libc6-dev)

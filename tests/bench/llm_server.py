@@ -18,6 +18,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.signals import default_signals
+
 
 @dataclass
 class LlmServer:
@@ -67,6 +69,7 @@ def start_llm_server(
         [str(exe), "serve", model_dir.name, "--host", "127.0.0.1", "--port", str(port),
          "--device", device, *extra_args],
         cwd=model_dir.parent, env=env, stdout=log, stderr=subprocess.STDOUT,
+        preexec_fn=default_signals,  # stop() sends SIGTERM
     )  # fmt: skip
     log.close()
     server = LlmServer(process, f"http://127.0.0.1:{port}", model_dir.name, model_dir, log_path)

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.support import ERROR_LINE, REPO, gpudoctor, last_line
+from tests.support.signals import default_signals
 
 OK_CODES = {1, 2, 3, 130}
 
@@ -250,12 +251,14 @@ def test_debug_shows_the_traceback(files):
     assert "Traceback" in env.stderr and ERROR_LINE.match(last_line(env.stderr))
 
 
+@pytest.mark.signals
 def test_interrupted_run_exits_130(peers, files):
     """Ctrl-C (SIGINT) while connecting to a host that never answers: exit 130, one line."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpudoctor", "check", "--host",
          f"root@127.0.0.1:{peers['silent']}", "--known-hosts", str(files / "kh")],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_signals,
     )  # fmt: skip
     time.sleep(2.0)  # imported and waiting for the banner
     proc.send_signal(signal.SIGINT)

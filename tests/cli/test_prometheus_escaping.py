@@ -23,6 +23,7 @@ from gpudoctor.output.prometheus import (
     textfile,
     unreachable_report,
 )
+from tests.support.signals import default_signals
 
 NASTY = 'ct "200"\\n\nback\\slash'  # a quote pair, a literal backslash-n, a newline, a backslash
 
@@ -81,7 +82,7 @@ def test_node_exporter_reads_the_escaped_values_back(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [exporter, f"--web.listen-address=127.0.0.1:{port}", "--collector.disable-defaults",
          "--collector.textfile", f"--collector.textfile.directory={textdir}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=default_signals,
     )  # fmt: skip
     try:
         served = ""

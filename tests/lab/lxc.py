@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import pwd
 import shlex
 import shutil
 import sys
@@ -321,7 +322,9 @@ class Lab:
         self.namespace.start()
         # A Proxmox root's shell has no pyenv: hide this machine's ~/.bashrc from lab
         # SSH sessions (bash sources it for every ssh command: slow, and PATH changes).
-        for rc_file in (Path.home() / ".bashrc", Path.home() / ".profile"):
+        # sshd takes the home from the password database, not $HOME (the suite's own).
+        home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+        for rc_file in (home / ".bashrc", home / ".profile"):
             if rc_file.is_file():
                 empty = self.root / f"empty{rc_file.name}"
                 empty.write_text("")

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.support.signals import default_signals
+
 
 class SlurmLabError(RuntimeError):
     """The cluster could not start (the reason, with the daemons' last log lines)."""
@@ -96,7 +98,7 @@ PartitionName=lab Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubs
     def _spawn(self, argv: list[str], log: str) -> subprocess.Popen:
         out = open(self.root / "log" / log, "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                start_new_session=True)  # fmt: skip
+                                start_new_session=True, preexec_fn=default_signals)  # fmt: skip
         out.close()
         self.procs.append(proc)
         return proc

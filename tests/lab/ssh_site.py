@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.lab.sshd import LabSSHD, keygen
+from tests.support.signals import default_signals
 
 
 def pub(path: Path) -> tuple[str, str]:
@@ -88,6 +89,7 @@ class Site:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=default_signals,  # stop() sends SIGTERM
         )
         deadline = time.monotonic() + 10
         while not self.agent_sock.exists() and time.monotonic() < deadline:

@@ -17,6 +17,7 @@ from typing import Any
 
 from gpudoctor.hosts.ssh.host import SSHHost
 from tests.lab.lxc import LabError, PureCgroup2Namespace
+from tests.support.signals import default_signals
 
 SSHD = "/usr/sbin/sshd"
 
@@ -169,6 +170,7 @@ class LabSSHD:
             stdout=log,
             stderr=log,
             start_new_session=True,
+            preexec_fn=default_signals,  # stop() sends SIGTERM
         )
         log.close()
         deadline = time.monotonic() + timeout

@@ -30,6 +30,7 @@ from gpudoctor.service import alert_rules_text
 from tests.lab.fixtures import FAKE_GPU_INSIDE
 from tests.lab.lxc import Lab, LabContainer
 from tests.lab.sshd import LabSSHD
+from tests.support.signals import default_signals
 
 pytestmark = pytest.mark.lab
 
@@ -299,7 +300,8 @@ def test_alert_fires_in_a_real_prometheus_for_a_denied_ct(
         subprocess.Popen([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
                           f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                           f"--web.listen-address=127.0.0.1:{prom_port}"],
-                         stdout=subprocess.DEVNULL, stderr=(tmp_path / "prom.log").open("w")),
+                         stdout=subprocess.DEVNULL, stderr=(tmp_path / "prom.log").open("w"),
+                         preexec_fn=default_signals),
     ]  # fmt: skip
     target = f"labpve/{textfiles['denied_ct']}"
     firing: list[dict] = []

@@ -58,8 +58,12 @@ class NodeSystemd(SystemdContainer):
         """Return the systemd CT's config with the host's network and the shared dirs."""
         text = super().render_config().replace("lxc.net.0.type = empty", "lxc.net.0.type = none")
         covered = [*host_python_mounts(), str(REPO_ROOT)]
+        # not the directory pytest was started from (``python -m`` puts it on sys.path):
+        # the CT needs nothing there, and "/" is a mount entry with no target (lxc-start fails)
+        runner_dir = {"/", os.getcwd()}
         extra = [p for p in sys.path if p.startswith("/") and Path(p).is_dir()
-                 and not any(p.startswith(c) for c in covered) and not p.startswith("/usr")]  # fmt: skip
+                 and not any(p.startswith(c) for c in covered) and not p.startswith("/usr")
+                 and p not in runner_dir]  # fmt: skip
         lines = [f"lxc.mount.entry = {d} {d.lstrip('/')} none ro,bind,create=dir 0 0"
                  for d in [*map(str, self.ro), *extra]]  # fmt: skip
         lines += [f"lxc.mount.entry = {d} {str(d).lstrip('/')} none bind,create=dir 0 0"

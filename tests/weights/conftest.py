@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import lab_unavailable
+from tests.support.signals import default_signals
 from tests.weights.hf_inprocess import PROXY_VARS, TOKEN_VARS
 from tests.weights.hub_server import HubServer
 from tests.weights.range_server import Server, start_servers, stop_servers
@@ -91,6 +92,7 @@ class WeightsCli:
             env=self.env(env),
             cwd=REPO_ROOT,
             start_new_session=True,
+            preexec_fn=default_signals,  # the test may Ctrl-C it
         )
 
 

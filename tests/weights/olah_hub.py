@@ -22,6 +22,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.support.signals import default_signals
+
 DEFAULT_CLI = "/opt/olah-venv/bin/olah-cli"
 LFS_SPEC = "https://git-lfs.github.com/spec/v1"
 
@@ -102,6 +104,7 @@ class OlahServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=default_signals,  # stop() sends SIGTERM
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -391,7 +391,7 @@ def test_rich_progress_on_a_terminal(hub, cli: WeightsCli, tmp_path: Path) -> No
         ["script", "-qec", command, "/dev/null"],
         capture_output=True,
         text=True,
-        env=cli.env({"COLUMNS": "120"}),
+        env=cli.env({"COLUMNS": "120", "TERM": "xterm-256color"}),  # a colour terminal, not dumb
         cwd=Path(__file__).resolve().parents[2],
         timeout=120,
     )

@@ -74,6 +74,7 @@ def allocated(path: Path) -> int:
         return 0
 
 
+@pytest.mark.signals
 def test_ctrl_c_mid_restore_stops_at_once_and_the_rerun_resumes(
     hub, cli: WeightsCli, tmp_path: Path, tmpfs
 ) -> None:

@@ -15,13 +15,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpudoctor.bench.results.run_dir import read_records
 from tests.bench.campaign_support import stub_plan, wait_no_leftovers, write
+from tests.support.signals import default_signals
 
 HOOK = Path(__file__).parent / "interrupt_at_fork"
 IN_POPEN = Path(__file__).parent / "interrupt_in_popen"
 
 
+@pytest.mark.signals
 def test_ctrl_c_landing_in_the_server_fork_stops_the_campaign(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
@@ -29,7 +33,7 @@ def test_ctrl_c_landing_in_the_server_fork_stops_the_campaign(
     out = tmp_path / "run"
     path = os.pathsep.join(p for p in (str(HOOK), os.environ.get("PYTHONPATH", "")) if p)
     done = subprocess.run([sys.executable, "-m", "gpudoctor", "bench", str(plan), "--out", str(out)],
-                          capture_output=True, text=True, timeout=300,
+                          capture_output=True, text=True, timeout=300, preexec_fn=default_signals,
                           env={**os.environ, "PYTHONPATH": path, "COLUMNS": "200"})  # fmt: skip
     assert done.returncode == 130, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
     assert "interrupted; every server is stopped" in done.stderr

@@ -12,12 +12,14 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from gpudoctor.bench.launch.campaign import LaunchOptions, run_campaign
 from gpudoctor.bench.launch.server import free_port
 from gpudoctor.bench.plan import load_plan
 from gpudoctor.bench.results.run_dir import read_records
 from tests.bench.campaign_support import STREAM_SERVER, stub_plan, wait_no_leftovers, write
+from tests.support.signals import default_signals
 
 
 def _records(out: Path) -> list[dict]:
@@ -224,6 +226,7 @@ def test_preflight_fail_stops_the_campaign_with_the_diagnosis(
     assert "preflight (campaign) failed" in json.loads((out / "run.json").read_text())["stopped"]
 
 
+@pytest.mark.signals
 def test_sigterm_stops_every_server(tmp_path: Path, tiny_model_dir: Path) -> None:
     workload = "input_len = 32\noutput_len = 400\nnum_prompts = 50\nwarmup = 0"
     plan_path = write(
@@ -231,7 +234,8 @@ def test_sigterm_stops_every_server(tmp_path: Path, tiny_model_dir: Path) -> Non
     )
     out = tmp_path / "run"
     launcher = subprocess.Popen([sys.executable, "-m", "gpudoctor", "bench", str(plan_path), "--out", str(out)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=default_signals)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         while not list((out / "raw").glob("*.jsonl")) and time.monotonic() < deadline:

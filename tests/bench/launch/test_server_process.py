@@ -41,6 +41,7 @@ from gpudoctor.bench.launch.server import (
     tagged_processes,
     tail_lines,
 )
+from tests.support.signals import default_signals, status_signals
 
 WAIT_S = 60.0  # an event that never comes fails the test (not a timing assumption)
 
@@ -157,7 +158,8 @@ def _sleeper(tag: str, ignore_term: bool = False, new_session: bool = True,
                  "signal.signal(signal.SIGTERM, bye)\n")  # fmt: skip
     code += "print('up', flush=True)\ntime.sleep(600)\n"
     proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, TAG_VAR: tag},
-                            stdout=subprocess.PIPE, start_new_session=new_session)  # fmt: skip
+                            stdout=subprocess.PIPE, start_new_session=new_session,
+                            preexec_fn=default_signals)  # fmt: skip
     assert proc.stdout is not None and proc.stdout.readline() == b"up\n"  # handlers set
     return proc
 
@@ -498,6 +500,7 @@ def test_a_server_dies_with_its_launcher(tmp_path: Path, tag: str) -> None:
 # --- the guardian and a server the user started ----------------------------------------------
 
 
+@pytest.mark.signals
 def test_the_guardian_kills_the_launchs_processes_when_released(tag: str) -> None:
     server = _sleeper(tag + "slot1/")
     codes: list[int] = []
@@ -510,7 +513,10 @@ def test_the_guardian_kills_the_launchs_processes_when_released(tag: str) -> Non
         fds = [os.readlink(f"/proc/{guardian.proc.pid}/fd/{fd}") for fd in (0, 1, 2)]
         assert fds[0].startswith("pipe:") and fds[1:] == ["/dev/null", "/dev/null"]
         ready = time.monotonic() + WAIT_S  # its handlers are set once it has imported
-        while _signals_ignored(guardian.proc.pid) != 2 and time.monotonic() < ready:
+        while (
+            not {signal.SIGINT, signal.SIGTERM} <= status_signals(guardian.proc.pid)
+            and time.monotonic() < ready
+        ):
             time.sleep(0.02)
         guardian.proc.send_signal(signal.SIGTERM)  # a `kill` of the launcher's processes
         guardian.proc.send_signal(signal.SIGINT)
@@ -523,15 +529,6 @@ def test_the_guardian_kills_the_launchs_processes_when_released(tag: str) -> Non
         server.wait(WAIT_S)
         guardian.proc.kill()
         guardian.proc.wait(WAIT_S)
-
-
-def _signals_ignored(pid: int) -> int:
-    """Return how many of SIGINT and SIGTERM ``pid`` ignores (/proc/PID/status SigIgn)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigIgn:"):
-            mask = int(line.split()[1], 16)
-            return sum(1 for sig in (signal.SIGINT, signal.SIGTERM) if mask >> (sig - 1) & 1)
-    return 0
 
 
 def test_a_server_the_user_started_is_never_ours_to_stop() -> None:

@@ -22,6 +22,7 @@ import pytest
 
 from gpudoctor.bench.results.run_dir import read_records
 from tests.bench.campaign_support import STREAM_SERVER, write
+from tests.support.signals import default_signals
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -53,7 +54,7 @@ def running_server(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, 
     proc = subprocess.Popen(
         [sys.executable, str(STREAM_SERVER), "--model", str(tiny_model_dir), "--port", str(port),
          "--request-log", str(log)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=default_signals,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:

@@ -7,6 +7,7 @@ forked workers with ``os.waitpid(-1)``) aborts on the unknown pid."""
 from __future__ import annotations
 
 import os
+import pwd
 from collections.abc import Iterator
 
 import pytest
@@ -28,3 +29,14 @@ def no_child_left() -> Iterator[None]:
     yield
     left = {pid: name for pid, name in children_of(os.getpid()).items() if pid not in before}
     assert not left, f"the test left child processes behind: {sorted(left.values())}"
+
+
+@pytest.fixture
+def passwd_home(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Set HOME to this user's home in the password database, and return it: ``ssh``
+    expands ``~`` and ``%d`` from there, never from $HOME (which the suite points at a
+    folder of its own, tests/support/runner_env.py); gpudoctor's paramiko reader takes
+    $HOME. A test comparing the two readers' paths needs them to be the same."""
+    home = pwd.getpwuid(os.getuid()).pw_dir
+    monkeypatch.setenv("HOME", home)
+    return home

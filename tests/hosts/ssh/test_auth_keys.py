@@ -15,6 +15,7 @@ import pytest
 
 from gpudoctor.hosts.ssh.auth import Credentials, candidate_keys, open_agent
 from gpudoctor.hosts.ssh.target import SSHTarget
+from tests.support.signals import default_signals
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("ssh-keygen") and shutil.which("ssh-agent")), reason="needs OpenSSH"
@@ -42,7 +43,8 @@ def certify(ca: str, key: str, out: str | None = None) -> str:
 def agent(tmp_path: Path) -> Iterator[str]:
     """A real ssh-agent listening on ``tmp_path/agent.sock``; yields the socket path."""
     sock = str(tmp_path / "agent.sock")
-    proc = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)  # fmt: skip
     try:
         assert proc.stdout is not None
         proc.stdout.readline()  # "SSH_AUTH_SOCK=...": printed once the socket listens

@@ -26,6 +26,7 @@ from gpudoctor.hosts.ssh import host as ssh_host
 from gpudoctor.hosts.ssh.host import SSHHost
 from tests.hosts.ssh.inproc_sshd import Policy, Server, running
 from tests.hosts.ssh.test_authenticate import make_key
+from tests.support.signals import default_signals
 
 HOSTILE = Path(__file__).parents[2] / "fakes" / "hostile_agent.py"
 INTERRUPTED = Path(__file__).with_name("interrupted_client.py")
@@ -151,6 +152,7 @@ def test_a_server_that_stops_answering_channel_requests_is_given_up(
     )
 
 
+@pytest.mark.signals
 def test_a_client_interrupted_mid_command_exits_at_once(server: Server, tmp_path: Path) -> None:
     """Ctrl-C while ``sleep 600`` runs remotely and the host is never closed: the process
     still ends (run()'s threads are daemons; a thread left waiting for the remote
@@ -167,7 +169,7 @@ def test_a_client_interrupted_mid_command_exits_at_once(server: Server, tmp_path
     client = subprocess.Popen(
         [sys.executable, str(INTERRUPTED), f"alice@127.0.0.1:{server.port}",
          str(tmp_path / "id"), str(known), str(mark)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=default_signals,
     )  # fmt: skip
     try:
         out, err = client.communicate(timeout=120)

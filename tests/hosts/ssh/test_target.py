@@ -87,7 +87,7 @@ def test_repr_never_shows_secrets() -> None:
     assert "hunter2" not in str(vars(host).get("name"))
 
 
-def test_resolve_target_reads_what_ssh_reads(tmp_path: Path) -> None:
+def test_resolve_target_reads_what_ssh_reads(tmp_path: Path, passwd_home: str) -> None:
     """``ssh -G`` resolves Match, Include, several IdentityFiles and known_hosts files,
     HostKeyAlias, ProxyJump and ProxyCommand; gpudoctor takes them all."""
     (tmp_path / "site.conf").write_text(
@@ -104,7 +104,7 @@ def test_resolve_target_reads_what_ssh_reads(tmp_path: Path) -> None:
         "Host pve3\n  ProxyCommand nc -X connect -x proxy:3128 %h %p\n"
     )
     target = resolve_target("pve2", ssh_config=str(config))
-    home = str(Path("~").expanduser())
+    home = passwd_home
     assert (target.hostname, target.port, target.host_key_alias) == ("10.0.0.2", 22, "pve2.site1")
     assert target.known_hosts_name == "pve2.site1"
     assert target.user_known_hosts == (f"{home}/kh/site1", "/etc/site1_known")

@@ -59,7 +59,7 @@ def expected(home: str) -> SSHTarget:
 
 @pytest.mark.parametrize("reader", ["ssh -G", "paramiko"])
 def test_every_option_is_read_and_expanded(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str, passwd_home: str
 ) -> None:
     if reader == "ssh -G" and not shutil.which("ssh"):
         pytest.skip("needs the OpenSSH client")
@@ -68,7 +68,7 @@ def test_every_option_is_read_and_expanded(
     config = tmp_path / "config"
     config.write_text(CONFIG)
     target = resolve_target("pve1", ssh_config=str(config))
-    assert target == expected(os.path.expanduser("~"))
+    assert target == expected(passwd_home)
 
 
 def test_what_the_command_line_says_wins_over_the_config(tmp_path: Path) -> None:

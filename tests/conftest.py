@@ -143,3 +143,11 @@ def public_tmp_path() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Take ansible-core's process-wide patches off once collection imported it (the
+    Ansible tests apply them around themselves: tests/ansible/patches.py)."""
+    from tests.ansible import patches
+
+    patches.undo()

@@ -346,7 +346,6 @@ def _check_passes(entries: Entries, facts: HostFacts) -> bool:
     passed = [c for c in chars if _is_passed(entries, c)]
     return (
         bool(needed)
-        and len(passed) >= len(needed)
         and all(c in passed for c in needed)
         and (not _missing_rules(entries, facts, passed))
     )

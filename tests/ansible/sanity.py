@@ -16,6 +16,8 @@ or shell file, and neither tool is installed here.
 
 from __future__ import annotations
 
+import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -24,7 +26,11 @@ from pathlib import Path
 from tests.ansible.playbook import BIN, COLLECTION_SRC
 
 SKIPPED = ("pslint", "shellcheck")
-HOME_TEST = Path.home() / ".ansible" / "test"
+# ansible-test keeps its environments under ~/.ansible/test: the user's own home from the
+# password database, whatever HOME the test runner has (tests/conftest.py pins HOME to an
+# empty folder), so set-up and tests find the same ones
+ACCOUNT_HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)
+HOME_TEST = ACCOUNT_HOME / ".ansible" / "test"
 LOG = HOME_TEST / "gpudoctor-sanity-prepare.log"  # the output of the last ``prepare``
 
 
@@ -57,8 +63,8 @@ def sanity(
         argv += ["--test", name]
     for name in () if only else SKIPPED:
         argv += ["--skip-test", name]
-    return subprocess.run(argv, cwd=collection, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run(argv, cwd=collection, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "HOME": str(ACCOUNT_HOME)})  # fmt: skip
 
 
 def prepare(work: Path) -> int:

@@ -1,23 +1,25 @@
 """ansible-core's process-wide patches stay inside the Ansible tests (tests/ansible/patches.py):
-with them left on, torch's dynamo refused ``sys.intern`` and the tiny model of every later
-bench test could not be made (tests of the whole suite errored after tests/ansible)."""
+left on, torch's dynamo refused the ``sys.intern`` wrapper and the tiny model of every later
+bench test could not be made (the whole suite's tests after tests/ansible errored)."""
 
 from __future__ import annotations
 
-import socket
 import sys
 import types
 
-from tests.ansible import collection_import, patches  # noqa: F401 - imports ansible
+from ansible.module_utils._internal._patches._sys_intern_patch import SysInternPatch
+
+from tests.ansible import patches
 
 
-def test_the_patches_are_on_inside_a_test_and_off_again_after_undo() -> None:
-    assert not isinstance(sys.intern, types.BuiltinFunctionType)  # the fixture applied them
-    patches.undo()
+def test_an_applied_patch_is_taken_off_again() -> None:
+    original = sys.intern
+    assert isinstance(original, types.BuiltinFunctionType)
+    SysInternPatch.unpatched_implementation = original
+    sys.intern = SysInternPatch()  # what ansible's patch() installs where it is needed
     try:
-        assert isinstance(sys.intern, types.BuiltinFunctionType)
-        assert isinstance(socket.getaddrinfo, types.FunctionType)  # socket's own function
-        assert sys.intern("a" * 3) == "aaa"
+        assert SysInternPatch.is_patched()
+        patches.undo()
+        assert sys.intern is original and not SysInternPatch.is_patched()
     finally:
-        patches.apply()
-    assert not isinstance(sys.intern, types.BuiltinFunctionType)
+        sys.intern = original

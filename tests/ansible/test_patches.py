@@ -13,6 +13,7 @@ from tests.ansible import patches
 
 
 def test_an_applied_patch_is_taken_off_again() -> None:
+    patches.undo()  # whatever the fixture applied
     original = sys.intern
     assert isinstance(original, types.BuiltinFunctionType)
     SysInternPatch.unpatched_implementation = original

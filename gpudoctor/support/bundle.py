@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from gpudoctor import __version__
 from gpudoctor.hosts.base import Host, HostError
+from gpudoctor.redact import Redactor
 from gpudoctor.support.gather import Item
-from gpudoctor.support.redact import Redactor
 
 ROOT = "gpudoctor-bundle"
 

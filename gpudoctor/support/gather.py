@@ -220,7 +220,7 @@ def pmxcfs_comments(text: str) -> str:
 def environment(environ: dict[str, str]) -> Item:
     """Return the GPU-relevant variables of ``environ`` as an Item (``env | grep ...``);
     secret-named ones show ``<set>`` instead of their value."""
-    from gpudoctor.support.redact import SECRET_NAME
+    from gpudoctor.redact import SECRET_NAME
 
     lines = []
     for name in sorted(environ):

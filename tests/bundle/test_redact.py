@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gpudoctor.support.redact import Redactor
+from gpudoctor.redact import Redactor
 
 PLANTED = {
     "hf": "hf_PlantedHuggingFaceToken0123456789",

@@ -40,6 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "gpudoctor.fsio_root",  # fsio inside a root (chroot-like)
         "gpudoctor.model",
         "gpudoctor.terminal",
+        "gpudoctor.redact",  # secrets and identities out of any text (stdlib only)
         "gpudoctor.credentials",
         "gpudoctor.probes",  # stdlib only: it runs in a CT with nothing installed
         "gpudoctor.early_probe",

@@ -9,10 +9,12 @@ date and a syslog ``<level>``; and on each fallen-off-the-bus form the driver pr
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpudoctor.context import CheckOptions
-from gpudoctor.facts.xid import SUBJECT, parse_kernel_log, summarize
+from gpudoctor.facts.xid import KERNEL_LOG_READERS, SUBJECT, parse_kernel_log, summarize
 from gpudoctor.output.prometheus import textfile
 from gpudoctor.runner import run_checks
 from tests.unit.scenarios import h200_host
@@ -63,10 +65,13 @@ def test_a_fallen_line_alone_in_upper_case_hex_is_named_in_lower_case(
 
 
 def test_an_upper_case_xid_is_a_sample_of_gpudoctor_xid_events() -> None:
-    """Through the real host.xid check and the textfile: one sample, lower-case pci."""
+    """Through the real host.xid check (its journal read as JSON records) and the textfile:
+    one sample, lower-case pci."""
     host = h200_host()
-    text = _log(HEADS["journalctl short-monotonic"], "0000:3B:00", FALLEN["one line"], "0000:3B:00")
-    host.commands["journalctl -k -b -o short-monotonic --no-pager -q"] = (0, text)
+    messages = [XID.format(pci="0000:3B:00"), FALLEN["one line"][0].format(pci="0000:3B:00")]
+    text = "".join(json.dumps({"MESSAGE": m, "_SOURCE_MONOTONIC_TIMESTAMP": str(44643002804 + i)})
+                   + "\n" for i, m in enumerate(messages))  # fmt: skip
+    host.commands[" ".join(KERNEL_LOG_READERS[0][1])] = (0, text)  # journalctl -k -b -o json
     report = run_checks(host, CheckOptions(only=("host.xid",)), target_name="pve1")
     samples = [line for line in textfile([report], None, now=1000).splitlines()
                if line.startswith("gpudoctor_xid_events{")]  # fmt: skip

@@ -32,7 +32,7 @@ from typing import Any
 from gpudoctor.bench.engines import engine_for
 from gpudoctor.bench.launch import interrupts, prep
 from gpudoctor.bench.launch.cell_runner import CellRunner, EngineFacts, MeasureFn
-from gpudoctor.bench.launch.live_state import STATE, LiveState
+from gpudoctor.bench.launch.live_state import LiveState
 from gpudoctor.bench.launch.packed import PackedRun
 from gpudoctor.bench.launch.progress import PlainReporter
 from gpudoctor.bench.launch.run_writer import RunWriter
@@ -55,6 +55,7 @@ from gpudoctor.bench.launch.steps import (
 )
 from gpudoctor.bench.plan import Cell, Plan, ServerConfig
 from gpudoctor.bench.plan import quirks as quirks_mod
+from gpudoctor.bench.results.launcher_state import STATE
 from gpudoctor.bench.results.run_dir import RunDir, RunDirError, environment_facts, read_records
 
 __all__ = ["CampaignError", "LaunchOptions", "Summary", "run_campaign"]

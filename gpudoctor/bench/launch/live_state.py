@@ -1,6 +1,7 @@
 """``state.json`` of a run directory: the launcher's pid, the GPU pool and what runs where
 since when, rewritten atomically at each change (read by ``bench status`` in another
-terminal, which asks :func:`launcher_alive` whether the writer still runs)."""
+terminal, which asks
+:func:`gpudoctor.bench.results.launcher_state.launcher_alive` whether the writer still runs)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.bench.results.launcher_state import process_start
 from gpudoctor.bench.results.run_dir import write_atomic
-
-STATE = "state.json"
 
 
 def now_utc() -> str:
@@ -30,7 +30,7 @@ class LiveState:
         self.running: dict[str, dict[str, Any]] = {}
         self.pool: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self._started = _process_start(os.getpid())
+        self._started = process_start(os.getpid())
 
     def _write(self, finished: bool = False) -> None:
         doc = {"tag": self.tag, "pid": os.getpid(), "pid_started": self._started,
@@ -68,21 +68,3 @@ class LiveState:
         with self._lock:
             self.running.clear()
             self._write(finished=True)
-
-
-def _process_start(pid: int) -> float | None:
-    try:
-        import psutil
-
-        return psutil.Process(pid).create_time()
-    except Exception:
-        return None
-
-
-def launcher_alive(state: dict[str, Any]) -> bool:
-    """Return whether the launcher that wrote ``state`` still runs (same pid, same start)."""
-    pid = state.get("pid")
-    if not isinstance(pid, int) or state.get("finished"):
-        return False
-    started = _process_start(pid)
-    return started is not None and (state.get("pid_started") in (None, started))

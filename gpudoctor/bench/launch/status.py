@@ -21,8 +21,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.bench.launch.live_state import STATE, launcher_alive
 from gpudoctor.bench.plan import Plan, PlanError, parse_plan
+from gpudoctor.bench.results.launcher_state import STATE, launcher_alive
 from gpudoctor.bench.results.run_dir import PLAN, RESULTS, RunDirError, read_records, read_run_file
 from gpudoctor.terminal import printable
 

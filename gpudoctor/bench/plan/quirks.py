@@ -160,7 +160,7 @@ def _shown_arg(key: str, value: object) -> object:
     """Return an argument's value as the table shows it: ``"<redacted>"`` for a
     secret-named key (``api-key``, ``hf-token``), secrets in a text replaced (the table is
     read by people and pasted into issues; the quirk matches by ``config_key`` only)."""
-    from gpudoctor.support.redact import SECRET_NAME, Redactor
+    from gpudoctor.redact import SECRET_NAME, Redactor
 
     if SECRET_NAME.search(key):
         return "<redacted>"

@@ -221,7 +221,7 @@ def _failures(cells: Sequence[CellResult]) -> str:
     bad = [c for c in cells if c.status in ("crashed", "skipped", "failed")]
     if not bad:
         return "<p>None.</p>"
-    from gpudoctor.support.redact import Redactor
+    from gpudoctor.redact import Redactor
 
     secrets = Redactor(identities=False)  # a server's log may print its token: as the bundle
     parts = []

@@ -10,7 +10,6 @@ up and to the left is better).
 from __future__ import annotations
 
 import io
-import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 
 from gpudoctor import fsio
 from gpudoctor.bench.results.html_report import render_html
+from gpudoctor.bench.results.md_escape import md_text
 from gpudoctor.bench.results.reader import CellResult, ResultsError, read_run
 from gpudoctor.bench.results.report_facts import (
     attention,
@@ -26,7 +26,6 @@ from gpudoctor.bench.results.report_facts import (
     status_counts,
     workload_rows,
 )
-from gpudoctor.terminal import printable
 
 FIGSIZE_IN = (8.0, 5.0)
 DPI = 100  # plots are FIGSIZE_IN * DPI pixels: 800 x 500
@@ -54,20 +53,6 @@ class ReportFiles:
     cells: int
     warnings: tuple[str, ...] = ()
     html: Path | None = None
-
-
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>&|~#])")  # what gives inline text a meaning
-
-
-def md_text(text: object) -> str:
-    """Return ``text`` (a config name, a GPU id, a status, a directory name: strings the run
-    directory's author chose) as literal Markdown inline text: every character CommonMark
-    or GFM gives a meaning inside a line (``<`` of raw HTML, ``|`` of a table, ``[`` of a
-    link, ``&`` of an entity, ``*``/``_`` of emphasis...) backslash-escaped, control characters shown
-    escaped (:func:`gpudoctor.terminal.printable`), so no renderer makes HTML of it.
-    ``-``, ``+``, ``.`` and ``!`` need nothing: they mean something only at a line's start
-    or before ``[``, and these strings never start a line."""
-    return _MD_SPECIAL.sub(r"\\\1", printable(text))
 
 
 def _fmt(value: float | None, digits: int = 0) -> str:

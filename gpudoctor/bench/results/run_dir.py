@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor import fsio
+from gpudoctor.bench.results.launcher_state import STATE, launcher_alive
 
 RESULTS = "results.jsonl"
 PLAN = "plan.toml"
@@ -52,8 +53,6 @@ ARCHIVED = (PLAN, RESULTS, "run.json", "preflight.jsonl", "logs", "raw", "server
 def _launcher_pid(run: Path) -> int | None:
     """Return the pid of the launcher that holds ``run`` (its state.json, while that
     process runs), or None when it cannot be told."""
-    from gpudoctor.bench.launch.live_state import STATE, launcher_alive
-
     try:
         state = json.loads((read_run_file(run / STATE) or b"{}").decode("utf-8", "replace"))
     except (OSError, ValueError, RunDirError):

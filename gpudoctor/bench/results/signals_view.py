@@ -8,6 +8,7 @@ import html
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gpudoctor.bench.results.md_escape import md_text
 from gpudoctor.bench.results.reader import CellResult
 from gpudoctor.bench.results.svg import Series, line_chart
 
@@ -67,9 +68,7 @@ def markdown_section(cells: Sequence[CellResult]) -> str:
     """Return report.md's "Server signals" section: one row per measured cell, and why
     a signal is not available (the first reason seen per signal). Every text of the run
     (a config name, a reason that quotes a server's /metrics line) is literal Markdown
-    (``report.md_text``): no renderer makes HTML of it."""
-    from gpudoctor.bench.results.report import md_text
-
+    (``md_escape.md_text``): no renderer makes HTML of it."""
     measured = _worth_showing(cells)
     if not measured:
         return ""

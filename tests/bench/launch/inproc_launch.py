@@ -27,11 +27,12 @@ from typing import Any
 
 from gpudoctor.bench.engines import engine_for
 from gpudoctor.bench.launch.cell_runner import CellRunner, EngineFacts
-from gpudoctor.bench.launch.live_state import STATE, LiveState
+from gpudoctor.bench.launch.live_state import LiveState
 from gpudoctor.bench.launch.progress import PlainReporter
 from gpudoctor.bench.launch.run_writer import RunWriter
 from gpudoctor.bench.launch.server_lifecycle import ServerLifecycle
 from gpudoctor.bench.plan import Plan, load_plan
+from gpudoctor.bench.results.launcher_state import STATE
 from gpudoctor.bench.results.run_dir import RunDir, read_records
 
 MAX_MODEL_LEN = 4096

@@ -27,8 +27,8 @@ from tests.bench.launch.runner_support import REPO, REVISION, write_mirror, writ
 DRIVER_REMEDY = "On the host: `modprobe nvidia && nvidia-modprobe -u -c=0`"
 
 
-def _plan(tmp_path: Path, body: str = "", tp: str = "") -> Plan:
-    conf = '[[configs]]\nname = "a"\n' + (f"tp = {tp}\n" if tp else "")
+def _plan(tmp_path: Path, body: str = "", tp: str = "", args: str = "") -> Plan:
+    conf = '[[configs]]\nname = "a"\n' + (f"tp = {tp}\n" if tp else "") + args
     return write_plan(tmp_path, body + conf, command=[str(tmp_path / "server"), "--port", "{port}"])
 
 
@@ -175,8 +175,11 @@ def _server_program(tmp_path: Path) -> None:
 
 def test_the_engine_is_inspected_before_anything_runs(tmp_path: Path) -> None:
     _server_program(tmp_path)
-    plan = _plan(tmp_path)
     cache = tmp_path / "help-cache"
+    plain = _plan(tmp_path)  # no args: nothing to check against a --help, none is run
+    found = prep.inspect_engine(plain, engine_for(plain.engine), cache, tmp_path / "q.toml")
+    assert found.help_text == "" and not cache.exists()
+    plan = _plan(tmp_path, args="args = { threads = 2 }\n")
     found = prep.inspect_engine(plan, engine_for(plan.engine), cache, tmp_path / "quirks.toml")
     assert found.help_text == "usage: server [--port P] [--threads N]\n"
     [cached] = cache.iterdir()  # the next launch reads it instead of running --help

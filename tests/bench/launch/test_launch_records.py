@@ -19,12 +19,13 @@ import psutil
 import pytest
 
 from gpudoctor.bench.launch import interrupts
-from gpudoctor.bench.launch.live_state import STATE, LiveState, launcher_alive, now_utc
+from gpudoctor.bench.launch.live_state import LiveState, now_utc
 from gpudoctor.bench.launch.outcome import cell_outcome
 from gpudoctor.bench.launch.progress import PlainReporter
 from gpudoctor.bench.launch.run_writer import RunWriter
 from gpudoctor.bench.launch.slots import Gpu
 from gpudoctor.bench.plan_model import Limits
+from gpudoctor.bench.results.launcher_state import STATE, launcher_alive
 from gpudoctor.bench.results.run_dir import RunDir, read_records
 
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"

@@ -34,8 +34,10 @@ from tests.bench.campaign_support import (
 
 __all__ = ["help_cache", "local_quirks"]
 
-CONFIGS = '[[configs]]\nname = "fast"\nargs = { token-delay-ms = 1 }\n'
-WORKLOAD = "input_len = 32\noutput_len = 4\nnum_prompts = 4\nwarmup = 0"
+# Each request streams for about 1.2 s (8 tokens, 150 ms apart), so that the cell outlasts
+# the scraper's first waits and a gauge is read from a scrape under load (scraper.RAMP_S).
+CONFIGS = '[[configs]]\nname = "slow"\nargs = { token-delay-ms = 150 }\n'
+WORKLOAD = "input_len = 32\noutput_len = 8\nnum_prompts = 4\nwarmup = 0"
 EVIL = "\x1b]52;c;cHduZWQ=\x07\x1b]0;PWNED\x07\x1b[2J<img/src=x/onerror=alert(1)>"
 
 

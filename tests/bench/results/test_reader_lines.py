@@ -109,7 +109,7 @@ def test_the_first_error_flags_and_run_id_of_a_cell() -> None:
 
 
 def test_flags_come_from_the_measurement() -> None:
-    m = {"client": {"audit": {"rate_ratio": 0.5}}, "telemetry": {"xids": [79]}}
+    m = {"client": {"audit": {"target_rate": 8.0, "rate_ratio": 0.5}}, "telemetry": {"xids": [79]}}
     assert cell_flags(m) == {"client_bound": "sent less, 0.50 of the schedule's rate",
                              "suspect": "Xid 79 during the cell"}  # fmt: skip
     assert cell_flags({"telemetry": {"xids": [79]}}) == {"suspect": "Xid 79 during the cell"}

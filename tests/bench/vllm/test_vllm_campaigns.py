@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from markdown_it import MarkdownIt
 
 from gpudoctor.bench.plan import load_plan
 from gpudoctor.bench.results.run_dir import read_records
@@ -274,8 +275,10 @@ def test_campaign_with_a_refused_start_survives_kill_9_resumes_once_and_reports(
 
     report = gd("bench", "report", str(out))
     assert report.returncode == 0, report.stderr
-    md = (out / "report.md").read_text()
-    assert "max_model_len" in md and "eager" in md
+    md = (out / "report.md").read_text()  # its "Needs attention" row, as a renderer shows it
+    shown = MarkdownIt("commonmark").enable("table").render(md)
+    assert "<td><strong>crashed</strong></td>" in shown and "max_model_len" in shown, md
+    assert "eager" in shown
     html = (out / "report.html").read_text()
     assert "max_model_len" in html
     servers = [json.loads(s) for s in (out / "servers.jsonl").read_text().splitlines()]

@@ -1,4 +1,4 @@
-"""Redaction for a support bundle: secrets always, identities by default.
+"""Redaction of secrets and identities (the support bundle, report.html, the quirks table).
 
 A :class:`Redactor` replaces each sensitive value with a stable placeholder (the same
 value gets the same ``<ip-1>`` in every file of the bundle, so a supporter can still see

@@ -133,7 +133,8 @@ def plan_devn(
                 )
             used.add(next_index)
             gid = dev_gid if dev_gid is not None else char.gid
-            reason = f"{char.path} (major {char.major}, re-read by Proxmox at every start)"
+            reason = (f"{char.path} (major {char.major}, re-read by Proxmox at every start;"
+                      " cures ct.device_rules)")  # fmt: skip
             adds.append((f"dev{next_index}", dev_value(char.path, gid, char.mode), reason))
             dev_paths.append(char.path)
     covered = set(dev_paths)

@@ -290,6 +290,7 @@ def _plan_create(config: Config, entries: Entries, facts: HostFacts, build: _Bui
         why = (
             f"{mount.target} has no create=: the CT's /dev has no file for the bind mount to "
             "land on, so LXC skips it and the node is missing inside after every start"
+            " (cures device.nodes)"
         )
         build.drop(index, why)
         build.add(index, MOUNT_KEY, " ".join(fields), why)
@@ -334,6 +335,16 @@ def check_needs(path: str) -> bool:
     return name in family.required or bool(
         family.at_least_one and re.fullmatch(family.at_least_one, name)
     )
+
+
+def _cures(node: HostNode) -> str:
+    """Return which check a bind mount of ``node`` cures: ``device.nodes`` for a node it
+    requires or one ``--device`` asked for (check takes the same ``--device``); for the
+    host's other NVIDIA nodes, that none requires them alone (issue 45.6)."""
+    paths = [node.path, *(c.path for c in node.char_nodes)]
+    if not any(family_of(p) for p in paths) or any(check_needs(p) for p in paths):
+        return "cures device.nodes"
+    return "no check requires it alone: passed with the nodes device.nodes requires"
 
 
 def _check_passes(entries: Entries, facts: HostFacts) -> bool:
@@ -410,7 +421,7 @@ def _rules_for(missing: list[MissingRule], facts: HostFacts) -> list[tuple[Devic
         rules.setdefault(rule, []).append(item.path)
     return [
         (rule, f"{', '.join(p)} {'is' if len(p) == 1 else 'are'} {_owner(facts, rule)} on the "
-         "host now, and no rule allows it")
+         "host now, and no rule allows it (cures device.open and ct.device_rules)")
         for rule, p in rules.items()
     ]  # fmt: skip
 
@@ -442,7 +453,9 @@ def _plan_raw(
         if _is_passed(entries, node):
             continue
         value = bind_mount_value(node.path, node.kind == "dir")
-        build.add(mount_at, MOUNT_KEY, value, f"{node.path} is not passed into the CT")
+        build.add(
+            mount_at, MOUNT_KEY, value, f"{node.path} is not passed into the CT ({_cures(node)})"
+        )
 
 
 def _plan_devn(

@@ -21,7 +21,7 @@ from gpudoctor.pve.entries import read_entries
 from tests.pve.captures import h200_facts
 
 FACTS = h200_facts("8.2.4")
-UVM_WHY = "(major 238, re-read by Proxmox at every start)"
+UVM_WHY = "(major 238, re-read by Proxmox at every start; cures ct.device_rules)"
 
 
 def node(path: str):
@@ -42,12 +42,12 @@ def test_new_entries_take_the_free_indexes_in_order_and_skip_what_has_one() -> N
     text = "arch: amd64\ndev0: /dev/nvidia0,gid=0,mode=0666\ndev2: /dev/dri/card0\n"
     p = devn(text, ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-uvm", "/dev/nvidia-caps"])
     assert p.adds == (
-        ("dev1", "/dev/nvidiactl,gid=0,mode=0666", "/dev/nvidiactl (major 195, re-read by Proxmox at every start)"),
+        ("dev1", "/dev/nvidiactl,gid=0,mode=0666", "/dev/nvidiactl (major 195, re-read by Proxmox at every start; cures ct.device_rules)"),
         ("dev3", "/dev/nvidia-uvm,gid=0,mode=0666", f"/dev/nvidia-uvm {UVM_WHY}"),
         ("dev4", "/dev/nvidia-caps/nvidia-cap1,gid=0,mode=0400",
-         "/dev/nvidia-caps/nvidia-cap1 (major 241, re-read by Proxmox at every start)"),
+         "/dev/nvidia-caps/nvidia-cap1 (major 241, re-read by Proxmox at every start; cures ct.device_rules)"),
         ("dev5", "/dev/nvidia-caps/nvidia-cap2,gid=0,mode=0444",
-         "/dev/nvidia-caps/nvidia-cap2 (major 241, re-read by Proxmox at every start)"),
+         "/dev/nvidia-caps/nvidia-cap2 (major 241, re-read by Proxmox at every start; cures ct.device_rules)"),
     )  # fmt: skip
     assert p.dev_paths == ("/dev/nvidia0", "/dev/dri/card0", "/dev/nvidiactl", "/dev/nvidia-uvm",
                            "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2")  # fmt: skip

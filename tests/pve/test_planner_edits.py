@@ -61,12 +61,12 @@ def test_every_rules_mode_edit_says_why_and_the_explanation_repeats_it() -> None
     assert [(e.action, e.line, e.reason) for e in p.edits] == [
         ("add", "lxc.cgroup2.devices.allow: c 238:* rwm",
          "/dev/nvidia-uvm, /dev/nvidia-uvm-tools are nvidia-uvm major 238 on the host now, "
-         "and no rule allows it"),
+         "and no rule allows it (cures device.open and ct.device_rules)"),
         ("add", "lxc.cgroup2.devices.allow: c 241:* rwm",
          "/dev/nvidia-caps/nvidia-cap1, /dev/nvidia-caps/nvidia-cap2 are nvidia-caps major "
-         "241 on the host now, and no rule allows it"),
+         "241 on the host now, and no rule allows it (cures device.open and ct.device_rules)"),
         ("add", "lxc.mount.entry: /dev/nvidia-caps dev/nvidia-caps none bind,optional,create=dir",
-         "/dev/nvidia-caps is not passed into the CT"),
+         "/dev/nvidia-caps is not passed into the CT (no check requires it alone: passed with the nodes device.nodes requires)"),
         ("remove", "lxc.cgroup2.devices.allow: c 509:* rwm",
          "major 509 is not registered in /proc/devices (an old NVIDIA major?)"),
         ("remove", "lxc.cgroup2.devices.allow: c 234:* rwm",
@@ -81,7 +81,7 @@ def test_every_devn_mode_edit_says_why_and_the_explanation_repeats_it() -> None:
     p = plan(parse(INCIDENT), h200_facts("8.2.4"), PlanOptions(mode="devn"))
     reasons = {e.line: e.reason for e in p.edits}
     assert reasons["dev0: /dev/nvidia0,gid=0,mode=0666"] == (
-        "/dev/nvidia0 (major 195, re-read by Proxmox at every start)"
+        "/dev/nvidia0 (major 195, re-read by Proxmox at every start; cures ct.device_rules)"
     )
     assert reasons[
         "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file"
@@ -107,13 +107,13 @@ def test_a_rule_names_every_driver_of_its_major_or_says_char_when_none() -> None
     rules = [(e.line, e.reason) for e in p.edits if "devices.allow" in e.line]
     assert rules == [
         ("lxc.cgroup2.devices.allow: c 243:* rwm",
-         "/dev/hidraw0 is hidraw/usbmisc major 243 on the host now, and no rule allows it"),
+         "/dev/hidraw0 is hidraw/usbmisc major 243 on the host now, and no rule allows it (cures device.open and ct.device_rules)"),
         ("lxc.cgroup2.devices.allow: c 250:* rwm",
-         "/dev/odd0 is char major 250 on the host now, and no rule allows it"),
+         "/dev/odd0 is char major 250 on the host now, and no rule allows it (cures device.open and ct.device_rules)"),
         ("lxc.cgroup2.devices.allow: c 300:4 rwm",
-         "/dev/odd1 is char major 300 on the host now, and no rule allows it"),
+         "/dev/odd1 is char major 300 on the host now, and no rule allows it (cures device.open and ct.device_rules)"),
         ("lxc.cgroup2.devices.allow: c 0:7 rwm",
-         "/dev/zero0 is char major 0 on the host now, and no rule allows it"),
+         "/dev/zero0 is char major 0 on the host now, and no rule allows it (cures device.open and ct.device_rules)"),
     ]  # fmt: skip
 
 
@@ -132,7 +132,7 @@ def test_missing_names_every_uncovered_node_with_its_driver() -> None:
     )
     assert ("lxc.cgroup2.devices.allow: c 241:* rwm",
             "/dev/nvidia-caps/nvidia-cap2 is nvidia-caps major 241 on the host now, and no rule "
-            "allows it") in [(e.line, e.reason) for e in p.edits]  # fmt: skip
+            "allows it (cures device.open and ct.device_rules)") in [(e.line, e.reason) for e in p.edits]  # fmt: skip
 
 
 # --- where new lines go ---------------------------------------------------------------------
@@ -162,7 +162,7 @@ def test_a_new_rule_follows_the_device_lines_else_the_nearest_related_lxc_key(
     assert p.mode == mode
     legacy = after.startswith("lxc.cgroup.")  # commented out in the same write (issue 45.7)
     assert [(e.line, e.reason) for e in p.edits] == [
-        (RENDER_RULE, f"{RENDER} is drm major 226 on the host now, and no rule allows it"),
+        (RENDER_RULE, f"{RENDER} is drm major 226 on the host now, and no rule allows it (cures device.open and ct.device_rules)"),
         *([(after, f"legacy `{after}` is ignored on cgroup v2 hosts (PVE >= 7) and rejected by"
                    " PVE 9 (ct.device_rules)")] if legacy else []),
     ]  # fmt: skip
@@ -400,7 +400,7 @@ def test_a_bind_mount_into_dev_without_create_gets_one_in_place() -> None:
     p = plan(parse(text), facts_with(RENDER_NODE, dri), only())
     why = (
         "{} has no create=: the CT's /dev has no file for the bind mount to land on, so LXC"
-        " skips it and the node is missing inside after every start"
+        " skips it and the node is missing inside after every start (cures device.nodes)"
     )
     assert [(e.action, e.line, e.reason) for e in p.edits] == [
         ("remove", f"lxc.mount.entry: {RENDER} dev/dri/renderD128 none bind,optional",
@@ -417,3 +417,24 @@ def test_a_bind_mount_into_dev_without_create_gets_one_in_place() -> None:
     ]
     assert p.new_text.splitlines()[:3] == text.splitlines()[:3]
     assert p.new_text.splitlines()[5:] == text.splitlines()[5:]
+
+
+def test_each_planned_mount_names_the_check_it_cures() -> None:
+    """Issue 45.6: every plan line names the check it cures. A node device.nodes requires
+    (nvidiactl, nvidia-uvm, nvidiaN), or one ``--device`` asked for, cures device.nodes;
+    the host's other NVIDIA nodes (nvidia-caps, nvidia-uvm-tools, nvidia-modeset) say that
+    no check requires them alone; a rule cures device.open and ct.device_rules."""
+    p = plan(parse("arch: amd64\n"), h200_facts(), PlanOptions())
+    why = {e.line.split()[1]: e.reason for e in p.edits if e.line.startswith("lxc.mount.entry")}
+    alone = "(no check requires it alone: passed with the nodes device.nodes requires)"
+    assert why["/dev/nvidiactl"] == "/dev/nvidiactl is not passed into the CT (cures device.nodes)"
+    assert why["/dev/nvidia0"].endswith("(cures device.nodes)")
+    assert why["/dev/nvidia-uvm"].endswith("(cures device.nodes)")
+    assert why["/dev/nvidia-caps"] == f"/dev/nvidia-caps is not passed into the CT {alone}"
+    assert why["/dev/nvidia-uvm-tools"].endswith(alone)
+    rules = [e.reason for e in p.edits if "devices.allow" in e.line]
+    assert rules and all(r.endswith("(cures device.open and ct.device_rules)") for r in rules)
+    asked = plan(parse("arch: amd64\n"), facts_with(node("/dev/hidraw0", 243, 0)),
+                 only(("/dev/hidraw0",)))  # fmt: skip
+    [mount] = [e.reason for e in asked.edits if e.line.startswith("lxc.mount.entry")]
+    assert mount == "/dev/hidraw0 is not passed into the CT (cures device.nodes)"

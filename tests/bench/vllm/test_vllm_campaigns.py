@@ -129,7 +129,7 @@ def test_signals_from_the_real_metrics_move_under_load(
     workload = """\
         kind = "shared_prefix"
         groups = 2
-        prompts_per_group = 8
+        prompts_per_group = 16
         system_prompt_len = 256
         input_len = 32
         output_len = 160
@@ -140,13 +140,15 @@ def test_signals_from_the_real_metrics_move_under_load(
     assert done.returncode == 0, done.stderr
     record = only_record(out)
     m = record["measurement"]
-    assert record["status"] == "ok" and m["completed"] == 16 and sum(m["errors"].values()) == 0
+    assert record["status"] == "ok" and m["completed"] == 32 and sum(m["errors"].values()) == 0
     assert m["metrics"]["output_throughput"] > 0 and m["metrics"]["median_ttft_ms"] is not None
     signals = m["server_signals"]
     assert signals["dialect"] == "vllm" and signals["failed"] == 0
     s = signals["signals"]
-    # 16 requests of ~450 tokens at concurrency 8 on a 1024-token KV cache: the cache fills,
-    # requests wait and are preempted, and each group's 256-token system prompt is cached
+    # 32 requests of ~450 tokens at concurrency 8 on a 1024-token KV cache: the cache fills,
+    # requests wait and are preempted, and each group's 256-token system prompt is cached.
+    # 32, not 16: on a loaded 2-core box vLLM answered /metrics 1.3-1.6 s late, and a
+    # 3.4 s cell of 16 had its two scrapes under load read as the queue drained (all 0)
     assert s["kv_cache_usage"]["available"] and s["kv_cache_usage"]["max"] > 0.5
     assert s["running"]["available"] and s["running"]["max"] >= 1
     assert s["waiting"]["available"] and s["waiting"]["max"] >= 1

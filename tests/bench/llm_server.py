@@ -12,12 +12,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
+from tests.support.http_ready import wait_healthy
 from tests.support.signals import default_signals
 
 
@@ -73,18 +71,12 @@ def start_llm_server(
     )  # fmt: skip
     log.close()
     server = LlmServer(process, f"http://127.0.0.1:{port}", model_dir.name, model_dir, log_path)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(
-                f"transformers serve exited with {process.returncode}: "
-                + log_path.read_text(errors="replace")[-2000:]
-            )
-        try:
-            if httpx.get(server.base_url + "/health", timeout=1).status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
+    if wait_healthy(process, server.base_url + "/health", timeout_s, poll_s=0.2):
+        return server
+    if process.poll() is not None:
+        raise RuntimeError(
+            f"transformers serve exited with {process.returncode}: "
+            + log_path.read_text(errors="replace")[-2000:]
+        )
     server.stop()
     raise RuntimeError(f"transformers serve not ready after {timeout_s} s")

@@ -14,14 +14,12 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from tests.lab.sshd import free_port
 from tests.lab.vllm_cpu import vllm_env
+from tests.support.http_ready import wait_healthy
 
 # the flags every suite server runs with: the model's own context cut to 512 tokens, fp32
 # (the CPU backend's safe type), no torch.compile warm-up (a start of ~20 s, not ~60 s)
@@ -76,16 +74,8 @@ def start_vllm(
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    env=vllm_env(scratch), start_new_session=True)  # fmt: skip
     server = VllmServer(process, f"http://127.0.0.1:{port}", model_dir, log_path)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            break
-        try:
-            if httpx.get(server.base_url + "/health", timeout=2.0).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
+    if wait_healthy(process, server.base_url + "/health", timeout_s):
+        return server
     server.stop()
     tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-5:])
     raise RuntimeError(f"vllm serve did not get ready (exit {process.returncode}): {tail}")

@@ -545,6 +545,18 @@ def test_a_scrape_counts_only_when_asked_and_answered_inside_one_busy_span():
     assert (running["value"], running["loaded_scrapes"]) == (1.0, 1)
 
 
+def test_spans_that_touch_are_one_span_and_a_scrape_may_end_where_the_load_ends():
+    """The edges: a request sent the instant another ends keeps the load continuous (one
+    span), and a scrape answered at the very end of a span was still under load."""
+    from gpudoctor.bench.load.scraper import _union, _within
+
+    assert _union([(0.2, 0.4), (0.0, 0.2)]) == ([0.0], [0.4])
+    assert _union([(0.0, 0.2), (0.3, 0.4)]) == ([0.0, 0.3], [0.2, 0.4])
+    spans = _union([(0.0, 0.2), (0.2, 0.4)])
+    assert _within(0.1, 0.4, spans) and _within(0.0, 0.4, spans)
+    assert not _within(0.1, 0.41, spans) and not _within(-0.01, 0.1, spans)
+
+
 def test_a_short_cell_between_two_scrapes_states_no_gauge():
     scraper = _scraped([(0.0, 0.004), (0.04, 0.045)])
     busy = [(scraper.t0 + 0.002, scraper.t0 + 0.03)]

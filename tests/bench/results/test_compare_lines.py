@@ -340,3 +340,19 @@ def test_a_common_cell_measured_on_one_side_only_is_no_different_plan(tmp_path: 
                                                  "concurrency": 4, "status": "crashed"}) + "\n")  # fmt: skip
     done = compare_runs(a, b)
     assert done.cells == () and done.not_measured == {"k": "A ok, B crashed"}
+
+
+def test_a_runs_configs_are_named_six_at_most_singular_for_one() -> None:
+    """The edges of the names in that line: 1 is "config", 2 are "configs"; 6 are all named,
+    the 7th is "and 1 more"."""
+    from types import SimpleNamespace
+
+    from gpudoctor.bench.results.compare import _configs
+
+    def run(n: int) -> SimpleNamespace:
+        return SimpleNamespace(cells=[SimpleNamespace(config=f"c{i}") for i in range(n)] * 2)
+
+    assert _configs(run(1)) == "config c0"
+    assert _configs(run(2)) == "configs c0, c1"
+    assert _configs(run(6)) == "configs c0, c1, c2, c3, c4, c5"
+    assert _configs(run(7)) == "configs c0, c1, c2, c3, c4, c5 and 1 more"

@@ -186,6 +186,24 @@ def test_a_long_legend_wraps_onto_rows_below_the_plot() -> None:
     assert root.get("height") == str(HEIGHT + len(rows) * 14 + 4)
 
 
+def _legend_places(labels: list[str]) -> list[tuple[str | None, str | None]]:
+    series = [Series(label, ((0, i, ""),), color=i) for i, label in enumerate(labels)]
+    root = _parse(line_chart("T", "x", "y", series))
+    return [(t.get("x"), t.get("y")) for t in _all(root, "text") if float(t.get("y", "0")) > HEIGHT]
+
+
+def test_a_legend_row_holds_an_entry_that_ends_exactly_at_its_edge() -> None:
+    """An entry is 22 + 6 px a character + 14 wide (characters, not UTF-8 bytes: "é" is
+    one); two of 34 characters fill the row to the right padding exactly and stay on it,
+    the next one wraps; an entry wider than a row stays on the first (nothing to wrap)."""
+    first_w = 22 + 6 * 34 + 14
+    assert _legend_places(["é" * 34, "b" * 34, "c"]) == [
+        (str(LEFT + 14), str(HEIGHT + 12)), (str(LEFT + first_w + 14), str(HEIGHT + 12)),
+        (str(LEFT + 14), str(HEIGHT + 26))]  # fmt: skip
+    assert LEFT + 2 * first_w == WIDTH - 16  # the right padding: the row is full
+    assert _legend_places(["x" * 100]) == [(str(LEFT + 14), str(HEIGHT + 12))]
+
+
 def test_marked_points_are_ringed_and_the_front_is_a_thick_grey_line() -> None:
     series = [Series("a", ((0.0, 0.0, ""), (10.0, 10.0, "")))]
     root = _parse(line_chart("T", "x", "y", series, marked=[(10.0, 10.0)],

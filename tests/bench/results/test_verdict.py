@@ -144,3 +144,17 @@ def test_suspect_names_a_slowdown_but_not_an_ordinary_power_cap() -> None:
     assert suspect({"telemetry": {"throttle_reasons": {"sw_power_cap": 1.0}}}) is None
     why = suspect({"telemetry": {"throttle_reasons": {"hw_thermal_slowdown": 0.25}}})
     assert why == "GPU slowed down: hw_thermal_slowdown 25% of samples"
+
+
+def test_the_edges_of_an_overclaim_and_of_a_slot_wait() -> None:
+    """One overclaimed reply is already a claim to name; a slot wait p99 of exactly the
+    10 ms the verdict allows is not named (only above it), while the delay above it is."""
+    one = usage_overclaim({"metrics": {"usage_overclaims": 1, "usage_overclaimed_tokens": 4}})
+    assert one is not None and "4 output tokens more than it streamed in 1 replies" in one
+    audit = {"target_rate": 10.0, "schedule_delay_ms_p99": 12.0, "slot_wait_ms_p99": 10.0}
+    assert client_bound({"client": {"audit": audit}}) == "schedule delay p99 12.0 ms"
+    audit["slot_wait_ms_p99"] = 10.5
+    assert client_bound({"client": {"audit": audit}}) == (
+        "schedule delay p99 12.0 ms; waits for a concurrency slot p99 10.5 ms (the cap, not"
+        " the server)"
+    )

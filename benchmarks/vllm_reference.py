@@ -13,7 +13,8 @@ R rounds of
 Both send every prompt, stream, ask for ``max_tokens`` = output_len (the tiny model never
 emits EOS, so every request runs to it), temperature 0. It prints the medians of TTFT,
 TPOT, ITL and E2E side by side (each round, and the median over rounds) and the ratio
-gpudoctor / vLLM. Goal (issue 44): within 5 % on this busy box, 2 % where it is quiet, or
+gpudoctor / vLLM; then the same over the rounds where tokens arrived one by one (a starved
+vLLM merges a reply's tokens into one chunk: TTFT = E2E, TPOT 0, for either client). Goal (issue 44): within 5 % on this busy box, 2 % where it is quiet, or
 the cause of each difference named in docs/bench-metrics.md.
 
 Run:  .venv/bin/python benchmarks/vllm_reference.py [--rounds 3] [--out FILE.json]
@@ -112,17 +113,43 @@ def main() -> int:
     print(f"\nvLLM {os.environ.get('VLLM_VERSION', '0.32.0+cpu')} on this CPU, tiny Llama, "
           f"{args.num_prompts} prompts x {args.input_len}+{args.output_len} tokens, "
           f"concurrency {args.concurrency}, {args.rounds} interleaved rounds (median of rounds)")  # fmt: skip
-    print(f"{'metric':<20}{'gpudoctor':>12}{'vllm bench':>12}{'ratio':>9}")
-    table = {}
-    for ours_key, theirs_key in METRICS:
-        a = statistics.median(r["gpudoctor"][ours_key] for r in rounds)
-        b = statistics.median(r["vllm_bench_serve"][theirs_key] for r in rounds)
-        table[ours_key] = {"gpudoctor": a, "vllm_bench_serve": b, "ratio": a / b}
-        print(f"{ours_key:<20}{a:>12.2f}{b:>12.2f}{a / b:>9.3f}")
+    table = {"all rounds": _table(rounds, lambda side, r: True)}
+    # A starved vLLM's output handler merges a request's tokens into one chunk, so the whole
+    # reply arrives at once (TTFT = E2E, TPOT 0): the server's delivery, the same for both
+    # clients. The rounds where tokens arrived one by one are compared apart.
+    table["streamed rounds"] = _table(rounds, _streamed)
     if args.out:
         args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)},
                                         "rounds": rounds, "table": table}, indent=1))  # fmt: skip
     return 0
+
+
+def _streamed(side: str, row: dict) -> bool:
+    """Return True when ``side``'s round saw tokens arrive one by one (median ITL over
+    0.1 ms: most gaps between tokens were real), not replies merged into chunks."""
+    return (row[side]["median_itl_ms"] or 0.0) > 0.1
+
+
+def _table(rounds: list[dict], keep) -> dict:  # type: ignore[no-untyped-def]
+    """Print and return the medians over the rounds ``keep(side, round)`` selects, per
+    client, with the ratio gpudoctor / vLLM (None where a side has no such round)."""
+    sides = {"gpudoctor": 0, "vllm_bench_serve": 1}
+    picked = {side: [r for r in rounds if keep(side, r)] for side in sides}
+    print(f"\n{'metric':<20}{'gpudoctor':>12}{'vllm bench':>12}{'ratio':>9}   rounds "
+          f"{len(picked['gpudoctor'])}/{len(picked['vllm_bench_serve'])} of {len(rounds)}")  # fmt: skip
+    out: dict = {"rounds": [len(picked[s]) for s in sides]}
+    for ours_key, theirs_key in METRICS:
+        a = _median([r["gpudoctor"][ours_key] for r in picked["gpudoctor"]])
+        b = _median([r["vllm_bench_serve"][theirs_key] for r in picked["vllm_bench_serve"]])
+        ratio = a / b if a is not None and b else None
+        out[ours_key] = {"gpudoctor": a, "vllm_bench_serve": b, "ratio": ratio}
+        shown = [f"{v:>12.2f}" if v is not None else f"{'n/a':>12}" for v in (a, b)]
+        print(f"{ours_key:<20}{''.join(shown)}{ratio if ratio is None else f'{ratio:.3f}':>9}")
+    return out
+
+
+def _median(values: list) -> float | None:
+    return statistics.median(values) if values else None
 
 
 if __name__ == "__main__":

@@ -157,7 +157,7 @@ def test_state_json_says_what_runs_where_since_when(tmp_path: Path) -> None:
     assert doc["finished"] is True and doc["running"] == [] and not launcher_alive(doc)
     # for a person who cats it in another terminal: indented by 2, keys sorted
     assert path.read_text() == json.dumps(doc, indent=2, sort_keys=True)
-    assert list(doc) == sorted(doc) and "\n  \"finished\": true," in path.read_text()
+    assert list(doc) == sorted(doc) and '\n  "finished": true,' in path.read_text()
     assert re.fullmatch(STAMP, now_utc())
 
 

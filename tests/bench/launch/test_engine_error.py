@@ -98,6 +98,10 @@ def test_the_last_traceback_wins_unless_it_points_above() -> None:
     pointer = 'Traceback (most recent call last):\n  File "c", line 3\nRuntimeError: see the root cause above\n'
     assert engine_error((first + pointer).splitlines()) == "ValueError: first"
     assert engine_error(pointer.splitlines()) == "RuntimeError: see the root cause above"
+    from gpudoctor.bench.launch.engine_error import _from_tracebacks
+
+    # a pointer alone is kept by the traceback reader itself (nothing above to point at)
+    assert _from_tracebacks(pointer.splitlines()) == "RuntimeError: see the root cause above"
     # a traceback beats a later level line; the first traceback's closing line counts
     assert engine_error((first + "ERROR later\n").splitlines()) == "ValueError: first"
 

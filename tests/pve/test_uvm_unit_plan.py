@@ -658,3 +658,15 @@ def test_a_remote_scripts_interpreter_and_its_path_are_judged(first_line: str, p
     asked = [a for a, _ in node.ran if a[1:2] == ["-c"] and a[0] != "sh"]
     assert [a[0] for a in asked] == ([python] if python else [])
     assert not asked or "sys.path" in asked[0][2]
+
+
+def test_a_scripts_interpreter_is_read_from_its_shebang_line(tmp_path: Path) -> None:
+    """``#!/usr/bin/env python3`` (two words) is python3 as ``command -v`` finds it; a
+    bare ``#!/usr/bin/env`` names nothing; ``#!/usr/bin/python3 -I`` is its first word."""
+    script = tmp_path / "gpudoctor"
+    script.write_text("#!/usr/bin/env sh\n")
+    assert uvm_unit._shebang(LocalHost(), str(script)) == shutil.which("sh")
+    script.write_text("#!/usr/bin/env\n")
+    assert uvm_unit._shebang(LocalHost(), str(script)) == ""
+    script.write_text("#!/opt/py/bin/python3 -I\n")
+    assert uvm_unit._shebang(LocalHost(), str(script)) == "/opt/py/bin/python3"

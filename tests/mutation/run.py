@@ -65,6 +65,7 @@ class Score:
     name: str
     statuses: dict[str, str] = field(default_factory=dict)
     equivalent: dict[str, str] = field(default_factory=dict)
+    stale: dict[str, str] = field(default_factory=dict)  # listed, but renumbered (pins.py)
     capped: bool = False
     seconds: float = 0.0
     broken: bool = False  # its tests fail on the unmutated code: no score
@@ -214,10 +215,23 @@ def run_module(
             k: s for k, s in statuses.items() if any(fnmatch.fnmatch(k, p) for p in module.mutants)
         }
     score.statuses = unchecked_as_untested(statuses, score.capped)
-    score.equivalent = {k: why for k, why in equivalent.items() if k in statuses}
+    score.equivalent, score.stale = pinned_equivalents(equivalent, statuses, clone)
     if files == [module.source]:
         return [score]
     return [split(score, module.name, f) for f in files]
+
+
+def pinned_equivalents(
+    equivalent: dict[str, str], statuses: dict[str, str], clone: Path
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Return (the listed equivalents among ``statuses`` whose pin still matches their
+    mutation, ``{name: why}`` for those that no longer name it): see tests/mutation/pins.py."""
+    import pins
+
+    listed = [k for k in equivalent if k in statuses]
+    moved = pins.stale(listed, pins.load_pins(clone / "tests/mutation/equivalent_pins.toml"),
+                       pins.current(listed, clone))  # fmt: skip
+    return {k: equivalent[k] for k in listed if k not in moved}, moved
 
 
 def unchecked_as_untested(statuses: dict[str, str], capped: bool) -> dict[str, str]:
@@ -237,6 +251,7 @@ def split(score: Score, group: str, path: str) -> Score:
     part.broken = score.broken
     part.statuses = {k: s for k, s in score.statuses.items() if k.startswith(prefix)}
     part.equivalent = {k: w for k, w in score.equivalent.items() if k in part.statuses}
+    part.stale = {k: w for k, w in score.stale.items() if k in part.statuses}
     return part
 
 
@@ -252,6 +267,11 @@ def show_survivors(score: Score, mutmut: str, clone: Path) -> None:
             if ln.startswith(("-", "+")) and ln[:3] not in ("---", "+++")
         ]
         print(f"  survived ({score.statuses[name]}): {name}: {' | '.join(diff)[:300]}")
+    for name, why in sorted(score.stale.items()):
+        print(
+            f"  listed equivalent, scored as any mutant: the name no longer means the"
+            f" mutation its reason is for ({why}; tests/mutation/pins.py): {name}"
+        )
     for name in (k for k in score.equivalent if score.statuses[k] in KILLED):
         print(f"  listed equivalent but killed (remove it from equivalent.toml): {name}")
 

@@ -206,6 +206,7 @@ def test_the_journal_is_read_as_records(path_bin) -> None:
         json.dumps({"MESSAGE": real, "_SOURCE_MONOTONIC_TIMESTAMP": "44643002804"}),
         json.dumps({"MESSAGE": list(b"caf\xc3\xa9 \xff")}),
         json.dumps({"MESSAGE": [300]}), json.dumps({"MESSAGE": [-1]}), json.dumps({"MESSAGE": 5}),
+        json.dumps({"MESSAGE": [88, 256]}),  # 256 is no byte: no record, and no crash
         json.dumps([1]), json.dumps({"MESSAGE": [0, 255]}),
         "not json", json.dumps({"MESSAGE": "x", "_SOURCE_MONOTONIC_TIMESTAMP": "-1"}),
     ]  # fmt: skip
@@ -244,6 +245,7 @@ def test_kmsg_is_read_as_records_and_a_newline_stays_inside_its_record(path_bin)
         "garbage line\n"
         "6,341,5,-;a\\x5cb caf\\xc3\\xa9\n"
         "6,342,6,-;r\\x0dn \u20ac\n"  # a carriage return; a character no byte stands for
+        "6,343,7,-;bad \\xff end\n"  # a byte that is not UTF-8: replaced, never a crash
     )
     assert "\\x0aNVRM: Xid (PCI:0000:3b:00): 79" in kmsg_text  # as the kernel shows it
     (tmp := path_bin.dir / "kmsg").write_text(kmsg_text)
@@ -257,6 +259,7 @@ def test_kmsg_is_read_as_records_and_a_newline_stays_inside_its_record(path_bin)
         KernelRecord(FORGED, 133.187056, f"[  133.187056] {FORGED}"),
         KernelRecord("a\\b caf\u00e9", 5e-06, "[    0.000005] a\\b caf\u00e9"),
         KernelRecord("r\rn ?", 6e-06, "[    0.000006] r\\rn ?"),
+        KernelRecord("bad \ufffd end", 7e-06, "[    0.000007] bad \ufffd end"),
     )
     assert [(e.code, e.line) for e in xid_events(list(log.records))] == [
         (79, f"[  133.187056] {FORGED}")
@@ -309,6 +312,9 @@ def test_a_text_logs_indented_line_continues_the_record_above() -> None:
         assert parse_kernel_log(text) == []
     # an indented first line (a log cut mid-record) is kept as it is: no record of the driver
     assert text_records(f"  {FORGED}") == [KernelRecord(f"  {FORGED}", None, FORGED)]
+    # one blank is an indent as well: it continues a record, and a first line keeps it
+    assert text_records("x\n y") == [KernelRecord("x\ny", None, "x")]
+    assert text_records(" y") == [KernelRecord(" y", None, "y")]
     assert parse_kernel_log(f"  {FORGED}\n{FORGED}") == parse_kernel_log(FORGED)
 
 

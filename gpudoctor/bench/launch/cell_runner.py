@@ -98,8 +98,9 @@ class CellRunner:
         }
         if not self.writer.append_cell(record):
             return
+        shown = "client-bound" if status == "ok" and extra.get("client_bound") else status
         self.reporter.cell_done(
-            cell.config.label, cell.concurrency, status, extra.get("reason") or ""
+            cell.config.label, cell.concurrency, shown, extra.get("reason") or ""
         )
 
     def _signal_fields(self, cell: Cell, base_url: str, run_dir: Any) -> dict[str, Any]:

@@ -32,6 +32,7 @@ class PlainReporter:
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.total = self.done = self.ok = self.crashed = self.skipped = self.failed = 0
+        self.client_bound = 0  # measured, but no result: the client did not hold its schedule
         self.started = time.monotonic()
         self.first_cell: float | None = None  # when this launch's first cell started
         self._lock = threading.Lock()
@@ -47,15 +48,19 @@ class PlainReporter:
         eta = self.eta()
         tail = f", {eta_text(eta)} left" if eta is not None else ""
         return (
-            f"[{self.done}/{self.total} done: {self.ok} ok, {self.failed} failed, {self.crashed} "
+            f"[{self.done}/{self.total} done: {self.ok} ok, {self._bound()}{self.failed} failed,"
+            f" {self.crashed} "
             f"crashed, {self.skipped} skipped; {time.monotonic() - self.started:.0f} s{tail}]"
         )
+
+    def _bound(self) -> str:
+        return f"{self.client_bound} client-bound, " if self.client_bound else ""
 
     def eta(self, now: float | None = None) -> float | None:
         """Return the estimated seconds left: the mean wall time of the cells measured in
         this launch (from its first cell's start, servers' start-ups included; preflight
         and weights excluded) x the cells left; None before a cell was measured."""
-        measured = self.ok + self.failed + self.crashed
+        measured = self.ok + self.client_bound + self.failed + self.crashed
         if not measured or self.done >= self.total or self.first_cell is None:
             return None
         now = time.monotonic() if now is None else now
@@ -84,10 +89,13 @@ class PlainReporter:
         """Report request progress inside the current cell (plain mode: silent)."""
 
     def cell_done(self, label: str, concurrency: int, status: str, reason: str = "") -> None:
-        """Count a finished cell and print its verdict."""
+        """Count a finished cell and print its verdict; ``status`` is the record's, or
+        ``client-bound`` for an ok record the load generator limited (no result: exit 3)."""
         self.done += 1
         if status == "ok":
             self.ok += 1
+        elif status == "client-bound":
+            self.client_bound += 1
         elif status == "failed":
             self.failed += 1
         elif status == "crashed":
@@ -95,7 +103,7 @@ class PlainReporter:
         else:
             self.skipped += 1
         why = f" ({reason})" if reason else ""
-        shown = "FAILED" if status == "failed" else status
+        shown = {"failed": "FAILED", "client-bound": "no result"}.get(status, status)
         self._line(f"bench: {label} concurrency {concurrency}: {shown}{why} {self._counts()}")
 
     def note(self, text: str) -> None:
@@ -140,7 +148,8 @@ class RichReporter(PlainReporter):
 
     def _refresh(self) -> None:
         counts = (
-            f"{self.ok} ok · {self.failed} failed · {self.crashed} crashed · {self.skipped} skipped"
+            f"{self.ok} ok · {self._bound().replace(', ', ' · ')}{self.failed} failed"
+            f" · {self.crashed} crashed · {self.skipped} skipped"
         )
         self.progress.update(self.cells, total=self.total, completed=self.done, counts=counts)
 

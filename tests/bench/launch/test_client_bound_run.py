@@ -25,6 +25,9 @@ def test_a_client_bound_cell_is_not_ok_and_every_table_shows_the_rate_sent(
     proc = _cli("run", str(plan), "--out", str(out))
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "0 ok, 1 client-bound, 0 failed" in proc.stdout
+    # the progress lines count it as the closing table does, never as "1 ok"
+    assert "concurrency 1: no result (client-bound: sent" in proc.stderr, proc.stderr
+    assert "bench: finished [1/1 done: 0 ok, 1 client-bound, 0 failed, 0 crashed," in proc.stderr
     assert "1 cell(s) client-bound: the load generator did not send at the schedule's rate" in (
         proc.stderr
     )

@@ -60,7 +60,9 @@ def test_request_rate_axis_runs_each_rate_once_resumes_and_compares(
     assert [(c.concurrency, c.request_rate) for c in plan.cells()] == [(8, 20.0), (8, math.inf)]
     out = tmp_path / "run"
     summary = run_campaign(plan, LaunchOptions(out=out))
-    assert (summary.ok, summary.server_starts) == (2, 1)
+    # the paced cell may be client-bound on a starved box (no result, but measured: what is
+    # asserted below is the schedule each request kept, late or not)
+    assert (summary.ok + summary.client_bound, summary.failed, summary.server_starts) == (2, 0, 1)
     records = _records(out)
     assert [rate_from_json(r["request_rate"]) for r in records] == [20.0, math.inf]
     assert records[1]["request_rate"] == "inf"  # strict JSON: no Infinity literal

@@ -163,3 +163,19 @@ def test_the_terminal_display_shows_the_cells_and_the_current_cells_requests(
                        r"\d+:\d\d:\d\d (\d+:\d\d:\d\d|-:--:--)")  # fmt: skip
     assert [line for line in lines if frame.fullmatch(line.strip())], err
     assert "\x07" not in err
+
+
+def test_a_client_bound_cell_is_counted_apart_from_ok() -> None:
+    """An ok record the load generator limited is no result (exit 3): the progress line says
+    so and counts it apart, as the closing table does; the count shows only when non-zero."""
+    reporter = PlainReporter(io.StringIO())
+    reporter.begin(2, 0)
+    reporter.cell_done("a@tp1", 1, "client-bound", "client-bound: schedule delay p99 12.0 ms")
+    reporter.cell_done("a@tp1", 2, "ok")
+    lines = reporter.stream.getvalue().splitlines()
+    assert lines[1].startswith(
+        "bench: a@tp1 concurrency 1: no result (client-bound: schedule delay p99 12.0 ms) "
+        "[1/2 done: 0 ok, 1 client-bound, 0 failed, 0 crashed, 0 skipped;"
+    )
+    assert "[2/2 done: 1 ok, 1 client-bound, 0 failed, 0 crashed, 0 skipped;" in lines[2]
+    assert reporter.eta() is None and reporter.skipped == 0

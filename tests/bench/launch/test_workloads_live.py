@@ -26,7 +26,11 @@ def _run(tmp_path: Path, model: Path, workload: str, concurrency: str = "[2]",
     plan = load_plan(write(tmp_path, stub_plan(model, ONE, concurrency, workload, args)))
     out = tmp_path / "run"
     summary = run_campaign(plan, LaunchOptions(out=out))
-    assert summary.ok == len(plan.cells())
+    # every cell measured: ok, or (a scheduled kind on a starved box: a trace replay's p99
+    # delay passed 10 ms here under a mutation run) client-bound, which gpudoctor rightly
+    # calls no result; what these tests check is what the server received, late or not
+    assert summary.ok + summary.client_bound == len(plan.cells()), summary
+    assert summary.failed == summary.crashed == summary.skipped == 0
     received = [json.loads(line) for line in log.read_text().splitlines()]
     return read_records(out / "results.jsonl")[0], received, out
 

@@ -133,7 +133,7 @@ def _streamed(side: str, row: dict) -> bool:
 def _table(rounds: list[dict], keep) -> dict:  # type: ignore[no-untyped-def]
     """Print and return the medians over the rounds ``keep(side, round)`` selects, per
     client, with the ratio gpudoctor / vLLM (None where a side has no such round)."""
-    sides = {"gpudoctor": 0, "vllm_bench_serve": 1}
+    sides = ("gpudoctor", "vllm_bench_serve")
     picked = {side: [r for r in rounds if keep(side, r)] for side in sides}
     print(f"\n{'metric':<20}{'gpudoctor':>12}{'vllm bench':>12}{'ratio':>9}   rounds "
           f"{len(picked['gpudoctor'])}/{len(picked['vllm_bench_serve'])} of {len(rounds)}")  # fmt: skip

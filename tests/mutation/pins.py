@@ -102,7 +102,7 @@ def stale(listed: Iterable[str], pins: dict[str, str], now: dict[str, str]) -> d
         if name not in pins:
             out[name] = "not pinned (python tests/mutation/pins.py --write)"
         elif now.get(name) != pins[name]:
-            function = name.rsplit("__mutmut_", 1)[0]
+            function = name.rsplit("__mutmut_", 1)[0] + "__mutmut_"
             moved = [n for n, m in now.items() if m == pins[name] and n.startswith(function)]
             out[name] = (f"its mutation is now {', '.join(moved)}" if moved
                          else "its mutation is gone (the code changed)")  # fmt: skip

@@ -48,13 +48,14 @@ class PlainReporter:
         eta = self.eta()
         tail = f", {eta_text(eta)} left" if eta is not None else ""
         return (
-            f"[{self.done}/{self.total} done: {self.ok} ok, {self._bound()}{self.failed} failed,"
+            f"[{self.done}/{self.total} done: {self.ok} ok, {self._bound(', ')}{self.failed} failed,"
             f" {self.crashed} "
             f"crashed, {self.skipped} skipped; {time.monotonic() - self.started:.0f} s{tail}]"
         )
 
-    def _bound(self) -> str:
-        return f"{self.client_bound} client-bound, " if self.client_bound else ""
+    def _bound(self, sep: str) -> str:
+        """Return the client-bound count and ``sep``, or "" while there is none."""
+        return f"{self.client_bound} client-bound{sep}" if self.client_bound else ""
 
     def eta(self, now: float | None = None) -> float | None:
         """Return the estimated seconds left: the mean wall time of the cells measured in
@@ -148,7 +149,7 @@ class RichReporter(PlainReporter):
 
     def _refresh(self) -> None:
         counts = (
-            f"{self.ok} ok · {self._bound().replace(', ', ' · ')}{self.failed} failed"
+            f"{self.ok} ok · {self._bound(' · ')}{self.failed} failed"
             f" · {self.crashed} crashed · {self.skipped} skipped"
         )
         self.progress.update(self.cells, total=self.total, completed=self.done, counts=counts)
